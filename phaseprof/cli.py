@@ -1,0 +1,87 @@
+"""The ``phaseprof`` command: ``report`` (no torch needed) and ``demo`` (runs a profiled model)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="phaseprof", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    report = sub.add_parser("report", help="per-step phase breakdown of traces, in the terminal or as JSON")
+    report.add_argument("path", help="a logdir, one run directory, or one trace file")
+    report.add_argument("--run", help="only this run (its directory relative to PATH; '.' for PATH itself)")
+    report.add_argument("--step", type=int, help="only this step, with its ops per phase and memory")
+    report.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    demo = sub.add_parser("demo", help="profile the MNIST CNN (synthetic data) and a small inference run")
+    demo.add_argument("--logdir", default="./profile")
+    demo.add_argument("--steps", type=int, default=30, help="training steps (default 30)")
+    demo.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda if available")
+
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        return _report(args)
+    from phaseprof.training_hooks.demo import run_demo
+
+    return run_demo(logdir=args.logdir, steps=args.steps, device=args.device)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from phaseprof.plugin.report import analyze
+
+    progress = _progress_bar() if sys.stderr.isatty() else None
+    try:
+        report = analyze(args.path, run=args.run, step=args.step, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    readable = any(w for r in report["runs"] for w in r["workers"])
+    if args.json:
+        import msgspec
+
+        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(report), indent=1) + b"\n")
+        sys.stdout.flush()
+    else:
+        from rich.console import Console
+
+        from phaseprof.terminal import render
+
+        render(report, Console())
+    return 0 if readable else 1
+
+
+class _progress_bar:
+    """A transient progress line on stderr while files decode (only when stderr is a terminal).
+
+    It refreshes only between files, with no thread of its own, so large files can still be
+    decoded by two processes (forking is only safe without other threads)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                  console=Console(stderr=True), transient=True, auto_refresh=False)
+        self._progress.start()
+        self._task = None
+
+    def __call__(self, f, done: bool) -> None:
+        if self._task is None:
+            self._task = self._progress.add_task("", total=None)
+        if done:
+            self._progress.update(self._task, advance=f.size)
+        else:
+            self._progress.update(self._task, description=f"reading {os.path.basename(f.path)} "
+                                                          f"({f.size / 2**20:,.0f} MiB)")
+        self._progress.refresh()
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

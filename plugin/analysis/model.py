@@ -1,0 +1,84 @@
+"""What the analysis of one trace file (a span) keeps: per-step, per-phase figures as arrays.
+
+This is what TensorBoard holds in memory instead of the events: a few arrays per span, sized by
+steps × phases and by distinct ops, not by events. It pickles cheaply between processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .phases import Step
+
+
+@dataclass
+class OpTable:
+    """Ops aggregated per (step, phase, name, input shapes), sorted by step, phase, total time desc.
+
+    Host operators, annotations that are not phase ranges, and runtime calls; CPU times in µs.
+    ``self_gpu_us`` is the device time of the kernels, copies and sets the op launched itself (through
+    its runtime calls), ``gpu_us`` adds what its child ops launched.
+    """
+
+    step: np.ndarray  # int32 index into SpanAnalysis.steps
+    phase: np.ndarray  # int32 code into SpanAnalysis.phases
+    name: np.ndarray  # int32 into SpanAnalysis.names
+    shapes: np.ndarray  # int32 into SpanAnalysis.shapes
+    calls: np.ndarray  # int64
+    self_us: np.ndarray
+    total_us: np.ndarray
+    self_gpu_us: np.ndarray
+    gpu_us: np.ndarray
+
+    def rows(self, step: int) -> slice:
+        """The rows of one step."""
+        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+
+
+@dataclass
+class Lanes:
+    """A swimlane picture per step: host threads with phase bands, GPU streams by launching phase."""
+
+    labels: list[str]  # lane names; lane 0 is the loop's thread
+    step: np.ndarray  # int32
+    lane: np.ndarray  # int32
+    start: np.ndarray  # µs
+    end: np.ndarray
+    phase: np.ndarray  # int32
+
+    def rows(self, step: int) -> slice:
+        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+
+
+@dataclass
+class SpanAnalysis:
+    """The analysis of one trace file."""
+
+    file: str  # file name (relative to its run)
+    worker: str
+    steps: list[Step]
+    phases: list[str]
+    names: list[str]
+    shapes: list[str]
+    cpu_us: np.ndarray  # (steps, phases) host time per phase; rows add up to the step's wall time
+    gpu_us: np.ndarray  # (steps, phases) device time of work launched in the phase
+    gpu_idle_us: np.ndarray  # (steps, phases) time in the phase's host windows with no device work
+    launches: np.ndarray  # (steps, phases) device events launched
+    step_gpu_us: np.ndarray  # (steps,)
+    step_gpu_idle_us: np.ndarray  # (steps,)
+    memory_devices: list[str]
+    memory_peak: np.ndarray  # (steps, phases, devices) peak allocated bytes, -1 where no event
+    memory_delta: np.ndarray  # (steps, phases, devices) net allocated bytes
+    ops: OpTable
+    lanes: Lanes
+    has_gpu: bool
+    rank: int | None = None
+    world_size: int | None = None
+    gpu_names: list[str] = field(default_factory=list)
+    #: Device time whose launch was found in no step (e.g. work launched before the first step).
+    unattributed_gpu_us: float = 0.0
+    #: Malformed events skipped while reading: how many, and the first one.
+    skipped_events: int = 0
+    first_problem: str = ""

@@ -1,0 +1,97 @@
+"""How host events nest on their thread: parent, depth and self time, computed on whole arrays.
+
+Per thread, complete events nest cleanly (a child lies inside its parent). With events sorted by
+(thread, start, longest first), an event's ancestors are exactly the earlier events of its thread
+that are still running when it starts, so its depth is "events started before it" minus "events
+ended by its start", and its parent is the closest earlier event one level up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..reading.events import HostEvents
+
+
+@dataclass
+class Nesting:
+    """Host events in (thread, start, longest-first) order, with their nesting."""
+
+    order: np.ndarray  # indices into the original HostEvents, in sorted order
+    ts: np.ndarray
+    end: np.ndarray
+    thread: np.ndarray
+    depth: np.ndarray  # 0 = top level on its thread
+    parent: np.ndarray  # index into this sorted order, -1 for top level
+    self_us: np.ndarray  # duration minus direct children's durations
+
+
+def nest(host: HostEvents) -> Nesting:
+    """Sort ``host`` per thread and compute depth, parent and self time of every event."""
+    n = len(host)
+    order = np.lexsort((-host.dur, host.ts, host.thread))
+    ts = host.ts[order]
+    dur = host.dur[order]
+    end = ts + dur
+    thread = host.thread[order]
+    depth = np.zeros(n, dtype=np.int64)
+    if n:
+        # Thread boundaries in the sorted order.
+        starts = np.flatnonzero(np.r_[True, thread[1:] != thread[:-1]])
+        bounds = np.r_[starts, n]
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            depth[lo:hi] = _depths(ts[lo:hi], dur[lo:hi], end[lo:hi])
+    parent = _parents(depth, thread)
+    has_parent = parent >= 0
+    children_us = np.bincount(parent[has_parent], weights=dur[has_parent], minlength=n) if n else np.zeros(0)
+    return Nesting(
+        order=order,
+        ts=ts,
+        end=end,
+        thread=thread,
+        depth=depth,
+        parent=parent,
+        self_us=dur - children_us,
+    )
+
+
+def _depths(ts: np.ndarray, dur: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Depth of each event of one thread (sorted by start, longest first).
+
+    depth = earlier events - earlier events that ended by this start (touching is not nesting).
+    "Ended by this start" is counted over all events; the only later events that qualify are
+    zero-length ones starting at the same instant (they sort last among equal starts), so they are
+    taken back out.
+    """
+    n = len(ts)
+    index = np.arange(n)
+    ended = np.searchsorted(np.sort(end), ts, side="right")
+    zero = dur == 0
+    if zero.any():
+        zero_ts = ts[zero]  # already sorted
+        zeros_at_start = np.searchsorted(zero_ts, ts, side="right") - np.searchsorted(zero_ts, ts, side="left")
+        left_in_run = np.searchsorted(ts, ts, side="right") - index
+        ended = ended - np.minimum(left_in_run, zeros_at_start)
+    return index - ended
+
+
+def _parents(depth: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """The closest earlier event one level up on the same thread, per event (-1 at top level)."""
+    n = len(depth)
+    parent = np.full(n, -1, dtype=np.int64)
+    if not n:
+        return parent
+    index = np.arange(n)
+    for d in range(1, int(depth.max()) + 1):
+        children = index[depth == d]
+        candidates = index[depth == d - 1]
+        if not len(children) or not len(candidates):
+            continue
+        pos = np.searchsorted(candidates, children, side="right") - 1
+        ok = pos >= 0
+        found = candidates[np.maximum(pos, 0)]
+        ok &= thread[found] == thread[children]
+        parent[children[ok]] = found[ok]
+    return parent

@@ -1,0 +1,328 @@
+"""Steps, and the phase of every instant of every step on the host timeline.
+
+Within a step each instant belongs to exactly one phase: the innermost phase range covering it,
+else ``other`` (design.md §4). Phase ranges come from range names (see `names`) on any thread of the
+process; where a step has no forward or backward range, those phases are inferred from the ops:
+
+* backward: spanned by the autograd engine's ops (any thread), from the gradient seed
+  (``aten::ones_like``) on the calling thread to where that thread resumes. On CUDA builds the
+  engine runs on its own thread and the caller stays blocked in ``loss.backward()`` until the
+  engine's last work ends, so the window ends at the last activity of the other threads before the
+  caller's next op, not at the last autograd op;
+* forward: the top-level host work of the loop's thread outside the other phases, up to the
+  step's last backward segment (in steps without backward, all of it).
+
+Gradient accumulation gives several forward/backward segments per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from phaseprof.contract import BACKWARD, FORWARD, OTHER, PHASES
+
+from ..reading.events import Trace
+from .names import GRAD_SEED, is_autograd, range_phase, step_number
+from .nesting import Nesting
+
+EXPLICIT = 1  # tiers: a range in the trace beats an inferred one wherever they overlap
+INFERRED = 0
+
+
+@dataclass
+class Step:
+    """One step's host window (µs, trace clock)."""
+
+    number: int
+    start: float
+    end: float
+    #: Host events inside the step other than its own marker; 0 for the empty last step of a loop
+    #: that ended inside the profiler's active window.
+    events: int = 0
+    #: Phases of this step that were inferred from ops rather than marked by ranges.
+    inferred: set[str] = field(default_factory=set)
+
+    @property
+    def empty(self) -> bool:
+        return self.events == 0
+
+
+@dataclass
+class Partition:
+    """The phase segments of all steps in time order; every step is covered without gaps."""
+
+    steps: list[Step]
+    phases: list[str]  # phase names by code: the canonical ones first, then user phases
+    start: np.ndarray  # float64 µs
+    end: np.ndarray
+    phase: np.ndarray  # int32 code into `phases`
+    step: np.ndarray  # int32 index into `steps`
+    main_thread: int  # thread code of the thread that runs the loop
+    process: int | str  # pid of that thread
+
+    def locate(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(step index, phase code) of each instant in ``ts``; -1 for instants outside every step."""
+        seg = np.searchsorted(self.start, ts, side="right") - 1
+        inside = (seg >= 0) & (ts < self.end[np.maximum(seg, 0)])
+        seg = np.where(inside, seg, -1)
+        return np.where(inside, self.step[seg], -1), np.where(inside, self.phase[seg], -1)
+
+
+def partition(trace: Trace, nest: Nesting) -> Partition:
+    """Find the steps of ``trace`` and split each into phase segments."""
+    names = trace.names
+    name_sorted = trace.host.name[nest.order]
+    kind_sorted = trace.host.kind[nest.order]
+    phases = list(PHASES)
+    code_of = {p: i for i, p in enumerate(phases)}
+    name_phase = np.full(len(names), -1, dtype=np.int32)
+    name_step = np.full(len(names), -1, dtype=np.int64)
+    name_autograd = np.zeros(len(names), dtype=bool)
+    for i, name in enumerate(names):
+        phase = range_phase(name)
+        if phase is not None:
+            if phase not in code_of:
+                code_of[phase] = len(phases)
+                phases.append(phase)
+            name_phase[i] = code_of[phase]
+        number = step_number(name)
+        if number is not None:
+            name_step[i] = number
+        name_autograd[i] = is_autograd(name)
+    event_phase = name_phase[name_sorted] if len(name_sorted) else np.zeros(0, np.int32)
+    event_step = name_step[name_sorted] if len(name_sorted) else np.zeros(0, np.int64)
+    event_autograd = (name_autograd[name_sorted] if len(name_sorted) else np.zeros(0, bool)) & (kind_sorted == 0)
+
+    main_thread = _main_thread(trace, nest, event_step)
+    process = trace.threads[main_thread].pid if trace.threads else 0
+    in_process = np.array([t.pid == process for t in trace.threads], dtype=bool)[nest.thread] if len(nest.thread) else np.zeros(0, bool)
+
+    step_idx = np.flatnonzero((event_step >= 0) & (nest.thread == main_thread))
+    steps = _steps(nest, step_idx, event_step, main_thread, in_process)
+    is_step_event = np.zeros(len(nest.ts), dtype=bool)
+    is_step_event[step_idx] = True
+    top = (nest.parent < 0) | is_step_event[np.maximum(nest.parent, 0)] & (nest.parent >= 0)
+    top &= ~is_step_event & in_process
+
+    ctx = _Context(
+        nest=nest,
+        ranges=_Events(nest, np.flatnonzero((event_phase >= 0) & in_process & ~is_step_event), event_phase),
+        autograd=_Events(nest, np.flatnonzero(event_autograd & in_process), event_phase),
+        main_top=_Events(nest, np.flatnonzero(top & (nest.thread == main_thread)), event_phase, names=name_sorted),
+        side_top=_Events(nest, np.flatnonzero(top & (nest.thread != main_thread)), event_phase),
+        seed_code=_code_of(names, GRAD_SEED),
+        name_autograd=name_autograd,
+    )
+    seg_start, seg_end, seg_phase, seg_step = [], [], [], []
+    for index, step in enumerate(steps):
+        segments = _split_step(step, ctx, code_of, phases)
+        for s, e, p in segments:
+            seg_start.append(s)
+            seg_end.append(e)
+            seg_phase.append(p)
+            seg_step.append(index)
+    return Partition(
+        steps=steps,
+        phases=phases,
+        start=np.array(seg_start, dtype=np.float64),
+        end=np.array(seg_end, dtype=np.float64),
+        phase=np.array(seg_phase, dtype=np.int32),
+        step=np.array(seg_step, dtype=np.int32),
+        main_thread=main_thread,
+        process=process,
+    )
+
+
+def _code_of(names: list[str], name: str) -> int:
+    try:
+        return names.index(name)
+    except ValueError:
+        return -1
+
+
+def _main_thread(trace: Trace, nest: Nesting, event_step: np.ndarray) -> int:
+    """The thread that runs the training loop: the one with the step markers, else the busiest."""
+    marked = nest.thread[event_step >= 0]
+    if len(marked):
+        return int(np.bincount(marked).argmax())
+    if not len(nest.thread):
+        return 0
+    top = nest.parent < 0
+    busy = np.bincount(nest.thread[top], weights=(nest.end - nest.ts)[top], minlength=len(trace.threads))
+    return int(busy.argmax())
+
+
+def _steps(nest: Nesting, step_idx: np.ndarray, event_step: np.ndarray, main_thread: int,
+           in_process: np.ndarray) -> list[Step]:
+    """Step windows from the ``ProfilerStep#N`` markers; with none, the whole trace is one step."""
+    process_ts = nest.ts[in_process]
+    if not len(step_idx):
+        if not len(process_ts):
+            return []
+        return [Step(number=0, start=float(process_ts.min()), end=float(nest.end[in_process].max()),
+                     events=int(len(process_ts)))]
+    steps = []
+    order = step_idx[np.argsort(nest.ts[step_idx], kind="stable")]
+    sorted_ts = np.sort(process_ts)
+    for i in order.tolist():
+        start, end = float(nest.ts[i]), float(nest.end[i])
+        inside = int(np.searchsorted(sorted_ts, end, "left") - np.searchsorted(sorted_ts, start, "left")) - 1
+        steps.append(Step(number=int(event_step[i]), start=start, end=end, events=max(inside, 0)))
+    return steps
+
+
+class _Events:
+    """A subset of host events sorted by start, for slicing by step window."""
+
+    def __init__(self, nest: Nesting, idx: np.ndarray, event_phase: np.ndarray, names: np.ndarray | None = None):
+        idx = idx[np.argsort(nest.ts[idx], kind="stable")]
+        self.start = nest.ts[idx]
+        self.end = nest.end[idx]
+        self.phase = event_phase[idx]
+        self.name = names[idx] if names is not None else None
+
+    def window(self, start: float, end: float) -> slice:
+        return slice(int(np.searchsorted(self.start, start, "left")), int(np.searchsorted(self.start, end, "left")))
+
+
+@dataclass
+class _Context:
+    nest: Nesting
+    ranges: _Events  # phase ranges
+    autograd: _Events  # ops run by the autograd engine
+    main_top: _Events  # top-level events of the loop's thread within a step
+    side_top: _Events  # top-level events of the process's other threads
+    seed_code: int
+    name_autograd: np.ndarray
+
+
+def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], phases: list[str]) -> list[tuple[float, float, int]]:
+    """Phase segments ``(start, end, phase code)`` covering ``step`` without gaps."""
+    a, b = step.start, step.end
+    w = ctx.ranges.window(a, b)
+    ranges = [
+        (max(s, a), min(e, b), int(p), EXPLICIT)
+        for s, e, p in zip(ctx.ranges.start[w].tolist(), ctx.ranges.end[w].tolist(), ctx.ranges.phase[w].tolist())
+        if min(e, b) > max(s, a)
+    ]
+    marked = {p for _, _, p, _ in ranges}
+    forward, backward = code_of[FORWARD], code_of[BACKWARD]
+    top = ctx.main_top.window(a, b)
+    top_start = ctx.main_top.start[top]
+    top_end = ctx.main_top.end[top]
+    top_name = ctx.main_top.name[top]
+    top_is_range = ctx.main_top.phase[top] >= 0
+    top_autograd = ctx.name_autograd[top_name] if len(top_name) else np.zeros(0, bool)
+
+    backward_segments = [(s, e) for s, e, p, _ in ranges if p == backward]
+    if backward not in marked:
+        backward_segments = _infer_backward(a, b, ctx, top_start, top_name, top_autograd)
+        if backward_segments:
+            step.inferred.add(BACKWARD)
+            ranges += [(s, e, backward, INFERRED) for s, e in backward_segments]
+    if forward not in marked:
+        separators = sorted([(s, e) for s, e, p, _ in ranges if p != forward] + backward_segments)
+        work = ~top_autograd & ~top_is_range & (top_name != ctx.seed_code)
+        forward_segments = _infer_forward(a, top_start[work], top_end[work], separators, backward_segments)
+        if forward_segments:
+            step.inferred.add(FORWARD)
+            ranges += [(s, e, forward, INFERRED) for s, e in forward_segments]
+    return _innermost(a, b, ranges, code_of[OTHER])
+
+
+def _infer_backward(a: float, b: float, ctx: _Context, top_start: np.ndarray, top_name: np.ndarray,
+                    top_autograd: np.ndarray) -> list[tuple[float, float]]:
+    w = ctx.autograd.window(a, b)
+    ag_start = ctx.autograd.start[w]
+    if not len(ag_start):
+        return []
+    ag_end = np.maximum.accumulate(ctx.autograd.end[w])
+    # What the loop's thread does between autograd ops (other than the seed) splits segments:
+    # that is forward work of the next micro-batch under gradient accumulation.
+    caller = ~top_autograd & (top_name != ctx.seed_code)
+    caller_start = top_start[caller]
+    first = [0]
+    if len(ag_start) > 1:
+        lo = np.searchsorted(caller_start, ag_end[:-1], "right")
+        hi = np.searchsorted(caller_start, ag_start[1:], "left")
+        first += (np.flatnonzero(hi > lo) + 1).tolist()
+    segments = []
+    previous_end = a
+    for k0, k1 in zip(first, first[1:] + [len(ag_start)]):
+        k1 -= 1
+        start = float(ag_start[k0])
+        # The seed: the loop thread's last top-level op before the engine starts.
+        before = int(np.searchsorted(top_start, start, "left")) - 1
+        if before >= 0 and top_name[before] == ctx.seed_code and top_start[before] >= previous_end:
+            start = float(top_start[before])
+        # The caller resumes at its first op after the last autograd op started.
+        after = int(np.searchsorted(caller_start, ag_start[k1], "right"))
+        resume = float(caller_start[after]) if after < len(caller_start) else b
+        end = float(ag_end[k1])
+        side = ctx.side_top.window(start, resume)
+        if side.stop > side.start:
+            end = max(end, float(ctx.side_top.end[side].max()))
+        end = min(end, resume, b)
+        if end > start:
+            segments.append((start, end))
+            previous_end = end
+    return segments
+
+
+def _infer_forward(a: float, work_start: np.ndarray, work_end: np.ndarray,
+                   separators: list[tuple[float, float]], backward_segments: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Top-level host work between the other phases, up to the step's last backward segment (what
+    follows it, such as ``loss.item()`` or logging, stays ``other``). A segment that runs into a
+    backward segment extends to its start: the loss and the call into ``backward()`` lie between."""
+    if not len(work_start):
+        return []
+    limit = backward_segments[-1][0] if backward_segments else float("inf")
+    backward_starts = {s for s, _ in backward_segments}
+    segments = []
+    lo = a
+    for s, e in _union(separators) + [(float("inf"), float("inf"))]:
+        hi = min(s, limit)
+        i = int(np.searchsorted(work_start, lo, "left"))
+        j = int(np.searchsorted(work_start, hi, "left"))
+        if j > i:
+            end = hi if s in backward_starts else float(min(work_end[i:j].max(), hi))
+            segments.append((float(work_start[i]), end))
+        if s >= limit:
+            break
+        lo = max(lo, e)
+    return segments
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for s, e in sorted(intervals):
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return merged
+
+
+def _innermost(a: float, b: float, ranges: list[tuple[float, float, int, int]], other: int) -> list[tuple[float, float, int]]:
+    """Sweep [a, b): each elementary interval takes the phase of the innermost covering range —
+    the one that started last (ties: the shorter), ranges from the trace before inferred ones."""
+    points = sorted({a, b, *[s for s, _, _, _ in ranges], *[e for _, e, _, _ in ranges]})
+    points = [p for p in points if a <= p <= b]
+    segments: list[tuple[float, float, int]] = []
+    for lo, hi in zip(points, points[1:]):
+        if hi <= lo:
+            continue
+        best = None
+        for s, e, p, tier in ranges:
+            if s <= lo and e >= hi:
+                key = (tier, s, -e)
+                if best is None or key > best[0]:
+                    best = (key, p)
+        phase = best[1] if best else other
+        if segments and segments[-1][2] == phase and segments[-1][1] == lo:
+            segments[-1] = (segments[-1][0], hi, phase)
+        else:
+            segments.append((lo, hi, phase))
+    return segments

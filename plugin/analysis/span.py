@@ -1,0 +1,268 @@
+"""Analyse one decoded trace: steps and phases, GPU attribution, memory, ops, swimlanes.
+
+GPU work is attributed by its launch (design.md §4): device event -> ``correlation`` -> the runtime
+call that launched it -> the phase covering that call's start on the host timeline. Record-function
+ranges do not contain backward kernels (autograd launches them from its own thread), and the GPU
+may run a step's work after the CPU has moved on; the launch instant is what ties work to a phase.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
+from .model import Lanes, OpTable, SpanAnalysis
+from .names import range_phase, step_number
+from .nesting import Nesting, nest
+from .phases import Partition, partition
+
+#: Swimlane bands of one phase closer than this share of the step are drawn as one band.
+_LANE_MERGE_SHARE = 0.002
+
+
+def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
+    """Everything the reports and the TensorBoard tab show about one trace file."""
+    n = nest(trace.host)
+    part = partition(trace, n)
+    steps, phases = part.steps, part.phases
+    shape2 = (len(steps), len(phases))
+    flat_size = shape2[0] * shape2[1]
+
+    seg_key = part.step.astype(np.int64) * len(phases) + part.phase
+    cpu_us = np.bincount(seg_key, weights=part.end - part.start, minlength=flat_size).reshape(shape2)
+
+    launch = _launches(trace, n)
+    dev = trace.device
+    has_gpu = len(dev) > 0
+    dev_step, dev_phase = part.locate(launch.ts)
+    attributed = dev_step >= 0
+    dev_key = dev_step[attributed].astype(np.int64) * len(phases) + dev_phase[attributed]
+    gpu_us = np.bincount(dev_key, weights=dev.dur[attributed], minlength=flat_size).reshape(shape2)
+    launches = np.bincount(dev_key, minlength=flat_size).reshape(shape2)
+    busy = _Busy(dev.ts, dev.ts + dev.dur)
+    seg_idle = (part.end - part.start) - busy.within(part.start, part.end)
+    gpu_idle = np.bincount(seg_key, weights=seg_idle, minlength=flat_size).reshape(shape2)
+    step_start = np.array([s.start for s in steps], dtype=np.float64)
+    step_end = np.array([s.end for s in steps], dtype=np.float64)
+    step_idle = (step_end - step_start) - busy.within(step_start, step_end)
+    step_gpu = gpu_us.sum(axis=1)
+    if not has_gpu:
+        gpu_idle[:] = np.nan
+        step_idle[:] = np.nan
+
+    peak, delta = _memory(trace, part, shape2)
+    ops = _op_table(trace, n, part, launch)
+    lanes = _lanes(trace, n, part, launch, dev_step, dev_phase)
+    return SpanAnalysis(
+        file=os.path.basename(trace.path),
+        worker=worker,
+        steps=steps,
+        phases=phases,
+        names=trace.names,
+        shapes=trace.shapes,
+        cpu_us=cpu_us,
+        gpu_us=gpu_us,
+        gpu_idle_us=gpu_idle,
+        launches=launches,
+        step_gpu_us=step_gpu,
+        step_gpu_idle_us=step_idle,
+        memory_devices=trace.memory_devices,
+        memory_peak=peak,
+        memory_delta=delta,
+        ops=ops,
+        lanes=lanes,
+        has_gpu=has_gpu,
+        rank=trace.rank,
+        world_size=trace.world_size,
+        gpu_names=trace.gpu_names,
+        unattributed_gpu_us=float(dev.dur[~attributed].sum()),
+        skipped_events=trace.skipped,
+        first_problem=trace.first_problem,
+    )
+
+
+class _Launch:
+    """For each device event: the runtime call that launched it (sorted host index, -1 if unknown)
+    and that call's start."""
+
+    def __init__(self, runtime: np.ndarray, ts: np.ndarray):
+        self.runtime = runtime
+        self.ts = ts
+
+
+def _launches(trace: Trace, n: Nesting) -> _Launch:
+    dev = trace.device
+    kind_sorted = trace.host.kind[n.order]
+    corr_sorted = trace.host.corr[n.order]
+    rt = np.flatnonzero((kind_sorted == RUNTIME) & (corr_sorted >= 0))
+    runtime = np.full(len(dev), -1, dtype=np.int64)
+    if len(rt) and len(dev):
+        by_corr = rt[np.argsort(corr_sorted[rt], kind="stable")]
+        keys = corr_sorted[by_corr]
+        pos = np.minimum(np.searchsorted(keys, dev.corr), len(keys) - 1)
+        found = (keys[pos] == dev.corr) & (dev.corr >= 0)
+        runtime[found] = by_corr[pos[found]]
+    ts = np.where(runtime >= 0, n.ts[np.maximum(runtime, 0)], np.nan) if len(dev) else np.zeros(0)
+    return _Launch(runtime, ts)
+
+
+class _Busy:
+    """The union of device activity, for "how much of [a, b) was the GPU busy"."""
+
+    def __init__(self, start: np.ndarray, end: np.ndarray):
+        if not len(start):
+            self.start = self.end = self.before = np.zeros(0)
+            return
+        order = np.argsort(start, kind="stable")
+        start, end = start[order], end[order]
+        reach = np.maximum.accumulate(end)
+        new = np.r_[True, start[1:] > reach[:-1]]
+        first = np.flatnonzero(new)
+        self.start = start[first]
+        self.end = np.maximum.reduceat(end, first)
+        self.before = np.r_[0.0, np.cumsum(self.end - self.start)]  # busy time before interval k
+
+    def _until(self, t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(self.start, t, side="right") - 1
+        inside = np.clip(t - self.start[np.maximum(k, 0)], 0, (self.end - self.start)[np.maximum(k, 0)])
+        return np.where(k >= 0, self.before[np.maximum(k, 0)] + inside, 0.0)
+
+    def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if not len(self.start):
+            return np.zeros(len(a))
+        return self._until(b) - self._until(a)
+
+
+def _memory(trace: Trace, part: Partition, shape2: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    mem = trace.memory
+    devices = max(len(trace.memory_devices), 1)
+    shape3 = (*shape2, devices)
+    peak = np.full(shape3, -1, dtype=np.int64)
+    delta = np.zeros(shape3, dtype=np.int64)
+    if not len(mem):
+        return peak, delta
+    total = mem.total
+    if (total < 0).any():  # no "Total Allocated" (2021): running sum per device, in time order
+        order = np.lexsort((mem.ts, mem.device))
+        running = np.empty_like(total)
+        nbytes = mem.nbytes[order]
+        dev = mem.device[order]
+        csum = np.cumsum(nbytes)
+        first = np.flatnonzero(np.r_[True, dev[1:] != dev[:-1]])
+        offsets = np.repeat(csum[first] - nbytes[first], np.diff(np.r_[first, len(dev)]))
+        running[order] = csum - offsets
+        total = np.where(total < 0, running, total)
+    step, phase = part.locate(mem.ts)
+    inside = step >= 0
+    key = (step[inside].astype(np.int64) * shape2[1] + phase[inside]) * devices + mem.device[inside]
+    np.maximum.at(peak.reshape(-1), key, total[inside])
+    np.add.at(delta.reshape(-1), key, mem.nbytes[inside])
+    return peak, delta
+
+
+def _op_table(trace: Trace, n: Nesting, part: Partition, launch: _Launch) -> OpTable:
+    host = trace.host
+    name = host.name[n.order]
+    kind = host.kind[n.order]
+    shapes = host.shapes[n.order]
+    # Device time belongs to the op that made the runtime call launching it ("self"), and through
+    # it to that op's ancestors. A runtime call outside any op keeps it itself.
+    self_gpu = np.zeros(len(n.ts))
+    ok = launch.runtime >= 0
+    runtime = launch.runtime[ok]
+    owner = np.where(n.parent[runtime] >= 0, n.parent[runtime], runtime)
+    np.add.at(self_gpu, owner, trace.device.dur[ok])
+    gpu = self_gpu.copy()
+    if ok.any():
+        for d in range(int(n.depth.max()), 0, -1):
+            at = np.flatnonzero((n.depth == d) & (gpu > 0))
+            np.add.at(gpu, n.parent[at], gpu[at])
+    step, phase = part.locate(n.ts)
+    skip = _range_or_step_names(trace, part)
+    keep = (step >= 0) & ((kind == OP) | (kind == ANNOTATION) | (kind == RUNTIME)) & ~skip[name]
+    keep &= np.array([t.pid == part.process for t in trace.threads], dtype=bool)[n.thread] if len(n.thread) else keep
+    nn, ns, np_ = max(len(trace.names), 1), max(len(trace.shapes), 1), max(len(part.phases), 1)
+    key = ((step[keep].astype(np.int64) * np_ + phase[keep]) * nn + name[keep]) * ns + shapes[keep]
+    unique, inverse = np.unique(key, return_inverse=True)
+    inverse = inverse.ravel()
+    count = len(unique)
+    calls = np.bincount(inverse, minlength=count)
+    self_us = np.bincount(inverse, weights=n.self_us[keep], minlength=count)
+    total_us = np.bincount(inverse, weights=(n.end - n.ts)[keep], minlength=count)
+    self_gpu_us = np.bincount(inverse, weights=self_gpu[keep], minlength=count)
+    gpu_us = np.bincount(inverse, weights=gpu[keep], minlength=count)
+    u_shapes = unique % ns
+    rest = unique // ns
+    u_name = rest % nn
+    rest //= nn
+    u_phase = rest % np_
+    u_step = rest // np_
+    order = np.lexsort((-total_us, u_phase, u_step))
+    return OpTable(
+        step=u_step[order].astype(np.int32),
+        phase=u_phase[order].astype(np.int32),
+        name=u_name[order].astype(np.int32),
+        shapes=u_shapes[order].astype(np.int32),
+        calls=calls[order],
+        self_us=self_us[order],
+        total_us=total_us[order],
+        self_gpu_us=self_gpu_us[order],
+        gpu_us=gpu_us[order],
+    )
+
+
+def _range_or_step_names(trace: Trace, part: Partition) -> np.ndarray:
+    """Names left out of op tables: step markers and phase ranges (they *are* the phases)."""
+    return np.array(
+        [range_phase(x) is not None or step_number(x) is not None for x in trace.names] or [False], dtype=bool
+    )
+
+
+def _lanes(trace: Trace, n: Nesting, part: Partition, launch: _Launch, dev_step: np.ndarray,
+           dev_phase: np.ndarray) -> Lanes:
+    """Per step: the loop's thread as phase segments, other threads' top-level work and each GPU
+    stream's work coloured by the phase that launched it, close bands of one phase merged."""
+    labels = [trace.threads[part.main_thread].label if trace.threads else "host"]
+    pieces = [(part.step, np.zeros(len(part.step), np.int32), part.start, part.end, part.phase)]
+    in_process = np.array([t.pid == part.process for t in trace.threads], dtype=bool)
+    side = (n.parent < 0) & (n.thread != part.main_thread)
+    if len(n.thread):
+        side &= in_process[n.thread]
+    side_idx = np.flatnonzero(side)
+    if len(side_idx):
+        step, phase = part.locate(n.ts[side_idx])
+        threads = n.thread[side_idx]
+        lane_of = {}
+        for t in np.unique(threads).tolist():
+            lane_of[t] = len(labels)
+            labels.append(trace.threads[t].label)
+        lane = np.array([lane_of[t] for t in threads.tolist()], dtype=np.int32)
+        ok = step >= 0
+        pieces.append((step[ok], lane[ok], n.ts[side_idx][ok], n.end[side_idx][ok], phase[ok]))
+    dev = trace.device
+    ok = dev_step >= 0
+    if ok.any():
+        pairs = np.stack([dev.device[ok], dev.stream[ok]], axis=1)
+        unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+        base = len(labels)
+        labels += [f"GPU {d} stream {s}" for d, s in unique.tolist()]
+        pieces.append((dev_step[ok], (base + inverse.ravel()).astype(np.int32), dev.ts[ok],
+                       dev.ts[ok] + dev.dur[ok], dev_phase[ok]))
+    step = np.concatenate([p[0] for p in pieces]).astype(np.int32)
+    lane = np.concatenate([p[1] for p in pieces]).astype(np.int32)
+    start = np.concatenate([p[2] for p in pieces])
+    end = np.concatenate([p[3] for p in pieces])
+    phase = np.concatenate([p[4] for p in pieces]).astype(np.int32)
+    order = np.lexsort((start, lane, step))
+    step, lane, start, end, phase = step[order], lane[order], start[order], end[order], phase[order]
+    if len(step):
+        wall = np.array([s.end - s.start for s in part.steps])[step]
+        # Bands of one lane do not overlap (a thread's top-level events, a stream's kernels).
+        new = np.r_[True, (step[1:] != step[:-1]) | (lane[1:] != lane[:-1]) | (phase[1:] != phase[:-1])
+                    | (start[1:] - end[:-1] > wall[1:] * _LANE_MERGE_SHARE)]
+        first = np.flatnonzero(new)
+        end = np.maximum.reduceat(end, first)
+        step, lane, start, phase = step[first], lane[first], start[first], phase[first]
+    return Lanes(labels=labels, step=step, lane=lane, start=start, end=end, phase=phase)

@@ -1,0 +1,109 @@
+"""Find runs, workers and spans under a logdir (design.md §3).
+
+A run is a directory holding trace files (the logdir itself is run ``.``); a worker is the part of a
+trace file name before the span timestamp; each file is one span (one active cycle of the profiler
+schedule). Nothing outside the root is read: symbolic links that lead out of it are skipped.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from dataclasses import dataclass, field
+
+from phaseprof.contract import EVENT_FILE_MARKER, JSON_FILE_RE, TRACE_FILE_RE
+
+#: How much of a JSON file without the trace suffix is read to decide whether it is a trace.
+_SNIFF_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    run: str  # directory relative to the root, "." for the root itself
+    worker: str
+    path: str  # absolute, real path
+    name: str  # file name
+    size: int
+    mtime_ns: int
+
+
+@dataclass
+class Run:
+    name: str
+    path: str
+    files: list[TraceFile] = field(default_factory=list)
+    has_scalars: bool = False  # holds TensorBoard event files (per-step timings)
+
+    @property
+    def workers(self) -> dict[str, list[TraceFile]]:
+        """Trace files per worker, each worker's spans in name (time) order."""
+        out: dict[str, list[TraceFile]] = {}
+        for f in sorted(self.files, key=lambda f: f.name):
+            out.setdefault(f.worker, []).append(f)
+        return out
+
+
+def within(root: str, path: str) -> bool:
+    """Whether ``path`` (after resolving links) lies inside ``root``."""
+    root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def discover(root: str) -> list[Run]:
+    """Runs under ``root`` (a directory or one trace file), in name order."""
+    root = os.path.realpath(root)
+    if os.path.isfile(root):
+        directory, name = os.path.split(root)
+        f = _trace_file(directory, name, ".", force=True)
+        return [Run(name=".", path=directory, files=[f] if f else [])]
+    runs: dict[str, Run] = {}
+    for directory, subdirs, files in os.walk(root, followlinks=False):
+        subdirs.sort()
+        rel = os.path.relpath(directory, root)
+        run = None
+        for name in sorted(files):
+            full = os.path.join(directory, name)
+            if not within(root, full):
+                continue
+            if EVENT_FILE_MARKER in name:
+                run = run or runs.setdefault(rel, Run(name=rel, path=directory))
+                run.has_scalars = True
+                continue
+            f = _trace_file(directory, name, rel)
+            if f is not None:
+                run = run or runs.setdefault(rel, Run(name=rel, path=directory))
+                run.files.append(f)
+    return [runs[k] for k in sorted(runs)]
+
+
+def _trace_file(directory: str, name: str, run: str, *, force: bool = False) -> TraceFile | None:
+    """The trace file ``name``, or None if it is not one. ``force``: the user named this file."""
+    path = os.path.join(directory, name)
+    m = TRACE_FILE_RE.match(name)
+    if m:
+        worker = m.group("worker") or name
+    else:
+        m = JSON_FILE_RE.match(name)
+        if not force and not (m and _looks_like_trace(path)):
+            return None
+        worker = m.group("worker") if m else name
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return TraceFile(run=run, worker=worker, path=os.path.realpath(path), name=name, size=st.st_size,
+                     mtime_ns=st.st_mtime_ns)
+
+
+def _looks_like_trace(path: str) -> bool:
+    """A JSON file is taken for a trace if its first bytes hold Chrome-trace keys."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_SNIFF_BYTES)
+        if head[:2] == b"\x1f\x8b":
+            head = zlib.decompressobj(wbits=31).decompress(head, _SNIFF_BYTES)
+    except (OSError, zlib.error, gzip.BadGzipFile):
+        return False
+    return b'"traceEvents"' in head or (b'"ph"' in head and head.lstrip()[:1] == b"[")

@@ -1,0 +1,110 @@
+"""The compact event model one trace file decodes into: columns of numbers, names as codes.
+
+A 150 MB trace holds ~400k events; as Python objects they would cost several times the file size and
+every analysis would loop over them in Python. Columns (numpy arrays) keep memory near the raw
+numbers and let the analysis work on whole arrays at once. Strings appear once, in a table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Host event kinds (HostEvents.kind).
+OP = 0  #: an operator (`cpu_op`, 2021 `Operator`, or a legacy event without category)
+ANNOTATION = 1  #: a `record_function` / user range (`user_annotation`)
+RUNTIME = 2  #: a CUDA/HIP runtime or driver call (`cuda_runtime`, `cuda_driver`, 2021 `Runtime`)
+
+# Device event kinds (DeviceEvents.kind).
+KERNEL = 0
+MEMCPY = 1
+MEMSET = 2
+DEVICE_KIND_NAMES = ("kernel", "memcpy", "memset")
+
+#: Memory device types as `[memory]` events write them (c10::DeviceType).
+MEMORY_DEVICE_TYPES = {0: "cpu", 1: "cuda", 8: "ipu", 9: "xpu", 12: "mps", 13: "meta", 20: "privateuse1"}
+
+
+def memory_device_label(device_type: int, device_id: int) -> str:
+    """`cpu`, `cuda:0`, … for a memory event's device."""
+    kind = MEMORY_DEVICE_TYPES.get(device_type, f"device{device_type}")
+    return kind if device_id < 0 or kind == "cpu" else f"{kind}:{device_id}"
+
+
+@dataclass
+class HostEvents:
+    """Complete (`X`) host events: operators, annotations and runtime calls.
+
+    ``thread`` indexes ``Trace.threads``; ``name`` indexes ``Trace.names``; ``shapes`` indexes
+    ``Trace.shapes`` (0 = none recorded); ``corr`` is -1 except on runtime calls.
+    """
+
+    ts: np.ndarray  # float64 µs
+    dur: np.ndarray  # float64 µs
+    thread: np.ndarray  # int32
+    name: np.ndarray  # int32
+    kind: np.ndarray  # int8
+    corr: np.ndarray  # int64 correlation (runtime calls)
+    shapes: np.ndarray  # int32
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+@dataclass
+class DeviceEvents:
+    """GPU activity: kernels, memcpys, memsets. ``corr`` links each to the runtime call that launched it."""
+
+    ts: np.ndarray  # float64 µs
+    dur: np.ndarray  # float64 µs
+    device: np.ndarray  # int32
+    stream: np.ndarray  # int32
+    name: np.ndarray  # int32
+    kind: np.ndarray  # int8
+    corr: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+@dataclass
+class MemoryEvents:
+    """`[memory]` instant events: each allocation (+bytes) or free (-bytes) and the total after it."""
+
+    ts: np.ndarray  # float64 µs
+    nbytes: np.ndarray  # int64
+    total: np.ndarray  # int64; -1 when the trace does not record "Total Allocated"
+    device: np.ndarray  # int32, indexes Trace.memory_devices
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+
+@dataclass
+class Thread:
+    """One host thread: its process and label (from `thread_name` metadata when present)."""
+
+    pid: int | str
+    tid: int | str
+    label: str
+
+
+@dataclass
+class Trace:
+    """One decoded trace file (a span): events as columns plus what the file says about itself."""
+
+    path: str
+    host: HostEvents
+    device: DeviceEvents
+    memory: MemoryEvents
+    names: list[str]
+    shapes: list[str]  # JSON text of "Input Dims", "" at index 0
+    threads: list[Thread]
+    memory_devices: list[str]
+    rank: int | None = None
+    world_size: int | None = None
+    gpu_names: list[str] = field(default_factory=list)
+    #: Events skipped as malformed: count and a one-line description of the first.
+    skipped: int = 0
+    first_problem: str = ""

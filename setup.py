@@ -1,0 +1,52 @@
+"""Packaging: three folders, one package.
+
+``phaseprof/`` is the top-level package (the file contract, the CLI, lazy re-exports);
+``plugin/`` installs as ``phaseprof.plugin`` (TensorBoard side, no torch) and ``training_hooks/``
+as ``phaseprof.training_hooks`` (training side, needs torch).
+"""
+
+from setuptools import setup
+
+setup(
+    name="phaseprof",
+    version="0.1.0",
+    description="Per-step forward/backward/optimizer phase profiling for PyTorch, in TensorBoard and the terminal",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="BSD-3-Clause",
+    python_requires=">=3.10",
+    packages=[
+        "phaseprof",
+        "phaseprof.plugin",
+        "phaseprof.plugin.reading",
+        "phaseprof.plugin.analysis",
+        "phaseprof.plugin.serving",
+        "phaseprof.training_hooks",
+    ],
+    package_dir={
+        "phaseprof": "phaseprof",
+        "phaseprof.plugin": "plugin",
+        "phaseprof.training_hooks": "training_hooks",
+    },
+    package_data={"phaseprof.plugin": ["static/*", "http_api.md"]},
+    install_requires=[
+        "tensorboard>=2.14",
+        "msgspec>=0.18",
+        "numpy>=1.23",
+        "rich>=13",
+    ],
+    extras_require={
+        "torch": ["torch>=2.1"],
+        "tb-profiler": ["torch-tb-profiler==0.4.3"],
+        "test": ["pytest>=8", "playwright>=1.45"],
+    },
+    entry_points={
+        "console_scripts": ["phaseprof = phaseprof.cli:main"],
+        "tensorboard_plugins": ["phaseprof = phaseprof.plugin.serving.loader:PhaseprofLoader"],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+        "License :: OSI Approved :: BSD License",
+    ],
+)
