@@ -50,6 +50,9 @@ class TraceError(Exception):
         self.path = path
         self.reason = reason
 
+    def __reduce__(self):  # survives the trip back from a worker process
+        return (TraceError, (self.path, self.reason))
+
 
 # --- what is decoded ------------------------------------------------------------------------------
 

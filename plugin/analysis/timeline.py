@@ -1,0 +1,55 @@
+"""Every step of a run from the per-step scalars the training hook writes, aligned for charting."""
+
+from __future__ import annotations
+
+from phaseprof.contract import PHASES, parse_tag
+
+_STEP = "step"
+
+
+def windows(numbers: list[int]) -> list[list[int]]:
+    """Runs of consecutive step numbers as ``[first, last]`` pairs (the profiled windows)."""
+    out: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return out
+
+
+def timeline(series: dict[str, list[tuple[int, float]]], profiled: list[int], kept_all: bool) -> dict:
+    """Arrays aligned on the union of steps of all tags; ``None`` where a tag has no value.
+
+    ``series`` maps a scalar tag (``phaseprof/<phase>[_gpu]_ms``) to its ``(step, value)`` points;
+    ``kept_all`` says whether TensorBoard kept every sample (else the series are downsampled).
+    """
+    cpu: dict[str, dict[int, float]] = {}
+    gpu: dict[str, dict[int, float]] = {}
+    steps: set[int] = set()
+    for tag, points in series.items():
+        parsed = parse_tag(tag)
+        if parsed is None:
+            continue
+        phase, is_gpu = parsed
+        target = (gpu if is_gpu else cpu).setdefault(phase, {})
+        for step, value in points:
+            target[step] = value
+            steps.add(step)
+    ordered = sorted(steps)
+    phases = [p for p in PHASES if p in cpu or p in gpu]
+    phases += sorted(p for p in cpu.keys() | gpu.keys() if p not in PHASES and p != _STEP)
+
+    def column(values: dict[int, float]) -> list[float | None]:
+        return [None if (v := values.get(s)) is None else round(float(v), 3) for s in ordered]
+
+    return {
+        "phases": phases,
+        "steps": ordered,
+        "cpu": {p: column(cpu[p]) for p in phases if p in cpu},
+        "gpu": {p: column(gpu[p]) for p in phases if p in gpu},
+        "wall": column(cpu.get(_STEP, {})),
+        "wall_gpu": column(gpu.get(_STEP, {})),
+        "profiled": windows(profiled),
+        "downsampled": not kept_all,
+    }

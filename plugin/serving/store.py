@@ -1,0 +1,179 @@
+"""Background loading of trace files for TensorBoard, and the cache of their analyses.
+
+Decoding a large trace needs several times its size in memory for a moment and seconds of CPU, so
+each file is read and analysed in a worker process (a bounded pool, started on demand and shut down
+when idle): TensorBoard itself only ever holds the compact `SpanAnalysis`. Entries are keyed by path
+and revalidated by size and modification time, so a span added or rewritten while TensorBoard runs
+is picked up on the next scan; a file modified within the last moments may still be being written
+and waits for the next scan.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from ..analysis.model import SpanAnalysis
+from ..reading.decode import TraceError
+from ..reading.discovery import Run, TraceFile, discover
+from ..report import analyze_file, problems_of
+
+logger = logging.getLogger(__name__)
+
+PENDING, LOADING, READY, ERROR = "pending", "loading", "ready", "error"
+
+
+@dataclass
+class Span:
+    """One trace file and where its loading stands."""
+
+    file: TraceFile
+    state: str = PENDING
+    analysis: SpanAnalysis | None = None
+    error: str | None = None
+
+    @property
+    def stamp(self) -> tuple[int, int]:
+        return self.file.size, self.file.mtime_ns
+
+
+class TraceStore:
+    """Runs, workers and spans under a logdir, with each span's analysis once loaded."""
+
+    def __init__(self, logdir: str, *, processes: int | None = None, settle_s: float = 1.0,
+                 rescan_s: float = 2.0):
+        self.logdir = logdir
+        self._processes = processes or max(1, min(2, os.cpu_count() or 1))
+        self._settle_s = settle_s
+        self._rescan_s = rescan_s
+        self._lock = threading.RLock()
+        self._runs: list[Run] = []
+        self._spans: dict[str, Span] = {}  # by real path
+        self._scanned_at = float("-inf")
+        self._pool: cf.ProcessPoolExecutor | None = None
+        self._pending: set[cf.Future] = set()
+        self._closed = False
+
+    # --- scanning ---------------------------------------------------------------------------------
+
+    def refresh(self, force: bool = False) -> None:
+        """Rescan the logdir (at most every ``rescan_s`` seconds unless forced) and queue new or
+        changed files whose writing has settled."""
+        with self._lock:
+            if self._closed or (not force and time.monotonic() - self._scanned_at < self._rescan_s):
+                return
+            self._scanned_at = time.monotonic()
+        try:
+            runs = discover(self.logdir) if os.path.isdir(self.logdir) else []
+        except OSError as e:
+            logger.warning("phaseprof: cannot scan %s: %s", self.logdir, e)
+            return
+        now_ns = time.time_ns()
+        with self._lock:
+            self._runs = runs
+            seen = set()
+            for run in runs:
+                for f in run.files:
+                    seen.add(f.path)
+                    span = self._spans.get(f.path)
+                    if span is None or span.stamp != (f.size, f.mtime_ns):
+                        if span is not None and span.state == LOADING:
+                            continue  # rewritten while loading: rescanned once that load ends
+                        span = self._spans[f.path] = Span(file=f)
+                    if span.state == PENDING and now_ns - f.mtime_ns >= self._settle_s * 1e9:
+                        self._submit(span)
+            for path in list(self._spans):
+                if path not in seen and self._spans[path].state != LOADING:
+                    del self._spans[path]
+
+    def _submit(self, span: Span) -> None:
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(self._processes, mp_context=multiprocessing.get_context("spawn"))
+        span.state = LOADING
+        try:
+            future = self._pool.submit(analyze_file, span.file)
+        except RuntimeError as e:  # the pool broke (a worker died) or is shutting down
+            self._pool = None
+            span.state, span.error = ERROR, f"could not start loading: {e}"
+            return
+        self._pending.add(future)
+        future.add_done_callback(lambda fut, span=span: self._done(span, fut))
+
+    def _done(self, span: Span, future: cf.Future) -> None:
+        with self._lock:
+            self._pending.discard(future)
+            try:
+                analysis = future.result()
+            except TraceError as e:
+                span.state, span.error = ERROR, e.reason
+            except cf.process.BrokenProcessPool:
+                span.state, span.error = ERROR, "the loading process died (out of memory?)"
+                self._pool = None
+            except Exception as e:  # noqa: BLE001 - one bad file must not stop the others
+                logger.exception("phaseprof: analysing %s failed", span.file.path)
+                span.state, span.error = ERROR, f"internal error while analysing: {type(e).__name__}: {e}"
+            else:
+                span.state, span.analysis, span.error = READY, analysis, problems_of(analysis)
+            if not self._pending and self._pool is not None:
+                self._pool.shutdown(wait=False)  # give the workers' memory back while idle
+                self._pool = None
+
+    # --- queries ----------------------------------------------------------------------------------
+
+    def runs(self) -> list[Run]:
+        with self._lock:
+            return list(self._runs)
+
+    def run(self, name: str) -> Run | None:
+        return next((r for r in self.runs() if r.name == name), None)
+
+    def span(self, f: TraceFile) -> Span:
+        with self._lock:
+            return self._spans.get(f.path) or Span(file=f)
+
+    def analyses(self, run: Run, worker: str) -> list[SpanAnalysis]:
+        """The loaded analyses of a worker's spans, in span order."""
+        files = run.workers.get(worker, [])
+        with self._lock:
+            spans = [self._spans.get(f.path) for f in files]
+        return [s.analysis for s in spans if s is not None and s.analysis is not None]
+
+    def version(self, run: Run, worker: str) -> tuple:
+        """Changes whenever a span of the worker is added, reloaded or finishes loading."""
+        with self._lock:
+            return tuple((f.path, *(s.stamp if (s := self._spans.get(f.path)) else ()),
+                          s.state if s else None) for f in run.workers.get(worker, []))
+
+    def progress(self) -> dict:
+        with self._lock:
+            spans = list(self._spans.values())
+        done = [s for s in spans if s.state in (READY, ERROR)]
+        return {"files": len(spans), "done": len(done), "bytes": sum(s.file.size for s in spans),
+                "bytes_done": sum(s.file.size for s in done)}
+
+    def has_traces(self) -> bool:
+        return any(r.files for r in self.runs())
+
+    def wait(self, timeout: float) -> bool:
+        """Block until nothing is pending or loading (tests, benchmarks); True if so."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.refresh(force=True)
+            with self._lock:
+                busy = any(s.state in (PENDING, LOADING) for s in self._spans.values())
+            if not busy:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
