@@ -1,0 +1,186 @@
+"""Phase definitions on hand-built traces: each test sets up one situation design.md §4 names."""
+
+from __future__ import annotations
+
+import pytest
+
+from phaseprof.plugin.analysis.span import analyze_trace
+from phaseprof.plugin.analysis.steps import find_step, phase_names, step_detail
+from phaseprof.plugin.reading.decode import read_trace
+from tests.conftest import write_trace
+from tests.tracebuilder import AUTOGRAD, annotation, kernel, launch, memory, op, step, thread_names
+
+
+def analyse(tmp_path, events, name="w.1.pt.trace.json"):
+    return analyze_trace(read_trace(str(write_trace(tmp_path / name, thread_names() + events))))
+
+
+def phase_ms(span, step_index: int, phase: str, gpu: bool = False) -> float:
+    table = span.gpu_us if gpu else span.cpu_us
+    return float(table[step_index, span.phases.index(phase)]) / 1000.0
+
+
+def test_innermost_range_wins_lightning_optimizer_step_containing_the_closure(tmp_path):
+    # Lightning wraps optimizer.step(closure); the closure runs training_step and backward inside it.
+    span = analyse(tmp_path, [
+        step(1, 0, 10_000),
+        annotation("[pl][profile][_TrainingEpochLoop].train_dataloader_next", 100, 900),
+        annotation("[pl][profile][LightningModule]Model.optimizer_step", 1_000, 8_000),
+        annotation("[pl][profile][Strategy]SingleDeviceStrategy.training_step", 1_500, 3_000),
+        annotation("[pl][profile][Strategy]SingleDeviceStrategy.backward", 5_000, 3_000),
+        op("aten::mm", 1_600, 500),
+    ])
+    assert phase_ms(span, 0, "data") == pytest.approx(0.9)
+    assert phase_ms(span, 0, "forward") == pytest.approx(3.0)
+    assert phase_ms(span, 0, "backward") == pytest.approx(3.0)
+    # optimizer_step minus the closure's training_step and backward
+    assert phase_ms(span, 0, "optimizer") == pytest.approx(2.0)
+    assert phase_ms(span, 0, "other") == pytest.approx(10.0 - 0.9 - 3.0 - 3.0 - 2.0)
+    assert not span.steps[0].inferred
+
+
+def test_user_phase_inside_forward_takes_its_own_name(tmp_path):
+    span = analyse(tmp_path, [
+        step(3, 0, 1_000),
+        annotation("phaseprof::forward", 0, 600),
+        annotation("phaseprof::loss", 400, 200),
+        annotation("phaseprof::backward", 600, 400),
+    ])
+    assert span.phases[-1] == "loss"
+    assert phase_ms(span, 0, "forward") == pytest.approx(0.4)
+    assert phase_ms(span, 0, "loss") == pytest.approx(0.2)
+    assert phase_ms(span, 0, "backward") == pytest.approx(0.4)
+
+
+def test_kernels_launched_from_the_autograd_thread_count_as_backward(tmp_path):
+    # On CUDA builds autograd launches backward kernels from its own thread, outside any range of
+    # the loop's thread; attribution follows the launch's correlation id to its host thread.
+    span = analyse(tmp_path, [
+        step(1, 0, 10_000),
+        annotation("## forward ##", 0, 4_000),
+        launch(100, corr=1),
+        kernel("fwd_gemm", 200, 1_000, corr=1),
+        annotation("## backward ##", 4_000, 5_000),
+        op("autograd::engine::evaluate_function: MmBackward0", 4_200, 3_000, tid=AUTOGRAD),
+        launch(4_300, corr=2, tid=AUTOGRAD),
+        kernel("bwd_gemm", 4_400, 2_500, corr=2),
+    ])
+    assert phase_ms(span, 0, "forward", gpu=True) == pytest.approx(1.0)
+    assert phase_ms(span, 0, "backward", gpu=True) == pytest.approx(2.5)
+
+
+def test_kernels_finishing_after_the_step_count_in_the_phase_that_launched_them(tmp_path):
+    # The CPU runs ahead: the optimizer's kernel is launched at the end of step 1 and runs during
+    # step 2. It belongs to step 1's optimizer, in full.
+    span = analyse(tmp_path, [
+        step(1, 0, 1_000),
+        annotation("Optimizer.step#SGD.step", 800, 150),
+        launch(900, corr=7),
+        kernel("multi_tensor_apply", 950, 3_000, corr=7),
+        step(2, 1_000, 1_000),
+        op("aten::add", 1_100, 100),
+    ])
+    assert phase_ms(span, 0, "optimizer", gpu=True) == pytest.approx(3.0)
+    assert phase_ms(span, 1, "optimizer", gpu=True) == 0
+    assert span.gpu_us[1].sum() == 0
+
+
+def test_gradient_accumulation_gives_several_inferred_segments_per_step(tmp_path):
+    events = [step(1, 0, 10_000), annotation("Optimizer.zero_grad#SGD.zero_grad", 0, 100)]
+    for start in (1_000, 5_000):  # two micro-batches, no forward/backward ranges
+        events += [
+            op("aten::linear", start, 1_000),
+            op("aten::ones_like", start + 1_500, 50),
+            op("autograd::engine::evaluate_function: AddmmBackward0", start + 1_600, 1_400),
+        ]
+    events.append(annotation("Optimizer.step#SGD.step", 9_000, 800))
+    span = analyse(tmp_path, events)
+    assert span.steps[0].inferred == {"forward", "backward"}
+    # forward: from each micro-batch's first op up to its backward; backward: seed to last autograd op
+    assert phase_ms(span, 0, "forward") == pytest.approx(2 * 1.5)
+    assert phase_ms(span, 0, "backward") == pytest.approx(2 * 1.5)
+    assert phase_ms(span, 0, "optimizer") == pytest.approx(0.9)
+
+
+def test_backward_on_cuda_ends_when_the_loop_thread_resumes_not_at_the_last_autograd_op(tmp_path):
+    # The loop's thread is blocked in loss.backward() while the engine's thread works; DDP's reducer
+    # keeps that thread busy after the last autograd op.
+    span = analyse(tmp_path, [
+        step(1, 0, 10_000),
+        op("aten::linear", 100, 2_000),
+        op("aten::ones_like", 2_200, 50),
+        op("autograd::engine::evaluate_function: AddmmBackward0", 2_400, 3_000, tid=AUTOGRAD),
+        op("torch.distributed.ddp.reducer::copy_bucket_to_grad", 5_500, 1_000, tid=AUTOGRAD),
+        annotation("Optimizer.step#SGD.step", 6_600, 1_000),
+    ])
+    assert phase_ms(span, 0, "backward") == pytest.approx((6_500 - 2_200) / 1000)
+    assert phase_ms(span, 0, "forward") == pytest.approx((2_200 - 100) / 1000)
+
+
+def test_self_time_subtracts_direct_children_only(tmp_path):
+    # The seed's example: relu_ spends most of its time in its child threshold_.
+    span = analyse(tmp_path, [
+        step(1, 0, 1_000),
+        annotation("phaseprof::forward", 0, 1_000),
+        op("aten::relu_", 100, 400),
+        op("aten::threshold_", 150, 300),
+        op("aten::empty", 160, 10),
+    ])
+    detail = step_detail(find_step([span], 1), phase_names([span]))
+    rows = {r["name"]: r for r in detail["ops"]["forward"]}
+    assert rows["aten::relu_"]["self_cpu_ms"] == pytest.approx(0.1)
+    assert rows["aten::relu_"]["cpu_ms"] == pytest.approx(0.4)
+    assert rows["aten::threshold_"]["self_cpu_ms"] == pytest.approx(0.29)
+    assert "phaseprof::forward" not in rows  # the phase range is the phase, not an op of it
+
+
+def test_memory_peak_and_net_delta_per_phase(tmp_path):
+    span = analyse(tmp_path, [
+        step(1, 0, 1_000),
+        annotation("phaseprof::forward", 0, 500),
+        memory(100, 4096, 4096),
+        memory(200, 8192, 12288),
+        annotation("phaseprof::backward", 500, 500),
+        memory(600, -8192, 4096),
+    ])
+    detail = step_detail(find_step([span], 1), phase_names([span]))
+    assert detail["memory"]["forward"]["cuda:0"] == {"peak_bytes": 12288, "delta_bytes": 12288}
+    assert detail["memory"]["backward"]["cuda:0"] == {"peak_bytes": 4096, "delta_bytes": -8192}
+
+
+def test_gpu_idle_and_verdict_per_phase(tmp_path):
+    span = analyse(tmp_path, [
+        step(1, 0, 2_000),
+        annotation("phaseprof::forward", 0, 1_000),
+        launch(10, corr=1),
+        kernel("k", 20, 100, corr=1),  # GPU busy 10% of forward
+        annotation("phaseprof::backward", 1_000, 1_000),
+        launch(1_010, corr=2),
+        kernel("k", 1_000, 1_000, corr=2),  # busy all of backward
+    ])
+    detail = step_detail(find_step([span], 1), phase_names([span]))
+    assert detail["phases"]["forward"]["gpu_idle_ms"] == pytest.approx(0.9)
+    assert detail["phases"]["forward"]["verdict"] == "cpu-bound"
+    assert detail["phases"]["backward"]["gpu_idle_ms"] == pytest.approx(0.0)
+    assert detail["phases"]["backward"]["verdict"] == "gpu-bound"
+
+
+def test_a_trace_without_step_markers_is_one_step(tmp_path):
+    span = analyse(tmp_path, [op("aten::mm", 10, 100), op("aten::add", 200, 50)])
+    assert [s.number for s in span.steps] == [0]
+    assert span.cpu_us[0].sum() == pytest.approx(240)
+
+
+def test_swimlanes_show_the_loop_thread_other_threads_and_gpu_streams(tmp_path):
+    span = analyse(tmp_path, [
+        step(1, 0, 10_000),
+        annotation("## backward ##", 4_000, 5_000),
+        op("autograd::engine::evaluate_function: MmBackward0", 4_200, 3_000, tid=AUTOGRAD),
+        launch(4_300, corr=2, tid=AUTOGRAD),
+        kernel("bwd_gemm", 4_400, 2_500, corr=2),
+    ])
+    lanes = step_detail(find_step([span], 1), phase_names([span]))["lanes"]
+    assert lanes["labels"] == ["thread 100 (python)", "thread 101 (pt_autograd_0)", "GPU 0 stream 7"]
+    assert [0, 4.0, 9.0, "backward"] in lanes["bands"]
+    assert [1, 4.2, 7.2, "backward"] in lanes["bands"]
+    assert [2, 4.4, 6.9, "backward"] in lanes["bands"]

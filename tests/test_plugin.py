@@ -1,0 +1,288 @@
+"""The TensorBoard plugin's routes through TensorBoard's own WSGI app (werkzeug test client)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from tensorboard.backend import application
+from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.plugins import base_plugin
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from werkzeug import test as werkzeug_test
+
+from phaseprof import analyze
+from phaseprof.contract import STEP_TAG, cpu_tag, gpu_tag
+from phaseprof.plugin.serving.plugin import PhaseprofPlugin
+
+BASE = "/data/plugin/phaseprof"
+
+
+def write_scalars(run_dir, steps, phases=("data", "forward", "backward", "optimizer", "other")):
+    """Per-step phase scalars as the training hook writes them (simple values, one event per step)."""
+    writer = EventFileWriter(str(run_dir))
+    for s in steps:
+        values = [summary_pb2.Summary.Value(tag=cpu_tag(p), simple_value=float(s + i)) for i, p in enumerate(phases)]
+        values.append(summary_pb2.Summary.Value(tag=gpu_tag("forward"), simple_value=0.5))
+        values.append(summary_pb2.Summary.Value(tag=STEP_TAG, simple_value=float(5 * s + 10)))
+        writer.add_event(event_pb2.Event(step=s, wall_time=time.time(), summary=summary_pb2.Summary(value=values)))
+    writer.close()
+
+
+def settled(path):
+    """Backdate a file so the store does not wait for it to finish being written."""
+    old = time.time() - 60
+    os.utime(path, (old, old))
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory, shared_traces):
+    root = tmp_path_factory.mktemp("logdir")
+    copies = {
+        "gpu": shared_traces / "gpu" / "hta_ns_resolution",
+        "cpu/base": shared_traces / "cpu" / "base",
+        "ranks": shared_traces / "gpu" / "hta_sampled_2rank",
+    }
+    for run, src in copies.items():
+        (root / run).mkdir(parents=True)
+        for f in src.glob("*.json.gz"):
+            shutil.copy(f, root / run / f.name)
+    write_scalars(root / "cpu" / "base", range(0, 30))
+    (root / "bad").mkdir()
+    (root / "bad" / "w.1.pt.trace.json").write_text('{"traceEvents": [')
+    (root / "scalars_only").mkdir()
+    write_scalars(root / "scalars_only", range(3))
+    for f in root.rglob("*"):
+        settled(f)
+    return root
+
+
+def make_app(logdir):
+    multiplexer = plugin_event_multiplexer.EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(str(logdir))
+    multiplexer.Reload()
+    context = base_plugin.TBContext(logdir=str(logdir), multiplexer=multiplexer,
+                                    data_provider=data_provider.MultiplexerDataProvider(multiplexer, str(logdir)))
+    plugin = PhaseprofPlugin(context)
+    return plugin, werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
+
+
+@pytest.fixture(scope="module")
+def served(logdir):
+    plugin, client = make_app(logdir)
+    assert plugin._store.wait(120)
+    yield plugin, client
+    plugin._store.close()
+
+
+def get(client, path, status=200):
+    response = client.get(path)
+    assert response.status_code == status, (path, response.get_data(as_text=True))
+    assert response.headers["X-Content-Type-Options"] == "nosniff"  # went through http_util.Respond
+    return json.loads(response.get_data()) if response.mimetype == "application/json" else response
+
+
+def test_plugin_is_listed_active_with_traces_and_inactive_without(served, tmp_path):
+    _, client = served
+    listing = get(client, "/data/plugins_listing")
+    assert listing["phaseprof"]["enabled"] is True
+    assert listing["phaseprof"]["tab_name"] == "Step Phases"
+    assert listing["phaseprof"]["loading_mechanism"] == {"type": "IFRAME", "module_path": f"{BASE}/index.js"}
+    plugin, empty_client = make_app(tmp_path)
+    plugin._store.refresh(force=True)
+    assert get(empty_client, "/data/plugins_listing")["phaseprof"]["enabled"] is False
+    plugin._store.close()
+
+
+def test_runs_lists_workers_spans_states_and_errors(served):
+    _, client = served
+    body = get(client, f"{BASE}/runs")
+    runs = {r["run"]: r for r in body["runs"]}
+    assert set(runs) == {"gpu", "cpu/base", "ranks", "bad", "scalars_only"}
+    assert runs["scalars_only"] == {"run": "scalars_only", "has_scalars": True, "workers": []}
+    assert [w["worker"] for w in runs["ranks"]["workers"]] == ["sampled_rank-0", "sampled_rank-1"]
+    assert [w["rank"] for w in runs["ranks"]["workers"]] == [0, 1]
+    span = runs["gpu"]["workers"][0]["spans"][0]
+    assert span["state"] == "ready" and span["steps"] == 5 and span["error"] is None
+    bad = runs["bad"]["workers"][0]["spans"][0]
+    assert bad["state"] == "error" and "not valid JSON" in bad["error"]
+    assert body["errors"] == [{"path": "bad/w.1.pt.trace.json", "error": bad["error"]}]
+    assert body["loading"]["done"] == body["loading"]["files"] == 5
+
+
+def test_steps_are_the_same_analysis_as_the_report(served, logdir):
+    _, client = served
+    body = get(client, f"{BASE}/steps?run=gpu")
+    expected = analyze(str(logdir / "gpu"))["runs"][0]["workers"][0]
+    assert body["steps"] == expected["steps"]
+    assert body["summary"] == expected["summary"]
+    assert body["gpu"] is True and body["phases"][:5] == ["data", "forward", "backward", "optimizer", "other"]
+    assert get(client, f"{BASE}/steps?run=ranks")["worker"] == "sampled_rank-0"  # lowest rank by default
+    assert get(client, f"{BASE}/steps?run=ranks&worker=sampled_rank-1")["steps"][0]["step"] == 551
+
+
+def test_step_detail(served):
+    _, client = served
+    body = get(client, f"{BASE}/step?run=gpu&step=103")
+    assert body["step"] == 103 and body["run"] == "gpu"
+    assert max(r["gpu_ms"] for r in body["ops"]["backward"]) > 0
+    assert body["lanes"]["labels"][0].startswith("thread 1102")
+    assert any(label.startswith("GPU 0 stream") for label in body["lanes"]["labels"])
+    assert body["gpu_names"] == ["Tesla V100-SXM2-32GB"]
+    get(client, f"{BASE}/step?run=gpu&step=999", 404)
+    get(client, f"{BASE}/step?run=gpu&step=abc", 400)
+    get(client, f"{BASE}/step?run=gpu", 400)
+
+
+def test_timeline_reads_every_step_from_the_scalars_and_marks_profiled_windows(served):
+    _, client = served
+    body = get(client, f"{BASE}/timeline?run=cpu/base")
+    assert body["steps"] == list(range(30))
+    assert body["phases"] == ["data", "forward", "backward", "optimizer", "other"]
+    assert body["cpu"]["forward"][:3] == [1.0, 2.0, 3.0]
+    assert body["gpu"] == {"forward": [0.5] * 30}
+    assert body["wall"][2] == 20.0
+    assert body["profiled"] == [[2, 11]]  # the traces hold ProfilerStep#2..#11
+    assert body["downsampled"] is False
+    assert get(client, f"{BASE}/timeline?run=scalars_only")["steps"] == [0, 1, 2]
+    get(client, f"{BASE}/timeline?run=gpu", 404)
+
+
+def test_compare_two_steps_two_workers_two_runs(served):
+    _, client = served
+    steps = get(client, f"{BASE}/compare?run_a=gpu&step_a=101&run_b=gpu&step_b=103")
+    assert steps["a"]["steps"] == [101] and steps["b"]["steps"] == [103]
+    assert steps["delta"]["wall_ms"] == pytest.approx(steps["b"]["wall_ms"] - steps["a"]["wall_ms"], abs=0.002)
+    assert steps["a"]["label"] == "gpu · rank-0.Apr_03_18_51_38 · step 101"
+    assert steps["ops"] and "delta_self_cpu_ms" in steps["ops"][0]
+    workers = get(client, f"{BASE}/compare?run_a=ranks&worker_a=sampled_rank-0&run_b=ranks&worker_b=sampled_rank-1")
+    assert workers["a"]["steps"] == workers["b"]["steps"] == [551, 552]
+    runs = get(client, f"{BASE}/compare?run_a=gpu&run_b=cpu/base")
+    assert runs["b"]["phases"]["backward"]["gpu_ms"] == 0
+    get(client, f"{BASE}/compare?run_a=gpu", 400)
+    get(client, f"{BASE}/compare?run_a=gpu&run_b=nope", 404)
+
+
+def test_ranks_names_the_straggler(served):
+    _, client = served
+    body = get(client, f"{BASE}/ranks?run=ranks")
+    assert [r["rank"] for r in body["ranks"]] == [0, 1]
+    slow = max(body["ranks"], key=lambda r: r["wall_ms"])
+    assert body["straggler"]["worker"] == slow["worker"]
+    assert body["straggler"]["phase"] in body["phases"]
+    assert get(client, f"{BASE}/ranks?run=gpu")["straggler"] is None
+
+
+class _FileAccess:
+    """Paths this process opens or lists while switched on (audit hooks cannot be removed)."""
+
+    def __init__(self):
+        self.on = False
+        self.paths: list[str] = []
+        sys.addaudithook(self)
+
+    def __call__(self, event, args):
+        if self.on and event in ("open", "os.scandir", "os.listdir") and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            self.paths.append(os.fsdecode(args[0]))
+
+
+_access = _FileAccess()
+
+
+@pytest.mark.parametrize("query", [
+    "run=..", "run=../..", "run=/etc", "run=%2e%2e%2fgpu", "run=gpu%2f..%2f..", "run=gpu&worker=../gpu",
+    "run=gpu&worker=%2fetc%2fpasswd", "run=link", "run=link/out",
+])
+def test_names_that_are_not_discovered_are_refused_and_nothing_outside_is_read(served, logdir, query, tmp_path):
+    plugin, client = served
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.copy(next((logdir / "gpu").glob("*.gz")), outside / "secret.1.pt.trace.json.gz")
+    os.symlink(outside, logdir / "link", target_is_directory=True)
+    os.symlink(outside / "secret.1.pt.trace.json.gz", logdir / "gpu" / "secret.1.pt.trace.json.gz")
+    _access.paths.clear()
+    _access.on = True
+    try:
+        routes = ("steps", "step") if "worker" in query else ("steps", "step", "timeline", "ranks")
+        for route in routes:
+            status = client.get(f"{BASE}/{route}?{query}&step=101").status_code
+            assert status in (400, 404), (route, query, status)
+        plugin._store.refresh(force=True)
+        client.get(f"{BASE}/runs")
+    finally:
+        _access.on = False
+        os.unlink(logdir / "link")
+        os.unlink(logdir / "gpu" / "secret.1.pt.trace.json.gz")
+    assert not [p for p in _access.paths if p.startswith(str(outside)) or p.startswith("/etc")]
+    # nothing outside was queued for the loading processes either
+    assert all(path.startswith(str(logdir)) for path in plugin._store._spans)
+
+
+@pytest.mark.parametrize("name", ["../plugin.py", "..%2fplugin.py", "%2e%2e%2f%2e%2e%2fsetup.py", "nope.js"])
+def test_static_route_serves_only_bundle_files(served, name):
+    _, client = served
+    assert client.get(f"{BASE}/static/{name}").status_code in (400, 404)
+
+
+def test_bundle_is_served_as_javascript(served):
+    _, client = served
+    response = get(client, f"{BASE}/index.js")
+    assert response.mimetype == "text/javascript"
+    assert b"render" in response.get_data()  # TensorBoard's iframe calls the module's render()
+
+
+def test_a_span_added_while_running_appears_after_one_reload(logdir, shared_traces):
+    plugin, client = make_app(logdir)
+    try:
+        assert plugin._store.wait(120)
+        before = get(client, f"{BASE}/steps?run=cpu/base")["steps"]
+        src = next((shared_traces / "cpu" / "repeat2").glob("*.gz"))
+        added = logdir / "cpu" / "base" / "vm_5000.1796011634999999999.pt.trace.json.gz"
+        shutil.copy(src, added)
+        settled(added)
+        plugin._store._scanned_at = float("-inf")  # the next request is "the next reload"
+        runs = get(client, f"{BASE}/runs")
+        spans = [s["file"] for r in runs["runs"] if r["run"] == "cpu/base" for s in r["workers"][0]["spans"]]
+        assert added.name in spans
+        assert plugin._store.wait(60)
+        after = get(client, f"{BASE}/steps?run=cpu/base")["steps"]
+        assert len(after) == len(before) + 3
+    finally:
+        plugin._store.close()
+        os.unlink(added)
+
+
+def test_a_file_still_being_written_waits(tmp_path, shared_traces):
+    src = next((shared_traces / "cpu" / "base").glob("*.gz"))
+    (tmp_path / "run").mkdir()
+    shutil.copy(src, tmp_path / "run" / src.name)  # just written: mtime is now
+    plugin, client = make_app(tmp_path)
+    try:
+        plugin._store.refresh(force=True)
+        spans = get(client, f"{BASE}/runs")["runs"][0]["workers"][0]["spans"]
+        assert spans[0]["state"] == "pending"
+        assert plugin._store.wait(60)
+        assert get(client, f"{BASE}/runs")["runs"][0]["workers"][0]["spans"][0]["state"] == "ready"
+    finally:
+        plugin._store.close()
+
+
+def test_importing_the_plugin_does_not_import_torch():
+    code = ("import sys, phaseprof.plugin, phaseprof.plugin.serving.loader, phaseprof.plugin.serving.plugin, "
+            "phaseprof.plugin.report, phaseprof.cli; "
+            "loaded = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; "
+            "assert not loaded, loaded")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_entry_point_is_registered():
+    from importlib.metadata import entry_points
+
+    (ep,) = [e for e in entry_points(group="tensorboard_plugins") if e.name == "phaseprof"]
+    assert ep.value == "phaseprof.plugin.serving.loader:PhaseprofLoader"

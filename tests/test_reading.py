@@ -1,0 +1,198 @@
+"""Reading traces: every real trace, legacy exports, discovery, bad input, the two-process decode."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import numpy as np
+import pytest
+
+from phaseprof import analyze
+from phaseprof.plugin.reading import decode
+from phaseprof.plugin.reading.decode import TraceError, read_trace
+from phaseprof.plugin.reading.discovery import discover
+from tests.conftest import write_trace
+from tests.tracebuilder import op, step
+
+
+def all_shared_files(root):
+    return sorted(p for p in root.rglob("*.json.gz"))
+
+
+def test_every_shared_trace_reads_and_has_steps(shared_traces):
+    report = analyze(str(shared_traces))
+    assert report["errors"] == []
+    workers = {(r["run"], w["worker"]): w for r in report["runs"] for w in r["workers"]}
+    files = {os.path.basename(f) for w in workers.values() for f in w["spans"]}
+    assert files == {p.name for p in all_shared_files(shared_traces)}
+    for (run, worker), w in workers.items():
+        assert w["steps"], (run, worker)
+        for row in w["steps"]:
+            total = sum(p["cpu_ms"] for p in row["phases"].values())
+            # host phase times add up to the step's wall time (within 0.1%)
+            assert total == pytest.approx(row["wall_ms"], rel=1e-3, abs=0.002), (run, worker, row["step"])
+
+
+def test_2021_schema_run_gets_inferred_forward_and_backward_with_gpu_time(shared_traces):
+    report = analyze(str(shared_traces / "gpu" / "kineto_resnet50_num_workers_0"))
+    worker = report["runs"][0]["workers"][0]
+    assert len(worker["spans"]) == 2  # two spans of one worker
+    assert [s["step"] for s in worker["steps"]] == [5, 6, 7, 8, 9, 10, 16, 17, 18, 19, 20, 21]
+    for row in worker["steps"]:
+        assert set(row["inferred_phases"]) == {"forward", "backward"}
+        assert row["phases"]["forward"]["gpu_ms"] > 1
+        assert row["phases"]["backward"]["gpu_ms"] > 1
+        assert row["phases"]["data"]["cpu_ms"] > 1  # 2021's DataLoader annotation is read too
+
+
+def test_legacy_exports_give_one_step_with_ops(shared_traces):
+    legacy = shared_traces / "cpu" / "legacy"
+    for path in sorted(legacy.glob("*.json.gz")):
+        report = analyze(str(path), step=0)
+        assert report["errors"] == []
+        worker = report["runs"][0]["workers"][0]
+        assert [s["step"] for s in worker["steps"]] == [0]
+        ops = worker["detail"]["ops"]
+        assert sum(len(rows) for rows in ops.values()) > 10, path.name
+        assert any(r["name"] == "aten::conv2d" for rows in ops.values() for r in rows)
+
+
+def test_early_exit_leaves_an_empty_last_step_flagged_and_out_of_averages(shared_traces):
+    worker = analyze(str(shared_traces / "cpu" / "early_exit"))["runs"][0]["workers"][0]
+    last = worker["steps"][-1]
+    assert last["empty"] and last["step"] == 5
+    summary = worker["summary"]
+    assert summary["empty_steps"] == [5]
+    walls = [s["wall_ms"] for s in worker["steps"] if not s["empty"]]
+    assert summary["mean_wall_ms"] == pytest.approx(sum(walls) / len(walls), abs=0.002)
+
+
+def test_discovery_finds_runs_workers_and_spans(tmp_path, shared_traces):
+    src = shared_traces / "cpu" / "repeat2"
+    (tmp_path / "exp" / "a").mkdir(parents=True)
+    for p in src.glob("*.gz"):
+        (tmp_path / "exp" / "a" / p.name).write_bytes(p.read_bytes())
+    top = next((shared_traces / "cpu" / "dist").glob("*.gz"))
+    (tmp_path / top.name).write_bytes(top.read_bytes())  # a trace directly in the logdir is run "."
+    (tmp_path / "notes.json").write_text('{"lr": 0.1}')  # JSON that is no trace is ignored
+    runs = {r.name: r for r in discover(str(tmp_path))}
+    assert set(runs) == {".", "exp/a"}
+    assert {w: [f.name for f in fs] for w, fs in runs["exp/a"].workers.items()} == {
+        "vm_7616": sorted(p.name for p in src.glob("*.gz"))
+    }
+
+
+def test_symlink_leading_outside_the_logdir_is_not_read(tmp_path, shared_traces):
+    logdir = tmp_path / "logdir"
+    (logdir / "run").mkdir(parents=True)
+    outside = next((shared_traces / "cpu" / "base").glob("*.gz"))
+    os.symlink(outside, logdir / "run" / "w.1.pt.trace.json.gz")
+    os.symlink(outside.parent, logdir / "linked_run")
+    assert discover(str(logdir)) == []
+
+
+def bad_files(tmp_path):
+    """One file per kind of bad input, each with the reason the report must give."""
+    good = write_trace(tmp_path / "good.1.pt.trace.json", [step(1, 0, 100), op("aten::mm", 10, 50)])
+    cases = {
+        "truncated.1.pt.trace.json": (good.read_bytes()[:-40], "not valid JSON"),
+        "empty.1.pt.trace.json": (b"", "empty file"),
+        "text.1.pt.trace.json": (b"hello, this is not json", "not JSON"),
+        "toplevel.1.pt.trace.json": (b'{"events": []}', "without a 'traceEvents' list"),
+        "number.1.pt.trace.json": (b"42", "not JSON"),
+        "corrupt.1.pt.trace.json.gz": (b"\x1f\x8b\x08\x00garbage-not-deflate", "corrupt gzip"),
+    }
+    for name, (data, _) in cases.items():
+        (tmp_path / name).write_bytes(data)
+    partial = {
+        "nots.1.pt.trace.json": ({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "dur": 5}, "has no 'ts'"),
+        "negative.1.pt.trace.json": (op("aten::mm", 20, -5), "negative duration"),
+        "unknownph.1.pt.trace.json": ({"ph": "Q", "name": "x", "pid": 1, "tid": 1, "ts": 1}, "unknown phase type"),
+    }
+    for name, (event, reason) in partial.items():
+        write_trace(tmp_path / name, [step(1, 0, 100), op("aten::add", 10, 20), event])
+        cases[name] = (None, reason)
+    return cases
+
+
+def test_each_bad_file_gives_one_line_naming_it_and_the_rest_is_reported(tmp_path):
+    cases = bad_files(tmp_path)
+    report = analyze(str(tmp_path))
+    errors = {os.path.basename(e["path"]): e["error"] for e in report["errors"]}
+    assert len(report["errors"]) == len(errors) == len(cases)
+    for name, (_, reason) in cases.items():
+        assert reason in errors[name], (name, errors[name])
+        assert "\n" not in errors[name]
+    workers = {w["worker"] for r in report["runs"] for w in r["workers"]}
+    # the good file and the files with one bad event each are still reported
+    assert workers == {"good", "nots", "negative", "unknownph"}
+
+
+def test_trace_error_survives_pickling_between_processes():
+    import pickle
+
+    e = pickle.loads(pickle.dumps(TraceError("a/b.json", "empty file")))
+    assert (e.path, e.reason, str(e)) == ("a/b.json", "empty file", "a/b.json: empty file")
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_two_process_decode_equals_one_process_decode(tmp_path, shared_traces, monkeypatch, gz):
+    src = next((shared_traces / "gpu" / "hta_ns_resolution").glob("*.gz"))
+    data = gzip.decompress(src.read_bytes())
+    path = tmp_path / ("t.1.pt.trace.json" + (".gz" if gz else ""))
+    path.write_bytes(gzip.compress(data) if gz else data)
+    one = read_trace(str(path), parallel=False)
+    monkeypatch.setattr(decode, "PARALLEL_MIN_BYTES", 0)
+    calls = []
+    monkeypatch.setattr(decode, "_decode_in_two", lambda *a: calls.append(1) or _real_in_two(*a))
+    two = read_trace(str(path), parallel=True)
+    assert calls and two.names  # the split ran
+    for columns in ("host", "device", "memory"):
+        # The same events (grouping by category may order them differently).
+        assert sorted(_rows(one, columns)) == sorted(_rows(two, columns)), columns
+    assert (one.rank, one.world_size, one.gpu_names) == (two.rank, two.world_size, two.gpu_names)
+
+
+_real_in_two = decode._decode_in_two
+
+
+def _rows(trace, columns):
+    """Events of one column group as tuples, with codes replaced by what they stand for."""
+    group = getattr(trace, columns)
+    decoded = []
+    for field in group.__dataclass_fields__:
+        values = getattr(group, field).tolist()
+        if field == "name":
+            values = [trace.names[v] for v in values]
+        elif field == "shapes":
+            values = [trace.shapes[v] for v in values]
+        elif field == "thread":
+            values = [(trace.threads[v].pid, trace.threads[v].tid) for v in values]
+        elif field == "device" and columns == "memory":
+            values = [trace.memory_devices[v] for v in values]
+        decoded.append(values)
+    return list(zip(*decoded))
+
+
+def test_a_split_that_is_not_between_events_falls_back_to_one_process(tmp_path, monkeypatch):
+    # An op name holding "},{" near the middle of the file: the split lands inside a string.
+    names = [f"aten::op{i}" for i in range(2000)]
+    names[1000] = "weird},{name" * 50
+    events = [step(1, 0, 1e6)] + [op(n, 10 + i, 1) for i, n in enumerate(names)]
+    path = write_trace(tmp_path / "t.1.pt.trace.json", events)
+    monkeypatch.setattr(decode, "PARALLEL_MIN_BYTES", 0)
+    text = path.read_bytes()
+    middle = len(text) // 2
+    assert b"},{" in text[middle: middle + 5000] or b"}, {" in text[middle: middle + 5000]
+    trace = read_trace(str(path))
+    assert len(trace.host) == 2001
+    assert sorted(trace.names) == sorted(set(names) | {"ProfilerStep#1"})
+
+
+def test_bare_event_list_and_object_without_step_markers(tmp_path):
+    events = [op("aten::mm", 10, 5), op("aten::add", 20, 5)]
+    (tmp_path / "list.json").write_text(json.dumps(events))
+    trace = read_trace(str(tmp_path / "list.json"))
+    assert len(trace.host) == 2

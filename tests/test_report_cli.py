@@ -1,0 +1,97 @@
+"""`phaseprof report` as a user runs it: a subprocess, its output and exit status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import write_trace
+from tests.tracebuilder import op, step
+
+
+def report(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "phaseprof.cli", "report", *args], capture_output=True, text=True,
+                          cwd=cwd, env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"})
+
+
+def test_gpu_trace_shows_forward_backward_optimizer_cpu_and_gpu_per_step(shared_traces):
+    out = report(str(shared_traces / "gpu" / "hta_ns_resolution"))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(report(str(shared_traces / "gpu" / "hta_ns_resolution"), "--json").stdout)
+    rows = data["runs"][0]["workers"][0]["steps"]
+    assert [r["step"] for r in rows] == [101, 102, 103, 104, 105]
+    for r in rows:
+        for phase in ("forward", "backward", "optimizer"):
+            assert r["phases"][phase]["cpu_ms"] > 0
+            assert r["phases"][phase]["gpu_ms"] > 0
+        # backward kernels are launched from the autograd thread, yet attributed to backward
+        assert r["phases"]["backward"]["gpu_ms"] > r["phases"]["forward"]["gpu_ms"]
+        # the terminal table shows the same figures (host/GPU with one decimal)
+        cell = f"{r['phases']['backward']['cpu_ms']:.1f}/{r['phases']['backward']['gpu_ms']:.1f}"
+        line = next(line for line in out.stdout.splitlines() if line.strip().startswith(str(r["step"])))
+        assert cell in line
+
+
+def test_json_contract(shared_traces):
+    out = report(str(shared_traces / "cpu"), "--json")
+    assert out.returncode == 0
+    data = json.loads(out.stdout)
+    assert set(data) >= {"runs", "errors"}
+    assert data["errors"] == []
+    runs = {r["run"]: r for r in data["runs"]}
+    assert "base" in runs and "legacy" in runs
+    worker = runs["repeat2"]["workers"][0]
+    assert set(worker) >= {"worker", "spans", "steps"}
+    assert len(worker["spans"]) == 2
+    row = worker["steps"][0]
+    assert set(row) >= {"step", "wall_ms", "inferred", "phases"}
+    assert set(row["phases"]) >= {"data", "forward", "backward", "optimizer", "other"}
+    assert set(row["phases"]["forward"]) >= {"cpu_ms", "gpu_ms"}
+    assert [r["step"] for r in worker["steps"]] == [2, 3, 4, 7, 8, 9]
+
+
+def test_run_and_step_options(shared_traces):
+    out = report(str(shared_traces / "cpu"), "--run", "base", "--step", "5", "--json")
+    data = json.loads(out.stdout)
+    assert [r["run"] for r in data["runs"]] == ["base"]
+    worker = data["runs"][0]["workers"][0]
+    assert [r["step"] for r in worker["steps"]] == [5]
+    detail = worker["detail"]
+    assert detail["ops"]["forward"] and detail["memory"]["forward"]["cpu"]["peak_bytes"] > 0
+    text = report(str(shared_traces / "cpu"), "--run", "base", "--step", "5").stdout
+    assert "step 5 · forward" in text and "aten::conv2d" in text
+
+
+def test_terminal_report_names_the_slowest_step_top_ops_and_findings(shared_traces):
+    text = report(str(shared_traces / "cpu" / "noannot")).stdout
+    assert "slowest: step" in text
+    assert "top ops of backward" in text
+    assert "inferred from the ops" in text  # the finding that says phases were inferred
+
+
+def test_exit_status_is_nonzero_only_when_nothing_was_readable(tmp_path):
+    (tmp_path / "bad.1.pt.trace.json").write_text("{")
+    out = report(str(tmp_path))
+    assert out.returncode == 1
+    assert "bad.1.pt.trace.json: not valid JSON" in out.stdout
+    write_trace(tmp_path / "good.1.pt.trace.json", [step(1, 0, 100), op("aten::mm", 10, 50)])
+    out = report(str(tmp_path), "--json")
+    assert out.returncode == 0
+    assert [e["path"].rsplit("/", 1)[-1] for e in json.loads(out.stdout)["errors"]] == ["bad.1.pt.trace.json"]
+
+
+def test_missing_path_and_unknown_run(tmp_path):
+    out = report(str(tmp_path / "nope"))
+    assert out.returncode == 1 and "no such file or directory" in out.stdout
+    write_trace(tmp_path / "good.1.pt.trace.json", [step(1, 0, 100), op("aten::mm", 10, 50)])
+    out = report(str(tmp_path), "--run", "other", "--json")
+    assert out.returncode == 1
+    assert "no run named 'other'" in json.loads(out.stdout)["errors"][0]["error"]
+
+
+def test_python_api_returns_what_json_prints(shared_traces):
+    from phaseprof import analyze
+
+    path = str(shared_traces / "cpu" / "base")
+    assert json.loads(report(path, "--json").stdout) == json.loads(json.dumps(analyze(path)))

@@ -1,0 +1,56 @@
+"""End to end: the installed plugin inside a real `tensorboard` process, over HTTP."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+from tests.test_plugin import settled, write_scalars
+
+pytestmark = pytest.mark.slow
+
+
+def wait_ready(tb, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = tb.json("/data/plugin/phaseprof/runs")
+        if runs["loading"]["files"] and runs["loading"]["done"] == runs["loading"]["files"]:
+            return runs
+        time.sleep(0.2)
+    raise AssertionError(f"traces not loaded in {timeout} s: {runs}")
+
+
+def test_real_tensorboard_serves_runs_steps_and_step_detail(tmp_path, shared_traces, tensorboard_server):
+    for run, src in {"gpu": "gpu/hta_ns_resolution", "cpu": "cpu/base"}.items():
+        (tmp_path / run).mkdir()
+        for f in (shared_traces / src).glob("*.gz"):
+            shutil.copy(f, tmp_path / run / f.name)
+            settled(tmp_path / run / f.name)
+    write_scalars(tmp_path / "cpu", range(12))
+    tb = tensorboard_server(tmp_path)
+    listing = tb.json("/data/plugins_listing")
+    assert listing["phaseprof"]["enabled"] is True
+    assert listing["phaseprof"]["tab_name"] == "Step Phases"
+    runs = wait_ready(tb)
+    assert {r["run"] for r in runs["runs"]} == {"gpu", "cpu"}
+    steps = tb.json("/data/plugin/phaseprof/steps?run=gpu")
+    assert [s["step"] for s in steps["steps"]] == [101, 102, 103, 104, 105]
+    assert all(s["phases"]["backward"]["gpu_ms"] > 0 for s in steps["steps"])
+    detail = tb.json("/data/plugin/phaseprof/step?run=gpu&step=104")
+    assert detail["ops"]["forward"] and detail["lanes"]["bands"]
+    timeline = tb.json("/data/plugin/phaseprof/timeline?run=cpu")
+    assert timeline["steps"] == list(range(12)) and timeline["profiled"] == [[2, 11]]
+    with tb.get("/data/plugin/phaseprof/index.js") as r:
+        assert r.headers["Content-Type"].startswith("text/javascript")
+    log = "".join(tb.log)
+    assert "this warning will become an error" not in log  # TensorBoard's security validator
+    assert "Traceback" not in log
+
+
+def test_plugin_is_inactive_without_traces(tmp_path, tensorboard_server):
+    write_scalars(tmp_path / "other", range(3), phases=())  # unrelated scalars only
+    (tmp_path / "other" / "notes.json").write_text("{}")
+    tb = tensorboard_server(tmp_path)
+    assert tb.json("/data/plugins_listing")["phaseprof"]["enabled"] is False
