@@ -54,8 +54,29 @@ def parse_tag(tag: str) -> tuple[str, bool] | None:
     return m.group("phase"), bool(m.group("gpu"))
 
 
+def validate_phase_name(name: str) -> str:
+    """``name`` if it can name a phase, else ValueError.
+
+    A phase's scalar tags must read back as that phase: ``step`` is the step total's tag and a name
+    ending in ``_gpu`` would read as the GPU time of another phase.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a phase name must be a non-empty string, not {name!r}")
+    if name == "step" or parse_tag(cpu_tag(name)) != (name, False) or parse_tag(gpu_tag(name)) != (name, True):
+        raise ValueError(f"{name!r} cannot name a phase: its scalar tags would read as another phase "
+                         "('step' is the step total; names may not end in '_gpu')")
+    return name
+
+
 #: Trace files written by ``torch.profiler.tensorboard_trace_handler``: ``<worker>[.<time_ns>].pt.trace.json[.gz]``.
 TRACE_FILE_RE = re.compile(r"^(?P<worker>.*?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(?:\.gz)?$")
+
+
+def trace_file_name(worker: str, time_ns: int, gzip: bool) -> str:
+    """The name ``tensorboard_trace_handler`` gives a span's trace: ``<worker>.<time_ns>.pt.trace.json[.gz]``."""
+    return f"{worker}.{time_ns}.pt.trace.json" + (".gz" if gzip else "")
+
+
 #: Other JSON files that may hold a trace (``export_chrome_trace`` output, sampled traces): read when
 #: their first bytes look like a Chrome trace.
 JSON_FILE_RE = re.compile(r"^(?P<worker>.+?)\.json(?:\.gz)?$")

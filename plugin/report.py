@@ -27,9 +27,10 @@ from .reading.discovery import Run, TraceFile, discover
 Progress = Callable[[TraceFile, bool], None]
 
 
-def analyze_file(f: TraceFile) -> SpanAnalysis:
-    """Read and analyse one trace file; raises `TraceError` if it cannot be read."""
-    return analyze_trace(read_trace(f.path), worker=f.worker)
+def analyze_file(f: TraceFile, shapes: bool = True) -> SpanAnalysis:
+    """Read and analyse one trace file; raises `TraceError` if it cannot be read. ``shapes=False``:
+    op tables without input shapes (cheaper; for reports that do not show them)."""
+    return analyze_trace(read_trace(f.path, shapes=shapes), worker=f.worker)
 
 
 def problems_of(span: SpanAnalysis) -> str | None:
@@ -70,7 +71,7 @@ def _run_report(root: str, run: Run, step: int | None, errors: list[dict], progr
                 progress(f, False)
             shown = _display_path(root, f)
             try:
-                span = analyze_file(f)
+                span = analyze_file(f, shapes=step is not None)
             except TraceError as e:
                 errors.append({"path": shown, "error": e.reason})
                 continue

@@ -6,6 +6,8 @@ import shutil
 import time
 
 import pytest
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from tests.test_plugin import settled, write_scalars
 
@@ -50,7 +52,11 @@ def test_real_tensorboard_serves_runs_steps_and_step_detail(tmp_path, shared_tra
 
 
 def test_plugin_is_inactive_without_traces(tmp_path, tensorboard_server):
-    write_scalars(tmp_path / "other", range(3), phases=())  # unrelated scalars only
+    writer = EventFileWriter(str(tmp_path / "other"))  # unrelated scalars only
+    for s in range(3):
+        value = summary_pb2.Summary.Value(tag="loss", simple_value=1.0 / (s + 1))
+        writer.add_event(event_pb2.Event(step=s, wall_time=time.time(), summary=summary_pb2.Summary(value=[value])))
+    writer.close()
     (tmp_path / "other" / "notes.json").write_text("{}")
     tb = tensorboard_server(tmp_path)
     assert tb.json("/data/plugins_listing")["phaseprof"]["enabled"] is False

@@ -36,14 +36,20 @@ def op_means(refs: list[StepRef]) -> dict[tuple[str, str], list[float]]:
     """(phase, op name) -> [calls, self host µs, host µs, self GPU µs, GPU µs] per step, averaged."""
     refs = [r for r in refs if not r.empty]
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * len(_FIELDS))
+    by_span: dict[int, tuple] = {}
     for ref in refs:
-        span, t = ref.span, ref.span.ops
-        rows = t.rows(ref.index)
-        columns = (t.calls[rows], t.self_us[rows], t.total_us[rows], t.self_gpu_us[rows], t.gpu_us[rows])
-        for phase, name, *values in zip(t.phase[rows].tolist(), t.name[rows].tolist(), *(c.tolist() for c in columns)):
-            acc = totals[(span.phases[phase], span.names[name])]
-            for k, v in enumerate(values):
-                acc[k] += v
+        by_span.setdefault(id(ref.span), (ref.span, []))[1].append(ref.index)
+    for span, indices in by_span.values():
+        t = span.ops
+        rows = np.isin(t.step, indices)
+        key = t.phase[rows].astype(np.int64) * len(span.names) + t.name[rows]
+        groups, inverse = np.unique(key, return_inverse=True)
+        columns = [np.bincount(inverse.ravel(), weights=c[rows], minlength=len(groups))
+                   for c in (t.calls, t.self_us, t.total_us, t.self_gpu_us, t.gpu_us)]
+        for g, k in enumerate(groups.tolist()):
+            acc = totals[(span.phases[k // len(span.names)], span.names[k % len(span.names)])]
+            for f, column in enumerate(columns):
+                acc[f] += float(column[g])
     n = max(len(refs), 1)
     return {k: [v / n for v in vals] for k, vals in totals.items()}
 

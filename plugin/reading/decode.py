@@ -129,6 +129,8 @@ _DEVICE_KINDS = {
 _KNOWN_PHASES = frozenset("BEXiIMCbensftPONDcRSTpF")
 _MEMORY = "[memory]"
 
+#: No trace compresses better than this; a trailer claiming more is not trusted.
+_MAX_GZIP_RATIO = 200
 #: Files larger than this are decoded by two processes (where fork is safe).
 PARALLEL_MIN_BYTES = 24 << 20
 
@@ -136,8 +138,11 @@ PARALLEL_MIN_BYTES = 24 << 20
 # --- entry point ----------------------------------------------------------------------------------
 
 
-def read_trace(path: str, *, parallel: bool = True) -> Trace:
-    """Decode ``path`` into a `Trace`; raise `TraceError` if the file cannot be read at all."""
+def read_trace(path: str, *, parallel: bool = True, shapes: bool = True) -> Trace:
+    """Decode ``path`` into a `Trace`; raise `TraceError` if the file cannot be read at all.
+
+    ``shapes=False`` skips the ops' input shapes (a fifth of the decoding work), for reports that
+    do not show them."""
     with _open_bytes(path) as buf:
         if not len(buf):
             raise TraceError(path, "empty file")
@@ -151,9 +156,9 @@ def read_trace(path: str, *, parallel: bool = True) -> Trace:
         try:
             parts = None
             if parallel and len(buf) >= PARALLEL_MIN_BYTES and _fork_is_safe():
-                parts = _decode_in_two(buf, start)
+                parts = _decode_in_two(buf, start, shapes)
             if parts is None:
-                parts = [_decode_part(buf, path)]
+                parts = [_decode_part(buf, path, shapes)]
         except msgspec.DecodeError as e:
             raise TraceError(path, f"not valid JSON ({_lower_first(str(e))})") from None
         except msgspec.ValidationError as e:
@@ -174,9 +179,10 @@ def _open_bytes(path: str) -> Iterator[bytearray | mmap.mmap]:
             fh.seek(0)
             if head == b"\x1f\x8b":
                 try:
-                    yield bytearray(gzip.decompress(fh.read()))
+                    data = _gunzip(fh.read())
                 except (OSError, EOFError, zlib.error) as e:
                     raise TraceError(path, f"corrupt gzip data ({e})") from None
+                yield data
                 return
             if os.fstat(fh.fileno()).st_size == 0:
                 yield bytearray()
@@ -187,6 +193,32 @@ def _open_bytes(path: str) -> Iterator[bytearray | mmap.mmap]:
         raise
     except OSError as e:
         raise TraceError(path, f"cannot read file ({e.strerror or e})") from None
+
+
+def _gunzip(data: bytes) -> bytearray:
+    """Decompress gzip ``data`` straight into one writable buffer, sized from the gzip trailer
+    (one copy of the output instead of two; multi-member or odd files take the general path)."""
+    size = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
+    if size > _MAX_GZIP_RATIO * len(data):  # a truncated file's "trailer" is arbitrary bytes
+        return bytearray(gzip.decompress(data))
+    out = bytearray(size)
+    view = memoryview(out)
+    inflate = zlib.decompressobj(wbits=31)
+    pos = 0
+    for start in range(0, len(data), 1 << 20):
+        piece = inflate.decompress(data[start : start + (1 << 20)])
+        if pos + len(piece) > size:
+            view.release()
+            return bytearray(gzip.decompress(data))
+        view[pos : pos + len(piece)] = piece
+        pos += len(piece)
+    piece = inflate.flush()
+    if not inflate.eof or inflate.unused_data or pos + len(piece) != size:
+        view.release()
+        return bytearray(gzip.decompress(data))  # several members, or a trailer that lies
+    view[pos:] = piece
+    view.release()
+    return out
 
 
 def _first_token(buf) -> int | None:
@@ -220,7 +252,7 @@ class _Part:
         self.memory: dict[str, np.ndarray] = {}
 
 
-def _decode_part(data, path: str) -> _Part:
+def _decode_part(data, path: str, shapes: bool = True) -> _Part:
     """Decode ``data`` (a whole file, or one half of it made whole) into columns."""
     part = _Part()
     first = _first_token(data) or 0
@@ -236,7 +268,7 @@ def _decode_part(data, path: str) -> _Part:
             part.world_size = obj.distributedInfo.world_size
         if obj.deviceProperties:
             part.gpu_names = [d.name for d in obj.deviceProperties]
-    _fill_columns(part, events)
+    _fill_columns(part, events, shapes)
     return part
 
 
@@ -258,7 +290,7 @@ _STREAM = attrgetter("args.stream")
 _INSTANT_CATEGORIES = frozenset({"cpu_instant_event", ""})
 
 
-def _fill_columns(part: _Part, events: list[_Event]) -> None:
+def _fill_columns(part: _Part, events: list[_Event], shapes: bool = True) -> None:
     """Sort the decoded events into host, device and memory columns.
 
     One Python loop groups events by category; every column is then pulled out of a group by
@@ -297,7 +329,7 @@ def _fill_columns(part: _Part, events: list[_Event]) -> None:
             group, ts, dur = _valid_complete(group, problems)
             if group:
                 if cat in _HOST_KINDS:
-                    host.append(_host_columns(group, ts, dur, _HOST_KINDS[cat], part))
+                    host.append(_host_columns(group, ts, dur, _HOST_KINDS[cat], part, shapes))
                 else:
                     device.append(_device_columns(group, ts, dur, _DEVICE_KINDS[cat], part))
     part.host = _concat(host, _HOST_COLUMNS)
@@ -333,7 +365,7 @@ _DEVICE_COLUMNS = {"ts": np.float64, "dur": np.float64, "device": np.int32, "str
                    "name": np.int32, "kind": np.int8, "corr": np.int64}
 
 
-def _host_columns(group: list[_Event], ts, dur, kind: int, part: _Part) -> dict[str, np.ndarray]:
+def _host_columns(group: list[_Event], ts, dur, kind: int, part: _Part, shapes: bool) -> dict[str, np.ndarray]:
     n = len(group)
     return {
         "ts": ts,
@@ -342,7 +374,8 @@ def _host_columns(group: list[_Event], ts, dur, kind: int, part: _Part) -> dict[
         "name": _codes(list(map(_NAME, group)), part.names),
         "kind": np.full(n, kind, np.int8),
         "corr": np.fromiter(map(_CORRELATION, group), np.int64, n) if kind == RUNTIME else np.full(n, -1, np.int64),
-        "shapes": _codes(list(map(bytes, map(_INPUT_DIMS, group))), part.shapes) if kind == OP else np.zeros(n, np.int32),
+        "shapes": (_codes(list(map(bytes, map(_INPUT_DIMS, group))), part.shapes) if kind == OP and shapes
+                   else np.zeros(n, np.int32)),
     }
 
 
@@ -452,7 +485,7 @@ def _fork_is_safe() -> bool:
     return hasattr(os, "fork") and threading.active_count() == 1
 
 
-def _decode_in_two(buf, start: int) -> list[_Part] | None:
+def _decode_in_two(buf, start: int, shapes: bool) -> list[_Part] | None:
     """Decode the two halves of ``buf`` in this process and a forked child; None to fall back.
 
     The split is at a ``},{`` between two events near the middle. Each process rewrites a few
@@ -478,7 +511,7 @@ def _decode_in_two(buf, start: int) -> list[_Part] | None:
         try:
             os.close(read_fd)
             buf[brace - len(tail_open) : brace] = tail_open
-            part = _decode_part(memoryview(buf)[brace - len(tail_open) :], "")
+            part = _decode_part(memoryview(buf)[brace - len(tail_open) :], "", shapes)
             payload = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
         except BaseException:  # noqa: BLE001 - the parent falls back to one process
             payload = b""
@@ -492,7 +525,7 @@ def _decode_in_two(buf, start: int) -> list[_Part] | None:
     saved = bytes(buf[comma : brace + 1])
     try:
         buf[comma : brace + 1] = head_close.ljust(brace + 1 - comma, b" ")
-        first = _decode_part(memoryview(buf)[: brace + 1], "")
+        first = _decode_part(memoryview(buf)[: brace + 1], "", shapes)
         failed = False
     except (msgspec.DecodeError, msgspec.ValidationError, TraceError):
         failed = True

@@ -1,0 +1,105 @@
+"""How fast `phaseprof report --json` reads a >= 150 MB trace, against the typed-decode floor and
+json.load, measured side by side in one run (each in its own process, median of 3).
+
+    python benchmarks/report_speed.py [--repeat 3]
+
+The floor decodes the same file into msgspec structs holding only the fields of design.md §3 (ph,
+cat, name, pid, tid, ts, dur, id, and the args External id, correlation, Bytes, Total Allocated,
+Device Type, Device Id), with the garbage collector off: no analysis at all. Targets: report end to
+end >= 250 MB/s on the plain file and <= 2.5x the floor on both files; peak RSS <= 3x the file size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _measure import median, run  # noqa: E402
+from big_trace import make  # noqa: E402
+
+FLOOR = r"""
+import gc, gzip, sys, time
+import msgspec
+from msgspec import field
+
+class Args(msgspec.Struct, gc=False):
+    external_id: int | None = field(default=None, name="External id")
+    correlation: int | None = None
+    nbytes: float | None = field(default=None, name="Bytes")
+    total: float | None = field(default=None, name="Total Allocated")
+    device_type: int | None = field(default=None, name="Device Type")
+    device_id: int | None = field(default=None, name="Device Id")
+
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float | None = None
+    dur: float | None = None
+    id: int | str | None = None
+    args: Args | None = None
+
+class Trace(msgspec.Struct, gc=False):
+    traceEvents: list[Event]
+
+gc.disable()
+with open(sys.argv[1], "rb") as fh:
+    data = fh.read()
+if data[:2] == b"\x1f\x8b":
+    data = gzip.decompress(data)
+events = msgspec.json.Decoder(Trace).decode(data).traceEvents
+print(len(events))
+"""
+
+JSON_LOAD = r"""
+import gzip, json, sys
+opener = gzip.open if sys.argv[1].endswith(".gz") else open
+with opener(sys.argv[1], "rb") as fh:
+    print(len(json.load(fh)["traceEvents"]))
+"""
+
+
+def measure(label: str, cmd: list[str], size_mb: float, repeat: int) -> dict:
+    times, peaks = [], []
+    for _ in range(repeat):
+        seconds, peak, result = run(cmd)
+        if result.returncode != 0:
+            raise SystemExit(f"{label} failed: {result.stderr.decode()[-2000:]}")
+        times.append(seconds)
+        peaks.append(peak)
+    t = median(times)
+    return {"label": label, "seconds": t, "mb_per_s": size_mb / t, "peak_mib": max(peaks)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--skip-json-load", action="store_true", help="json.load takes ~6 s a run")
+    args = parser.parse_args()
+    plain, packed = make()
+    py = sys.executable
+    plain_mb = os.path.getsize(plain) / 1e6
+    print(f"trace: {plain} ({plain_mb:.1f} MB), gzipped {os.path.getsize(packed) / 1e6:.1f} MB; "
+          f"{os.cpu_count()} CPUs; median of {args.repeat}")
+    print(f"{'input':8} {'what':26} {'seconds':>8} {'MB/s':>8} {'x floor':>8} {'peak RSS MiB':>13} {'x file':>7}")
+    for name, path in (("plain", plain), ("gzip", packed)):
+        rows = [
+            measure("phaseprof report --json", [py, "-m", "phaseprof.cli", "report", "--json", path], plain_mb, args.repeat),
+            measure("typed-decode floor", [py, "-c", FLOOR, path], plain_mb, args.repeat),
+        ]
+        if not args.skip_json_load:
+            rows.append(measure("json.load", [py, "-c", JSON_LOAD, path], plain_mb, 1))
+        floor = rows[1]["seconds"]
+        for r in rows:
+            print(f"{name:8} {r['label']:26} {r['seconds']:8.3f} {r['mb_per_s']:8.1f} {r['seconds'] / floor:8.2f} "
+                  f"{r['peak_mib']:13.0f} {r['peak_mib'] * 2**20 / 1e6 / plain_mb:7.2f}")
+    print("MB/s and x file are relative to the uncompressed size.")
+
+
+if __name__ == "__main__":
+    main()
