@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 def _report(args: argparse.Namespace) -> int:
     from phaseprof.plugin.report import analyze
 
-    progress = _progress_bar() if sys.stderr.isatty() else None
+    progress = _ProgressBar() if sys.stderr.isatty() else None
     try:
         report = analyze(args.path, run=args.run, step=args.step, progress=progress)
     finally:
@@ -54,33 +54,45 @@ def _report(args: argparse.Namespace) -> int:
     return 0 if readable else 1
 
 
-class _progress_bar:
-    """A transient progress line on stderr while files decode (only when stderr is a terminal).
+class _ProgressBar:
+    """A transient progress bar on stderr while large traces are read (only on a terminal).
 
-    It refreshes only between files, with no thread of its own, so large files can still be
-    decoded by two processes (forking is only safe without other threads)."""
+    It redraws only between files, with no thread of its own: a large file is decoded by two
+    processes, and forking is only safe while this process runs a single thread."""
+
+    #: Below this much to read, no bar.
+    MIN_BYTES = 4 << 20
 
     def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
-
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                  console=Console(stderr=True), transient=True, auto_refresh=False)
-        self._progress.start()
+        self._progress = None
         self._task = None
 
-    def __call__(self, f, done: bool) -> None:
-        if self._task is None:
-            self._task = self._progress.add_task("", total=None)
-        if done:
-            self._progress.update(self._task, advance=f.size)
-        else:
-            self._progress.update(self._task, description=f"reading {os.path.basename(f.path)} "
-                                                          f"({f.size / 2**20:,.0f} MiB)")
+    def start(self, files) -> None:
+        total = sum(f.size for f in files)
+        if total < self.MIN_BYTES:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
+                                  console=Console(stderr=True), transient=True, auto_refresh=False)
+        self._progress.start()
+        self._task = self._progress.add_task("reading", total=total)
         self._progress.refresh()
 
+    def reading(self, f) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=f"reading {os.path.basename(f.path)}")
+            self._progress.refresh()
+
+    def read(self, f) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, advance=f.size)
+            self._progress.refresh()
+
     def close(self) -> None:
-        self._progress.stop()
+        if self._progress is not None:
+            self._progress.stop()
 
 
 if __name__ == "__main__":

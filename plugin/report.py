@@ -13,7 +13,7 @@ files are still analysed.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Protocol
 
 from .analysis.model import SpanAnalysis
 from .analysis.span import analyze_trace
@@ -23,8 +23,14 @@ from .analysis.ranks import rank_of
 from .reading.decode import TraceError, read_trace
 from .reading.discovery import Run, TraceFile, discover
 
-#: Called before (``done=False``) and after (``done=True``) each file is read.
-Progress = Callable[[TraceFile, bool], None]
+class Progress(Protocol):
+    """Told what is read, e.g. to draw a progress bar."""
+
+    def start(self, files: list[TraceFile]) -> None: ...
+
+    def reading(self, f: TraceFile) -> None: ...
+
+    def read(self, f: TraceFile) -> None: ...
 
 
 def analyze_file(f: TraceFile, shapes: bool = True) -> SpanAnalysis:
@@ -54,6 +60,8 @@ def analyze(path: str, run: str | None = None, step: int | None = None, *, progr
         runs = [r for r in runs if r.name == run]
         if not runs:
             errors.append({"path": os.path.join(path, run), "error": f"no run named {run!r} under {path}"})
+    if progress:
+        progress.start([f for r in runs for f in r.files])
     out_runs = []
     for r in runs:
         out_runs.append(_run_report(path, r, step, errors, progress))
@@ -68,7 +76,7 @@ def _run_report(root: str, run: Run, step: int | None, errors: list[dict], progr
         spans = []
         for f in files:
             if progress:
-                progress(f, False)
+                progress.reading(f)
             shown = _display_path(root, f)
             try:
                 span = analyze_file(f, shapes=step is not None)
@@ -80,7 +88,7 @@ def _run_report(root: str, run: Run, step: int | None, errors: list[dict], progr
                 continue
             finally:
                 if progress:
-                    progress(f, True)
+                    progress.read(f)
             problem = problems_of(span)
             if problem:
                 errors.append({"path": shown, "error": problem})

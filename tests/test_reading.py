@@ -93,41 +93,44 @@ def test_symlink_leading_outside_the_logdir_is_not_read(tmp_path, shared_traces)
     assert discover(str(logdir)) == []
 
 
-def bad_files(tmp_path):
-    """One file per kind of bad input, each with the reason the report must give."""
-    good = write_trace(tmp_path / "good.1.pt.trace.json", [step(1, 0, 100), op("aten::mm", 10, 50)])
-    cases = {
-        "truncated.1.pt.trace.json": (good.read_bytes()[:-40], "not valid JSON"),
-        "empty.1.pt.trace.json": (b"", "empty file"),
-        "text.1.pt.trace.json": (b"hello, this is not json", "not JSON"),
-        "toplevel.1.pt.trace.json": (b'{"events": []}', "without a 'traceEvents' list"),
-        "number.1.pt.trace.json": (b"42", "not JSON"),
-        "corrupt.1.pt.trace.json.gz": (b"\x1f\x8b\x08\x00garbage-not-deflate", "corrupt gzip"),
-    }
-    for name, (data, _) in cases.items():
-        (tmp_path / name).write_bytes(data)
-    partial = {
-        "nots.1.pt.trace.json": ({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "dur": 5}, "has no 'ts'"),
-        "negative.1.pt.trace.json": (op("aten::mm", 20, -5), "negative duration"),
-        "unknownph.1.pt.trace.json": ({"ph": "Q", "name": "x", "pid": 1, "tid": 1, "ts": 1}, "unknown phase type"),
-    }
-    for name, (event, reason) in partial.items():
-        write_trace(tmp_path / name, [step(1, 0, 100), op("aten::add", 10, 20), event])
-        cases[name] = (None, reason)
-    return cases
+_GOOD = [step(1, 0, 100), op("aten::add", 10, 20)]
+
+#: One kind of bad input each: (file name, bytes or the one bad event added to a good trace, reason).
+BAD_INPUTS = {
+    "truncated JSON": ("truncated.1.pt.trace.json", b'{"traceEvents": [{"ph": "X", "na', "not valid JSON"),
+    "empty file": ("empty.1.pt.trace.json", b"", "empty file"),
+    "not JSON": ("text.1.pt.trace.json", b"hello, this is not json", "not JSON"),
+    "wrong top level (object)": ("toplevel.1.pt.trace.json", b'{"events": []}', "without a 'traceEvents' list"),
+    "wrong top level (number)": ("number.1.pt.trace.json", b"42", "not JSON"),
+    "corrupt gzip": ("corrupt.1.pt.trace.json.gz", b"\x1f\x8b\x08\x00garbage-not-deflate", "corrupt gzip"),
+    "event missing ts": ("nots.1.pt.trace.json",
+                         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "dur": 5}, "has no 'ts'"),
+    "event missing dur": ("nodur.1.pt.trace.json",
+                          {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5}, "has no 'dur'"),
+    "negative duration": ("negative.1.pt.trace.json", op("aten::mm", 20, -5), "negative duration"),
+    "unknown ph": ("unknownph.1.pt.trace.json", {"ph": "Q", "name": "x", "pid": 1, "tid": 1, "ts": 1},
+                   "unknown phase type"),
+}
 
 
-def test_each_bad_file_gives_one_line_naming_it_and_the_rest_is_reported(tmp_path):
-    cases = bad_files(tmp_path)
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_gives_one_line_naming_the_file_and_the_rest_is_reported(case, tmp_path):
+    name, content, reason = BAD_INPUTS[case]
+    write_trace(tmp_path / "good.1.pt.trace.json", _GOOD)
+    if isinstance(content, bytes):
+        (tmp_path / name).write_bytes(content)
+        readable = {"good"}
+    else:  # a readable file with one malformed event: reported, and the event skipped
+        write_trace(tmp_path / name, _GOOD + [content])
+        readable = {"good", name.split(".")[0]}
     report = analyze(str(tmp_path))
-    errors = {os.path.basename(e["path"]): e["error"] for e in report["errors"]}
-    assert len(report["errors"]) == len(errors) == len(cases)
-    for name, (_, reason) in cases.items():
-        assert reason in errors[name], (name, errors[name])
-        assert "\n" not in errors[name]
-    workers = {w["worker"] for r in report["runs"] for w in r["workers"]}
-    # the good file and the files with one bad event each are still reported
-    assert workers == {"good", "nots", "negative", "unknownph"}
+    (error,) = report["errors"]
+    assert os.path.basename(error["path"]) == name
+    assert reason in error["error"] and "\n" not in error["error"]
+    assert {w["worker"] for r in report["runs"] for w in r["workers"]} == readable
+    for r in report["runs"]:
+        for w in r["workers"]:
+            assert [s["step"] for s in w["steps"]] == [1]
 
 
 def test_trace_error_survives_pickling_between_processes():
