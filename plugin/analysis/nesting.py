@@ -80,7 +80,7 @@ def _depths(ts: np.ndarray, dur: np.ndarray, end: np.ndarray) -> np.ndarray:
     """
     n = len(ts)
     index = np.arange(n)
-    ended = np.searchsorted(np.sort(end), ts, side="right")
+    ended = np.searchsorted(np.sort(end, kind="stable"), ts, side="right")  # nearly sorted already
     zero = dur == 0
     if zero.any():
         zero_ts = ts[zero]  # already sorted
@@ -96,15 +96,14 @@ def _parents(depth: np.ndarray, thread: np.ndarray) -> np.ndarray:
     parent = np.full(n, -1, dtype=np.int64)
     if not n:
         return parent
-    index = np.arange(n)
-    for d in range(1, int(depth.max()) + 1):
-        children = index[depth == d]
-        candidates = index[depth == d - 1]
-        if not len(children) or not len(candidates):
-            continue
+    small = depth.astype(np.int16) if depth.max() < np.iinfo(np.int16).max else depth  # radix-sortable
+    by_depth = np.argsort(small, kind="stable")  # grouped by depth, in order within each depth
+    bounds = np.r_[0, np.cumsum(np.bincount(depth))]
+    for d in range(1, len(bounds) - 1):
+        children = by_depth[bounds[d] : bounds[d + 1]]
+        candidates = by_depth[bounds[d - 1] : bounds[d]]
         pos = np.searchsorted(candidates, children, side="right") - 1
-        ok = pos >= 0
         found = candidates[np.maximum(pos, 0)]
-        ok &= thread[found] == thread[children]
+        ok = (pos >= 0) & (thread[found] == thread[children])
         parent[children[ok]] = found[ok]
     return parent

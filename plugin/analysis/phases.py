@@ -60,7 +60,7 @@ class Partition:
     phase: np.ndarray  # int32 code into `phases`
     step: np.ndarray  # int32 index into `steps`
     main_thread: int  # thread code of the thread that runs the loop
-    process: int | str  # pid of that thread
+    process_threads: np.ndarray  # bool per thread code: a thread of the loop's process
 
     def locate(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(step index, phase code) of each instant in ``ts``; -1 for instants outside every step."""
@@ -97,17 +97,17 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
 
     main_thread = _main_thread(trace, nest, event_step)
     process = trace.threads[main_thread].pid if trace.threads else 0
-    in_process = np.array([t.pid == process for t in trace.threads], dtype=bool)[nest.thread] if len(nest.thread) else np.zeros(0, bool)
+    process_threads = np.array([t.pid == process for t in trace.threads], dtype=bool)
+    in_process = process_threads[nest.thread] if len(nest.thread) else np.zeros(0, bool)
 
     step_idx = np.flatnonzero((event_step >= 0) & (nest.thread == main_thread))
-    steps = _steps(nest, step_idx, event_step, main_thread, in_process)
+    steps = _steps(nest, step_idx, event_step, in_process)
     is_step_event = np.zeros(len(nest.ts), dtype=bool)
     is_step_event[step_idx] = True
     top = (nest.parent < 0) | is_step_event[np.maximum(nest.parent, 0)] & (nest.parent >= 0)
     top &= ~is_step_event & in_process
 
     ctx = _Context(
-        nest=nest,
         ranges=_Events(nest, np.flatnonzero((event_phase >= 0) & in_process & ~is_step_event), event_phase),
         autograd=_Events(nest, np.flatnonzero(event_autograd & in_process), event_phase),
         main_top=_Events(nest, np.flatnonzero(top & (nest.thread == main_thread)), event_phase, names=name_sorted),
@@ -132,7 +132,7 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
         phase=np.array(seg_phase, dtype=np.int32),
         step=np.array(seg_step, dtype=np.int32),
         main_thread=main_thread,
-        process=process,
+        process_threads=process_threads,
     )
 
 
@@ -155,8 +155,7 @@ def _main_thread(trace: Trace, nest: Nesting, event_step: np.ndarray) -> int:
     return int(busy.argmax())
 
 
-def _steps(nest: Nesting, step_idx: np.ndarray, event_step: np.ndarray, main_thread: int,
-           in_process: np.ndarray) -> list[Step]:
+def _steps(nest: Nesting, step_idx: np.ndarray, event_step: np.ndarray, in_process: np.ndarray) -> list[Step]:
     """Step windows from the ``ProfilerStep#N`` markers; with none, the whole trace is one step."""
     process_ts = nest.ts[in_process]
     if not len(step_idx):
@@ -164,14 +163,13 @@ def _steps(nest: Nesting, step_idx: np.ndarray, event_step: np.ndarray, main_thr
             return []
         return [Step(number=0, start=float(process_ts.min()), end=float(nest.end[in_process].max()),
                      events=int(len(process_ts)))]
-    steps = []
     order = step_idx[np.argsort(nest.ts[step_idx], kind="stable")]
+    start, end = nest.ts[order], nest.end[order]
     sorted_ts = np.sort(process_ts)
-    for i in order.tolist():
-        start, end = float(nest.ts[i]), float(nest.end[i])
-        inside = int(np.searchsorted(sorted_ts, end, "left") - np.searchsorted(sorted_ts, start, "left")) - 1
-        steps.append(Step(number=int(event_step[i]), start=start, end=end, events=max(inside, 0)))
-    return steps
+    # events starting inside each step, less the step's own marker
+    inside = np.searchsorted(sorted_ts, end, "left") - np.searchsorted(sorted_ts, start, "left") - 1
+    return [Step(number=int(k), start=float(a), end=float(b), events=max(int(c), 0))
+            for k, a, b, c in zip(event_step[order].tolist(), start.tolist(), end.tolist(), inside.tolist())]
 
 
 class _Events:
@@ -196,7 +194,6 @@ class _Events:
 
 @dataclass
 class _Context:
-    nest: Nesting
     ranges: _Events  # phase ranges
     autograd: _Events  # ops run by the autograd engine
     main_top: _Events  # top-level events of the loop's thread within a step

@@ -182,7 +182,8 @@ def _op_table(trace: Trace, n: Nesting, part: Partition, launch: _Launch) -> OpT
     step, phase = part.locate(n.ts)
     skip = _range_or_step_names(trace, part)
     keep = (step >= 0) & ((kind == OP) | (kind == ANNOTATION) | (kind == RUNTIME)) & ~skip[name]
-    keep &= np.array([t.pid == part.process for t in trace.threads], dtype=bool)[n.thread] if len(n.thread) else keep
+    if len(n.thread):
+        keep &= part.process_threads[n.thread]
     nn, ns, np_ = max(len(trace.names), 1), max(len(trace.shapes), 1), max(len(part.phases), 1)
     key = ((step[keep].astype(np.int64) * np_ + phase[keep]) * nn + name[keep]) * ns + shapes[keep]
     unique, inverse = _groups(key)
@@ -236,10 +237,9 @@ def _lanes(trace: Trace, n: Nesting, part: Partition, launch: _Launch, dev_step:
     stream's work coloured by the phase that launched it, close bands of one phase merged."""
     labels = [trace.threads[part.main_thread].label if trace.threads else "host"]
     pieces = [(part.step, np.zeros(len(part.step), np.int32), part.start, part.end, part.phase)]
-    in_process = np.array([t.pid == part.process for t in trace.threads], dtype=bool)
     side = (n.parent < 0) & (n.thread != part.main_thread)
     if len(n.thread):
-        side &= in_process[n.thread]
+        side &= part.process_threads[n.thread]
     side_idx = np.flatnonzero(side)
     if len(side_idx):
         step, phase = part.locate(n.ts[side_idx])

@@ -61,8 +61,6 @@ _NAN = float("nan")
 
 class _Args(msgspec.Struct, gc=False, frozen=True):
     # Sentinels instead of None so whole columns convert to numpy arrays in one call.
-    external_id: int = field(default=-1, name="External id")
-    external_id_2021: int = field(default=-1, name="external id")
     correlation: int = -1
     input_dims: msgspec.Raw = field(default=msgspec.Raw(b""), name="Input Dims")
     total_allocated: float = field(default=-1.0, name="Total Allocated")
