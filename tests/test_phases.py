@@ -184,3 +184,20 @@ def test_swimlanes_show_the_loop_thread_other_threads_and_gpu_streams(tmp_path):
     assert [0, 4.0, 9.0, "backward"] in lanes["bands"]
     assert [1, 4.2, 7.2, "backward"] in lanes["bands"]
     assert [2, 4.4, 6.9, "backward"] in lanes["bands"]
+
+
+def test_events_shorter_than_float_resolution_do_not_nest(tmp_path):
+    # Epoch-based microsecond timestamps (~1.7e15) step by 0.25 µs in float64: a 0.04 µs op's end
+    # rounds to its start. Such ops are siblings, not parents of the next ones.
+    t0 = 1712195495536782.25
+    span = analyse(tmp_path, [
+        step(1, t0, 1000),
+        annotation("phaseprof::forward", t0, 1000),
+        op("aten::add", t0 + 1, 10),
+        *[op("aten::result_type", t0 + 20 + 0.25 * k, 0.04) for k in range(8)],
+    ])
+    detail = step_detail(find_step([span], 1), phase_names([span]))
+    rows = {r["name"]: r for r in detail["ops"]["forward"]}
+    assert rows["aten::result_type"]["calls"] == 8
+    assert rows["aten::result_type"]["self_cpu_ms"] == pytest.approx(8 * 0.04e-3, abs=1e-6)
+    assert all(r["self_cpu_ms"] >= 0 for r in detail["ops"]["forward"])

@@ -35,6 +35,15 @@ def test_every_shared_trace_reads_and_has_steps(shared_traces):
             assert total == pytest.approx(row["wall_ms"], rel=1e-3, abs=0.002), (run, worker, row["step"])
 
 
+def test_self_times_are_never_negative(shared_traces):
+    from phaseprof.plugin.analysis.span import analyze_trace
+
+    for path in all_shared_files(shared_traces):
+        ops = analyze_trace(read_trace(str(path))).ops
+        assert (ops.self_us >= -1e-6).all(), path.name
+        assert (ops.self_gpu_us <= ops.gpu_us + 1e-6).all(), path.name
+
+
 def test_2021_schema_run_gets_inferred_forward_and_backward_with_gpu_time(shared_traces):
     report = analyze(str(shared_traces / "gpu" / "kineto_resnet50_num_workers_0"))
     worker = report["runs"][0]["workers"][0]

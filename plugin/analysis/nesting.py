@@ -81,7 +81,9 @@ def _depths(ts: np.ndarray, dur: np.ndarray, end: np.ndarray) -> np.ndarray:
     n = len(ts)
     index = np.arange(n)
     ended = np.searchsorted(np.sort(end, kind="stable"), ts, side="right")  # nearly sorted already
-    zero = dur == 0
+    # Zero-length: also events shorter than float64 can tell apart at epoch-based microsecond
+    # timestamps (steps of 0.25 µs around 1.7e15), whose end rounds to their start.
+    zero = end <= ts
     if zero.any():
         zero_ts = ts[zero]  # already sorted
         zeros_at_start = np.searchsorted(zero_ts, ts, side="right") - np.searchsorted(zero_ts, ts, side="left")
