@@ -89,7 +89,8 @@ def main() -> None:
     print(f"{'input':8} {'what':26} {'seconds':>8} {'MB/s':>8} {'x floor':>8} {'peak RSS MiB':>13} {'x file':>7}")
     for name, path in (("plain", plain), ("gzip", packed)):
         rows = [
-            measure("phaseprof report --json", [py, "-m", "phaseprof.cli", "report", "--json", path], plain_mb, args.repeat),
+            measure("phaseprof report --json", [py, "-m", "phaseprof.cli", "report", "--json", path], plain_mb,
+                    args.repeat),
             measure("typed-decode floor", [py, "-c", FLOOR, path], plain_mb, args.repeat),
         ]
         if not args.skip_json_load:

@@ -16,12 +16,13 @@ import os
 from typing import Protocol
 
 from .analysis.model import SpanAnalysis
+from .analysis.ranks import rank_of
 from .analysis.span import analyze_trace
 from .analysis.steps import find_step, phase_names, step_detail, step_rows
 from .analysis.summary import summarize
-from .analysis.ranks import rank_of
 from .reading.decode import TraceError, read_trace
 from .reading.discovery import Run, TraceFile, discover
+
 
 class Progress(Protocol):
     """Told what is read, e.g. to draw a progress bar."""

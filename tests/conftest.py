@@ -1,8 +1,7 @@
-"""Shared fixtures: the real traces beside the project, and helpers to write hand-built ones."""
+"""Shared fixtures: the real traces beside the project, and real TensorBoard servers."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from pathlib import Path
@@ -19,15 +18,6 @@ def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip(f"real traces not found at {SHARED_TRACES}")
     return SHARED_TRACES
-
-
-def write_trace(path: os.PathLike, events: list[dict], **top) -> Path:
-    """Write a Kineto-style trace (object with ``traceEvents``) to ``path`` (gzipped if it ends .gz)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps({"schemaVersion": 1, **top, "traceEvents": events}).encode()
-    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
-    return path
 
 
 class TensorBoard:

@@ -7,38 +7,18 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
+from phaseprof.plugin.serving.plugin import PhaseprofPlugin
 from tensorboard.backend import application
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
-from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.plugins import base_plugin
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from werkzeug import test as werkzeug_test
 
 from phaseprof import analyze
-from phaseprof.contract import STEP_TAG, cpu_tag, gpu_tag
-from phaseprof.plugin.serving.plugin import PhaseprofPlugin
+from tests.logdir import settled, write_scalars
 
 BASE = "/data/plugin/phaseprof"
-
-
-def write_scalars(run_dir, steps, phases=("data", "forward", "backward", "optimizer", "other")):
-    """Per-step phase scalars as the training hook writes them (simple values, one event per step)."""
-    writer = EventFileWriter(str(run_dir))
-    for s in steps:
-        values = [summary_pb2.Summary.Value(tag=cpu_tag(p), simple_value=float(s + i)) for i, p in enumerate(phases)]
-        values.append(summary_pb2.Summary.Value(tag=gpu_tag("forward"), simple_value=0.5))
-        values.append(summary_pb2.Summary.Value(tag=STEP_TAG, simple_value=float(5 * s + 10)))
-        writer.add_event(event_pb2.Event(step=s, wall_time=time.time(), summary=summary_pb2.Summary(value=values)))
-    writer.close()
-
-
-def settled(path):
-    """Backdate a file so the store does not wait for it to finish being written."""
-    old = time.time() - 60
-    os.utime(path, (old, old))
 
 
 @pytest.fixture(scope="module")
@@ -188,8 +168,9 @@ class _FileAccess:
         sys.addaudithook(self)
 
     def __call__(self, event, args):
-        if self.on and event in ("open", "os.scandir", "os.listdir") and args and isinstance(args[0], (str, bytes, os.PathLike)):
-            self.paths.append(os.fsdecode(args[0]))
+        path = args[0] if args else None
+        if self.on and event in ("open", "os.scandir", "os.listdir") and isinstance(path, (str, bytes, os.PathLike)):
+            self.paths.append(os.fsdecode(path))
 
 
 _access = _FileAccess()

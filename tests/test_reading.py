@@ -6,14 +6,13 @@ import gzip
 import json
 import os
 
-import numpy as np
 import pytest
-
-from phaseprof import analyze
 from phaseprof.plugin.reading import decode
 from phaseprof.plugin.reading.decode import TraceError, read_trace
 from phaseprof.plugin.reading.discovery import discover
-from tests.conftest import write_trace
+
+from phaseprof import analyze
+from tests.logdir import write_trace
 from tests.tracebuilder import op, step
 
 
@@ -114,8 +113,8 @@ BAD_INPUTS = {
     "corrupt gzip": ("corrupt.1.pt.trace.json.gz", b"\x1f\x8b\x08\x00garbage-not-deflate", "corrupt gzip"),
     "event missing ts": ("nots.1.pt.trace.json",
                          {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "dur": 5}, "has no 'ts'"),
-    "event missing dur": ("nodur.1.pt.trace.json",
-                          {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5}, "has no 'dur'"),
+    "event missing dur": ("nodur.1.pt.trace.json", {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+                                                    "ts": 5}, "has no 'dur'"),
     "negative duration": ("negative.1.pt.trace.json", op("aten::mm", 20, -5), "negative duration"),
     "unknown ph": ("unknownph.1.pt.trace.json", {"ph": "Q", "name": "x", "pid": 1, "tid": 1, "ts": 1},
                    "unknown phase type"),
@@ -157,6 +156,7 @@ def test_two_process_decode_equals_one_process_decode(tmp_path, shared_traces, m
     path.write_bytes(gzip.compress(data) if gz else data)
     one = read_trace(str(path), parallel=False)
     monkeypatch.setattr(decode, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(decode, "_fork_is_safe", lambda: True)  # other tests may have left threads
     calls = []
     monkeypatch.setattr(decode, "_decode_in_two", lambda *a: calls.append(1) or _real_in_two(*a))
     two = read_trace(str(path), parallel=True)

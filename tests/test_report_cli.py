@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import write_trace
+from tests.logdir import write_trace
 from tests.tracebuilder import op, step
 
 

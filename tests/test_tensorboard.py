@@ -9,7 +9,7 @@ import pytest
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from tests.test_plugin import settled, write_scalars
+from tests.logdir import settled, write_scalars
 
 pytestmark = pytest.mark.slow
 

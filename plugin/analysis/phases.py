@@ -27,6 +27,9 @@ from ..reading.events import Trace
 from .names import GRAD_SEED, is_autograd, range_phase, step_number
 from .nesting import Nesting
 
+Interval = tuple[float, float]  # (start, end) µs
+Segment = tuple[float, float, int]  # (start, end, phase code)
+
 EXPLICIT = 1  # tiers: a range in the trace beats an inferred one wherever they overlap
 INFERRED = 0
 
@@ -203,7 +206,7 @@ class _Context:
 
 
 def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], w: slice, autograd: slice,
-                top: slice) -> list[tuple[float, float, int]]:
+                top: slice) -> list[Segment]:
     """Phase segments ``(start, end, phase code)`` covering ``step`` without gaps; ``w``,
     ``autograd`` and ``top`` select the step's phase ranges, autograd ops and top-level events."""
     a, b = step.start, step.end
@@ -237,7 +240,7 @@ def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], w: slice, au
 
 
 def _infer_backward(a: float, b: float, ctx: _Context, w: slice, top_start: np.ndarray, top_name: np.ndarray,
-                    top_autograd: np.ndarray) -> list[tuple[float, float]]:
+                    top_autograd: np.ndarray) -> list[Interval]:
     ag_start = ctx.autograd.start[w]
     if not len(ag_start):
         return []
@@ -275,7 +278,7 @@ def _infer_backward(a: float, b: float, ctx: _Context, w: slice, top_start: np.n
 
 
 def _infer_forward(a: float, work_start: np.ndarray, work_end: np.ndarray,
-                   separators: list[tuple[float, float]], backward_segments: list[tuple[float, float]]) -> list[tuple[float, float]]:
+                   separators: list[Interval], backward_segments: list[Interval]) -> list[Interval]:
     """Top-level host work between the other phases, up to the step's last backward segment (what
     follows it, such as ``loss.item()`` or logging, stays ``other``). A segment that runs into a
     backward segment extends to its start: the loss and the call into ``backward()`` lie between."""
@@ -298,8 +301,8 @@ def _infer_forward(a: float, work_start: np.ndarray, work_end: np.ndarray,
     return segments
 
 
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[tuple[float, float]] = []
+def _union(intervals: list[Interval]) -> list[Interval]:
+    merged: list[Interval] = []
     for s, e in sorted(intervals):
         if merged and s <= merged[-1][1]:
             merged[-1] = (merged[-1][0], max(merged[-1][1], e))
@@ -308,12 +311,12 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return merged
 
 
-def _innermost(a: float, b: float, ranges: list[tuple[float, float, int, int]], other: int) -> list[tuple[float, float, int]]:
+def _innermost(a: float, b: float, ranges: list[tuple[float, float, int, int]], other: int) -> list[Segment]:
     """Sweep [a, b): each elementary interval takes the phase of the innermost covering range —
     the one that started last (ties: the shorter), ranges from the trace before inferred ones."""
     points = sorted({a, b, *[s for s, _, _, _ in ranges], *[e for _, e, _, _ in ranges]})
     points = [p for p in points if a <= p <= b]
-    segments: list[tuple[float, float, int]] = []
+    segments: list[Segment] = []
     for lo, hi in zip(points, points[1:]):
         if hi <= lo:
             continue

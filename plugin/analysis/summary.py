@@ -146,7 +146,8 @@ def findings(summary: dict, refs: list[StepRef]) -> list[str]:
     if "phase" in slow and slow["wall_ms"] > OUTLIER_FACTOR * summary["median_wall_ms"]:
         ops = ", ".join(o["name"] for o in slow["ops"][:3])
         out.append(
-            f"step {slow['step']} took {slow['wall_ms']:.2f} ms, {slow['wall_ms'] / summary['median_wall_ms']:.1f}x the "
+            f"step {slow['step']} took {slow['wall_ms']:.2f} ms, "
+            f"{slow['wall_ms'] / summary['median_wall_ms']:.1f}x the "
             f"median: its {slow['phase']} grew by {slow['phase_delta_ms']:.2f} ms" + (f" ({ops})" if ops else "")
         )
     if summary["inferred_phases"]:

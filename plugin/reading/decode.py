@@ -19,8 +19,8 @@ import pickle
 import re
 import threading
 import zlib
+from collections.abc import Iterator
 from operator import attrgetter
-from typing import Iterator
 
 import msgspec
 import numpy as np

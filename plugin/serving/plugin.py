@@ -31,7 +31,7 @@ from .store import LOADING, PENDING, TraceStore
 PLUGIN_NAME = "phaseprof"
 _STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "static")
 _CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".map": "application/json",
-                  ".svg": "image/svg+xml", ".png": "image/png", ".woff2": "font/woff2"}
+                  ".svg": "image/svg+xml", ".png": "image/png", ".woff2": "font/woff2", ".txt": "text/plain"}
 #: Scalars per tag asked of the data provider: all it kept (TensorBoard keeps 1,000 by default).
 _ALL_SAMPLES = 10**9
 

@@ -46,7 +46,7 @@ class TraceStore:
     """Runs, workers and spans under a logdir, with each span's analysis once loaded."""
 
     def __init__(self, logdir: str, *, processes: int | None = None, settle_s: float = 1.0,
-                 rescan_s: float = 2.0):
+                 rescan_s: float = 0.5):
         self.logdir = logdir
         self._processes = processes or max(1, min(2, os.cpu_count() or 1))
         self._settle_s = settle_s

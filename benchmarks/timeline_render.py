@@ -1,0 +1,124 @@
+"""How long the Step Phases tab takes to draw a run's timeline of 50,000 steps, in headless
+Chromium, inside a real TensorBoard.
+
+    python benchmarks/timeline_render.py [--steps 50000] [--repeat 3]
+
+It writes the steps' per-phase scalars (the tags PhaseProfiler writes every step) into a temporary
+logdir, starts ``tensorboard --samples_per_plugin scalars=0`` on it (so every step is kept), opens
+the tab on the Timeline view and reads the tab's own User Timing measure ``phaseprof:timeline-draw``:
+from the ``/timeline`` answer in hand to the chart drawn (ECharts' ``finished`` event). It also
+prints how long the route took to answer in the browser, and the whole time from opening the page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+RUN = "long_run"
+DRAW_MEASURE = "phaseprof:timeline-draw"
+
+
+def write_steps(run_dir: Path, steps: int) -> None:
+    """Per-step phase times as PhaseProfiler writes them, with the odd slow data-loading step."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    from phaseprof.contract import PHASES, STEP_TAG, cpu_tag
+
+    rnd = random.Random(0)
+    base = {"data": 3.0, "forward": 14.0, "backward": 27.0, "optimizer": 6.0, "other": 0.4}
+    writer = EventFileWriter(str(run_dir))
+    for step in range(steps):
+        drift = 1.0 + 0.1 * math.sin(step / 2000)
+        times = {p: base[p] * drift * rnd.uniform(0.9, 1.1) for p in PHASES}
+        if rnd.random() < 0.002:
+            times["data"] += rnd.uniform(20, 60)
+        values = [summary_pb2.Summary.Value(tag=cpu_tag(p), simple_value=v) for p, v in times.items()]
+        values.append(summary_pb2.Summary.Value(tag=STEP_TAG, simple_value=sum(times.values())))
+        writer.add_event(event_pb2.Event(step=step, wall_time=time.time(), summary=summary_pb2.Summary(value=values)))
+    writer.close()
+
+
+class TensorBoard:
+    def __init__(self, logdir: Path):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--port", "0",
+             "--samples_per_plugin", "scalars=0"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.url = ""
+        for line in self.proc.stdout:
+            m = re.search(r"(http://[^ ]+:\d+/)", line)
+            if m:
+                self.url = m.group(1)
+                break
+        if not self.url:
+            raise RuntimeError("tensorboard did not start")
+        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def measure(browser, url: str) -> dict:
+    """One cold page: TensorBoard, the tab, the timeline fetched and drawn."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    started = time.perf_counter()
+    page.goto(f"{url}#phaseprof&p.phaseprof.view=timeline&p.phaseprof.run={RUN}")
+    frame = None
+    while frame is None:
+        frame = next((f for f in page.frames if "plugin_entry.html" in f.url), None)
+        page.wait_for_timeout(20)
+    frame.wait_for_function(f"performance.getEntriesByName({DRAW_MEASURE!r}).length > 0", timeout=120_000)
+    whole = time.perf_counter() - started
+    draw = frame.evaluate(f"performance.getEntriesByName({DRAW_MEASURE!r})[0].duration") / 1000
+    fetch = frame.evaluate("performance.getEntriesByType('resource').filter(e => e.name.includes('/timeline?'))"
+                           ".map(e => e.duration)[0]") / 1000
+    steps = frame.locator(".figure", has_text="Steps recorded").locator(".figure-value").inner_text()
+    page.close()
+    return {"draw": draw, "fetch": fetch, "whole": whole, "steps": int(steps.replace(",", ""))}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=50_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as tmp:
+        logdir = Path(tmp)
+        t = time.perf_counter()
+        write_steps(logdir / RUN, args.steps)
+        print(f"wrote {args.steps:,} steps of scalars in {time.perf_counter() - t:.1f} s")
+        tb = TensorBoard(logdir)
+        try:
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+                results = [measure(browser, tb.url) for _ in range(args.repeat + 1)][1:]  # the first warms up
+                browser.close()
+        finally:
+            tb.close()
+    assert all(r["steps"] == args.steps for r in results), results
+    for name, label in (("draw", "chart drawn, from data in hand"), ("fetch", "/timeline answered (browser)"),
+                        ("whole", "page opened to chart drawn")):
+        values = [r[name] for r in results]
+        print(f"{label:34s} median {statistics.median(values):.3f} s  (runs: {', '.join(f'{v:.3f}' for v in values)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

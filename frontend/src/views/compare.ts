@@ -1,0 +1,192 @@
+/** Two runs, two workers or two steps side by side: per-phase deltas and the ops that changed most. */
+
+import { mountChart } from '../charts/echarts';
+import { drawStackedBars } from '../charts/stacked_bars';
+import { tooltipBody } from '../charts/tooltip';
+import { select } from '../components/controls';
+import { button, card, chartBox, figure, figures, legend, phaseName } from '../components/layout';
+import { notice } from '../components/status';
+import { table } from '../components/table';
+import { el, replace } from '../dom';
+import { change, count, ms, signedMs } from '../format';
+import type { Side } from '../state';
+import type { ChangedOp, CompareResponse, CompareSide, Device, StepsResponse } from '../types';
+import { defaultWorker, deviceLabel, fetchInto, findRun, onDevice, type View, type ViewContext } from './view';
+
+type SideKey = 'a' | 'b';
+
+export const compare: View = {
+  keys: ['a', 'b', 'device'],
+  async render(ctx) {
+    const { a, b } = ctx.state;
+    if (!a.run || !b.run) {
+      const sides = await defaultSides(ctx);
+      if (!ctx.scope.live) return;
+      if (sides) ctx.go(sides);
+      else replace(ctx.root, notice('Nothing to compare yet: no run has trace files.'));
+      return;
+    }
+    const sides = el('div', { class: 'compare-sides' });
+    const result = el('div', { class: 'view' });
+    replace(ctx.root, sides, result);
+    const [stepsA, stepsB] = await Promise.all([a, b].map((s) => ctx.api.steps(s.run, s.worker).catch(() => null)));
+    if (!ctx.scope.live) return;
+    replace(
+      sides,
+      sidePicker(ctx, 'a', stepsA),
+      button('⇄ Swap', () => ctx.go({ a: ctx.state.b, b: ctx.state.a }), 'Swap A and B'),
+      sidePicker(ctx, 'b', stepsB),
+    );
+    const data = await fetchInto(ctx, 'the comparison', () => ctx.api.compare(params(a, b)), result);
+    if (!data) return;
+    const device: Device = ctx.state.device === 'gpu' && (stepsA?.gpu || stepsB?.gpu) ? 'gpu' : 'cpu';
+    replace(result, headline(data, device), chartCard(ctx, data, device), phasesCard(data, device), opsCard(data));
+  },
+};
+
+function params(a: Side, b: Side) {
+  return { run_a: a.run, worker_a: a.worker, step_a: a.step, run_b: b.run, worker_b: b.worker, step_b: b.step };
+}
+
+/** Something worth comparing: two runs, else two workers, else the median and the slowest step. */
+async function defaultSides(ctx: ViewContext): Promise<{ a: Side; b: Side } | null> {
+  const traced = ctx.runs.runs.filter((r) => r.workers.length);
+  if (!traced.length) return null;
+  const current = traced.find((r) => r.run === ctx.state.run) ?? traced[0];
+  const other = traced.find((r) => r !== current);
+  const whole = (run: typeof current): Side => ({ run: run.run, worker: defaultWorker(run), step: null });
+  if (other) return { a: whole(current), b: whole(other) };
+  if (current.workers.length > 1) {
+    const first = defaultWorker(current);
+    const second = current.workers.find((w) => w.worker !== first)!.worker;
+    return { a: { ...whole(current), worker: first }, b: { ...whole(current), worker: second } };
+  }
+  const steps = await ctx.api.steps(current.run, defaultWorker(current)).catch(() => null);
+  const slow = steps?.summary.slowest;
+  const full = steps?.steps.filter((s) => !s.empty) ?? [];
+  const pair =
+    slow?.median_step !== undefined ? [slow.median_step, slow.step] : full.length ? [full[0].step, full[full.length - 1].step] : null;
+  return pair ? { a: { ...whole(current), step: pair[0] }, b: { ...whole(current), step: pair[1] } } : null;
+}
+
+function sidePicker(ctx: ViewContext, key: SideKey, steps: StepsResponse | null): HTMLElement {
+  const side = ctx.state[key];
+  const run = findRun(ctx.runs, side.run);
+  const set = (patch: Partial<Side>) => ctx.go({ [key]: { ...side, ...patch } });
+  const traced = ctx.runs.runs.filter((r) => r.workers.length);
+  return el(
+    'div',
+    { class: 'compare-side' },
+    el('span', { class: `side-tag side-${key}` }, key.toUpperCase()),
+    select('Run', traced.map((r) => ({ value: r.run, label: r.run })), side.run, (value) => {
+      const chosen = findRun(ctx.runs, value);
+      set({ run: value, worker: chosen ? defaultWorker(chosen) : '', step: null });
+    }),
+    select('Worker', (run?.workers ?? []).map((w) => ({ value: w.worker, label: w.worker })), side.worker, (value) =>
+      set({ worker: value, step: null }),
+    ),
+    select(
+      'Step',
+      [
+        { value: '', label: 'all steps (mean)' },
+        ...(steps?.steps ?? []).filter((s) => !s.empty).map((s) => ({ value: String(s.step), label: `step ${s.step}` })),
+      ],
+      side.step === null ? '' : String(side.step),
+      (value) => set({ step: value === '' ? null : Number(value) }),
+    ),
+  );
+}
+
+function total(side: CompareSide, device: Device): number {
+  return device === 'gpu' ? Object.values(side.phases).reduce((sum, p) => sum + p.gpu_ms, 0) : side.wall_ms;
+}
+
+function headline(data: CompareResponse, device: Device): HTMLElement {
+  const a = total(data.a, device);
+  const b = total(data.b, device);
+  const what = device === 'gpu' ? 'GPU per step' : 'Step (wall)';
+  return figures(
+    figure('A', el('span', { class: 'side-label' }, data.a.label)),
+    figure('B', el('span', { class: 'side-label' }, data.b.label)),
+    figure(`${what}, A`, `${ms(a)} ms`),
+    figure(`${what}, B`, `${ms(b)} ms`),
+    figure('B − A', el('span', { class: deltaClass(b - a) }, `${signedMs(b - a)} ms (${change(a, b)})`)),
+  );
+}
+
+function deltaClass(delta: number): string {
+  return delta > 0 ? 'worse' : delta < 0 ? 'better' : '';
+}
+
+function chartCard(ctx: ViewContext, data: CompareResponse, device: Device): HTMLElement {
+  const box = chartBox(150);
+  const sides = [data.a, data.b];
+  const out = card(`Phases per step (${deviceLabel(device)} time)`, legend(data.phases), box);
+  drawStackedBars(mountChart(box, ctx.scope), {
+    categories: ['A', 'B'],
+    phases: data.phases,
+    horizontal: true,
+    value: (phase, i) => onDevice(sides[i].phases[phase], device),
+    valueName: `ms (${deviceLabel(device)})`,
+    tooltip: (i) =>
+      tooltipBody(
+        `${'AB'[i]}: ${sides[i].label}`,
+        [...data.phases].reverse().map((phase) => ({ phase, label: phase, value: `${ms(onDevice(sides[i].phases[phase], device))} ms` })),
+      ),
+  });
+  return out;
+}
+
+function phasesCard(data: CompareResponse, device: Device): HTMLElement {
+  const rows = [
+    ...data.phases.map((phase) => ({
+      phase,
+      a: onDevice(data.a.phases[phase], device),
+      b: onDevice(data.b.phases[phase], device),
+      delta: onDevice(data.delta.phases[phase], device),
+    })),
+  ];
+  const a = total(data.a, device);
+  const b = total(data.b, device);
+  rows.push({ phase: '', a, b, delta: device === 'gpu' ? b - a : data.delta.wall_ms });
+  return card(
+    `Per phase (${deviceLabel(device)} ms per step)`,
+    table({
+      label: 'Per-phase deltas',
+      rows,
+      rowClass: (r) => (r.phase ? '' : 'total'),
+      columns: [
+        { label: 'Phase', value: (r) => r.phase, cell: (r) => (r.phase ? phaseName(r.phase) : device === 'gpu' ? 'GPU total' : 'step (wall)') },
+        { label: 'A ms', value: (r) => r.a, cell: (r) => ms(r.a), numeric: true },
+        { label: 'B ms', value: (r) => r.b, cell: (r) => ms(r.b), numeric: true },
+        { label: 'Δ ms (B − A)', value: (r) => r.delta, cell: (r) => el('span', { class: deltaClass(r.delta) }, signedMs(r.delta)), numeric: true },
+        { label: 'Change', value: (r) => (r.a ? (r.b - r.a) / r.a : null), cell: (r) => change(r.a, r.b), numeric: true },
+      ],
+    }),
+  );
+}
+
+function opsCard(data: CompareResponse): HTMLElement {
+  const delta = (value: number) => el('span', { class: deltaClass(value) }, signedMs(value));
+  const gpu = data.ops.some((o) => o.a_gpu_ms || o.b_gpu_ms);
+  return card(
+    'Ops that changed most (per step)',
+    table<ChangedOp>({
+      label: 'Ops that changed most',
+      rows: data.ops,
+      limit: 15,
+      empty: 'No op changed.',
+      columns: [
+        { label: 'Phase', value: (o) => o.phase, cell: (o) => phaseName(o.phase) },
+        { label: 'Op', value: (o) => o.name, cell: (o) => el('span', { class: 'op', title: o.name }, o.name) },
+        { label: 'Calls A', value: (o) => o.a_calls, cell: (o) => count(o.a_calls), numeric: true },
+        { label: 'Calls B', value: (o) => o.b_calls, cell: (o) => count(o.b_calls), numeric: true },
+        { label: 'Self CPU A', value: (o) => o.a_self_cpu_ms, cell: (o) => ms(o.a_self_cpu_ms), numeric: true },
+        { label: 'Self CPU B', value: (o) => o.b_self_cpu_ms, cell: (o) => ms(o.b_self_cpu_ms), numeric: true },
+        { label: 'Δ self CPU', value: (o) => o.delta_self_cpu_ms, cell: (o) => delta(o.delta_self_cpu_ms), numeric: true },
+        { label: 'Δ CPU', value: (o) => o.delta_cpu_ms, cell: (o) => delta(o.delta_cpu_ms), numeric: true, title: 'Host time including called ops' },
+        ...(gpu ? [{ label: 'Δ GPU', value: (o: ChangedOp) => o.delta_gpu_ms, cell: (o: ChangedOp) => delta(o.delta_gpu_ms), numeric: true }] : []),
+      ],
+    }),
+  );
+}

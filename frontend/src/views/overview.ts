@@ -1,0 +1,228 @@
+/**
+ * Overview of one worker of a run: a stacked bar per profiled step, the mean phases and their
+ * shares, the findings, the slowest step and why, the top ops of the dominant phase, every step.
+ */
+
+import { drawStackedBars } from '../charts/stacked_bars';
+import { mountChart } from '../charts/echarts';
+import { tooltipBody, type TooltipRow } from '../charts/tooltip';
+import { badge, button, card, chartBox, figure, figures, legend, phaseName } from '../components/layout';
+import { notice } from '../components/status';
+import { opsTable } from '../components/ops_table';
+import { table, type Column } from '../components/table';
+import { el, replace } from '../dom';
+import { ms, pct, signedMs } from '../format';
+import type { ChangedOp, Device, PhaseMean, StepRow, StepsResponse } from '../types';
+import { deviceLabel, fetchInto, findRun, noSteps, onDevice, type View, type ViewContext } from './view';
+
+export const overview: View = {
+  keys: ['run', 'worker', 'device'],
+  async render(ctx) {
+    const { run, worker } = ctx.state;
+    const info = findRun(ctx.runs, run);
+    if (info && !info.workers.length) {
+      replace(
+        ctx.root,
+        notice(
+          `Run ${run} has no trace files yet, only its per-step timings. `,
+          button('Open the timeline', () => ctx.go({ view: 'timeline' })),
+        ),
+      );
+      return;
+    }
+    const data = await fetchInto(ctx, `the steps of ${run}`, () => ctx.api.steps(run, worker));
+    if (!data) return;
+    if (!data.steps.length) {
+      replace(ctx.root, noSteps(info, data.worker));
+      return;
+    }
+    const device: Device = ctx.state.device === 'gpu' && data.gpu ? 'gpu' : 'cpu';
+    replace(
+      ctx.root,
+      headline(data),
+      device !== ctx.state.device ? notice('No GPU activity in these traces: the figures are host (CPU) time.') : null,
+      stepsCard(ctx, data, device),
+      el('div', { class: 'columns' }, phasesCard(data), findingsCard(data)),
+      el('div', { class: 'columns' }, slowestCard(ctx, data), topOpsCard(data)),
+      stepTableCard(ctx, data, device),
+    );
+  },
+};
+
+function headline(data: StepsResponse): HTMLElement {
+  const s = data.summary;
+  const profiled = s.empty_steps.length ? `${s.steps} (${s.empty_steps.length} empty)` : String(s.steps);
+  return figures(
+    figure('Mean step', `${ms(s.mean_wall_ms)} ms`, 'Mean wall time of the profiled steps (empty steps left out)'),
+    figure('Median step', `${ms(s.median_wall_ms)} ms`),
+    figure('Profiled steps', profiled),
+    figure('Dominant phase', s.dominant_phase ? phaseName(s.dominant_phase) : '–', 'Most host + GPU time per step'),
+    figure('Device', data.gpu ? 'CPU + GPU' : 'CPU only'),
+  );
+}
+
+function flags(data: StepsResponse, row: StepRow): HTMLElement[] {
+  const s = data.summary;
+  const out: HTMLElement[] = [];
+  if (s.outliers?.includes(row.step)) out.push(badge('outlier', 'danger', 'Much slower than the median step'));
+  if (row.empty) out.push(badge('empty', 'muted', 'The loop ended inside the profiled window: left out of averages'));
+  if (row.inferred_phases.length) {
+    out.push(badge(`inferred: ${row.inferred_phases.join(', ')}`, 'muted', 'Phase boundaries inferred from the ops'));
+  }
+  return out;
+}
+
+function stepsCard(ctx: ViewContext, data: StepsResponse, device: Device): HTMLElement {
+  const rows = data.steps;
+  const outliers = new Set(data.summary.outliers ?? []);
+  const box = chartBox(260);
+  const median = data.summary.median_wall_ms ?? 0;
+  const flagged = rows.filter((r) => outliers.has(r.step) || r.empty);
+  const out = card(
+    `Phases per step (${deviceLabel(device)} time)`,
+    legend(data.phases),
+    box,
+    el('p', { class: 'hint' }, 'Click a bar to open that step.'),
+    flagged.length
+      ? el(
+          'ul',
+          { class: 'flags' },
+          ...flagged.map((r) =>
+            el(
+              'li',
+              null,
+              ...flags(data, r),
+              ` step ${r.step}: ${ms(r.wall_ms)} ms`,
+              median && !r.empty ? ` (${(r.wall_ms / median).toFixed(1)}× the median step)` : '',
+            ),
+          ),
+        )
+      : null,
+  );
+  const chart = mountChart(box, ctx.scope);
+  drawStackedBars(chart, {
+    categories: rows.map((r) => String(r.step)),
+    phases: data.phases,
+    value: (phase, i) => onDevice(rows[i].phases[phase], device),
+    valueName: `ms (${deviceLabel(device)})`,
+    flagged: (i) => outliers.has(rows[i].step) || rows[i].empty,
+    tooltip: (i) => stepTooltip(data, rows[i], device),
+    onPick: (i) => ctx.go({ view: 'step', step: rows[i].step }),
+  });
+  return out;
+}
+
+function stepTooltip(data: StepsResponse, row: StepRow, device: Device): HTMLElement {
+  const lines: TooltipRow[] = [...data.phases]
+    .reverse()
+    .map((phase) => ({ phase, label: phase, value: `${ms(onDevice(row.phases[phase], device))} ms` }));
+  lines.push({ label: device === 'gpu' ? 'GPU total' : 'step (wall)', value: `${ms(device === 'gpu' ? row.gpu_ms : row.wall_ms)} ms`, strong: true });
+  const notes = flags(data, row).map((b) => b.textContent).join(' · ');
+  return tooltipBody(`Step ${row.step}`, lines, notes || 'click to open');
+}
+
+function phasesCard(data: StepsResponse): HTMLElement {
+  const mean = data.summary.mean ?? {};
+  type Row = PhaseMean & { phase: string };
+  const rows: Row[] = data.phases.map((phase) => ({ phase, ...mean[phase] }));
+  const columns: Column<Row>[] = [
+    { label: 'Phase', value: (r) => r.phase, cell: (r) => phaseName(r.phase) },
+    { label: 'CPU ms', value: (r) => r.cpu_ms, cell: (r) => ms(r.cpu_ms), numeric: true },
+    { label: 'Share', value: (r) => r.share, cell: (r) => pct(r.share), numeric: true, title: 'Share of the step (host time)' },
+  ];
+  if (data.gpu) {
+    columns.push(
+      { label: 'GPU ms', value: (r) => r.gpu_ms, cell: (r) => ms(r.gpu_ms), numeric: true },
+      { label: 'GPU idle ms', value: (r) => r.gpu_idle_ms, cell: (r) => ms(r.gpu_idle_ms), numeric: true, title: 'Host time of the phase with no device activity' },
+    );
+  }
+  return card('Mean step by phase', table({ label: 'Mean step by phase', rows, columns }));
+}
+
+function findingsCard(data: StepsResponse): HTMLElement {
+  const findings = data.summary.findings;
+  return card(
+    'Findings',
+    findings.length
+      ? el('ul', { class: 'findings' }, ...findings.map((f) => el('li', null, f)))
+      : el('p', { class: 'empty' }, 'Nothing stands out: the phases look balanced.'),
+  );
+}
+
+function slowestCard(ctx: ViewContext, data: StepsResponse): HTMLElement {
+  const slow = data.summary.slowest;
+  if (!slow) return card('Slowest step', el('p', { class: 'empty' }, 'No step holds any work.'));
+  const open = button(`Open step ${slow.step}`, () => ctx.go({ view: 'step', step: slow.step }));
+  if (slow.median_step === undefined || !slow.phase) {
+    return card('Slowest step', el('p', null, `Step ${slow.step}: ${ms(slow.wall_ms)} ms.`), open);
+  }
+  const typical = slow.median_step;
+  const side = { run: data.run, worker: data.worker };
+  return card(
+    'Slowest step',
+    el(
+      'p',
+      { class: 'slowest' },
+      `Step ${slow.step} took ${ms(slow.wall_ms)} ms, ${signedMs(slow.vs_median_ms ?? 0)} ms against the median step ${typical}; `,
+      `most of the difference is in `,
+      phaseName(slow.phase),
+      ` (${signedMs(slow.phase_delta_ms ?? 0)} ms).`,
+    ),
+    slow.ops?.length ? changedOpsTable(slow.ops, `step ${typical}`, `step ${slow.step}`) : null,
+    el(
+      'div',
+      { class: 'actions' },
+      open,
+      button(`Compare with step ${typical}`, () =>
+        ctx.go({ view: 'compare', a: { ...side, step: typical }, b: { ...side, step: slow.step } }),
+      ),
+    ),
+  );
+}
+
+function changedOpsTable(ops: ChangedOp[], a: string, b: string): HTMLElement {
+  return table({
+    label: 'Ops that grew most',
+    rows: ops,
+    columns: [
+      { label: 'Op', value: (o) => o.name, cell: (o) => el('span', { class: 'op', title: o.name }, o.name) },
+      { label: `Self CPU ms, ${a}`, value: (o) => o.a_self_cpu_ms, cell: (o) => ms(o.a_self_cpu_ms), numeric: true },
+      { label: `Self CPU ms, ${b}`, value: (o) => o.b_self_cpu_ms, cell: (o) => ms(o.b_self_cpu_ms), numeric: true },
+      { label: 'Δ self CPU ms', value: (o) => o.delta_self_cpu_ms, cell: (o) => signedMs(o.delta_self_cpu_ms), numeric: true },
+    ],
+  });
+}
+
+function topOpsCard(data: StepsResponse): HTMLElement {
+  const phase = data.summary.dominant_phase;
+  const ops = data.summary.top_ops ?? [];
+  return card(
+    el('span', null, 'Top ops of ', phase ? phaseName(phase) : '–', ', the dominant phase (per step)'),
+    opsTable(ops, { gpu: data.gpu }),
+  );
+}
+
+function stepTableCard(ctx: ViewContext, data: StepsResponse, device: Device): HTMLElement {
+  return card(
+    `Every profiled step (${deviceLabel(device)} ms)`,
+    table({
+      label: 'Profiled steps',
+      rows: data.steps,
+      limit: 50,
+      onRowClick: (r) => ctx.go({ view: 'step', step: r.step }),
+      rowClass: (r) => (data.summary.outliers?.includes(r.step) ? 'flagged' : r.empty ? 'muted' : ''),
+      columns: [
+        { label: 'Step', value: (r) => r.step, numeric: true },
+        { label: 'Wall ms', value: (r) => r.wall_ms, cell: (r) => ms(r.wall_ms), numeric: true },
+        ...(data.gpu ? [{ label: 'GPU ms', value: (r: StepRow) => r.gpu_ms, cell: (r: StepRow) => ms(r.gpu_ms), numeric: true }] : []),
+        ...data.phases.map((phase) => ({
+          label: phase,
+          value: (r: StepRow) => onDevice(r.phases[phase], device),
+          cell: (r: StepRow) => ms(onDevice(r.phases[phase], device)),
+          numeric: true,
+        })),
+        { label: 'Notes', value: () => null, cell: (r) => el('span', { class: 'notes' }, ...flags(data, r)) },
+      ],
+    }),
+  );
+}

@@ -1,0 +1,104 @@
+/** Every worker (rank) of a run side by side, its mean step by phase, the straggler called out. */
+
+import { mountChart } from '../charts/echarts';
+import { drawStackedBars } from '../charts/stacked_bars';
+import { tooltipBody } from '../charts/tooltip';
+import { badge, card, chartBox, legend, phaseName } from '../components/layout';
+import { notice } from '../components/status';
+import { table } from '../components/table';
+import { el, replace } from '../dom';
+import { ms, signedMs } from '../format';
+import type { Device, RankRow, RanksResponse } from '../types';
+import { deviceLabel, fetchInto, findRun, onDevice, type View, type ViewContext } from './view';
+
+export const ranks: View = {
+  keys: ['run', 'device'],
+  async render(ctx) {
+    const { run } = ctx.state;
+    if (!findRun(ctx.runs, run)?.workers.length) {
+      replace(ctx.root, notice(`Run ${run} has no trace files yet: no ranks to show.`));
+      return;
+    }
+    const data = await fetchInto(ctx, `the ranks of ${run}`, () => ctx.api.ranks(run));
+    if (!data) return;
+    if (!data.ranks.length) {
+      replace(ctx.root, notice(`No worker of ${run} has a loaded trace yet.`));
+      return;
+    }
+    const device: Device = ctx.state.device;
+    replace(ctx.root, stragglerLine(data), chartCard(ctx, data, device), tableCard(ctx, data, device));
+  },
+};
+
+function rankName(r: { rank: number | null; worker: string }): string {
+  return r.rank === null ? r.worker : `rank ${r.rank}`;
+}
+
+function stragglerLine(data: RanksResponse): HTMLElement {
+  const s = data.straggler;
+  if (!s) return notice(`${data.ranks.length === 1 ? 'One worker' : 'Workers without steps'}: no straggler to find.`);
+  return el(
+    'div',
+    { class: 'status straggler', role: 'note' },
+    el('strong', null, `Straggler: ${rankName(s)}`),
+    ` (${s.worker}) takes ${ms(s.wall_ms)} ms per step, ${signedMs(s.behind_median_ms)} ms against the median rank; `,
+    'most of the gap is in ',
+    phaseName(s.phase),
+    ` (${signedMs(s.phase_behind_ms)} ms).`,
+  );
+}
+
+function chartCard(ctx: ViewContext, data: RanksResponse, device: Device): HTMLElement {
+  const rows = data.ranks;
+  const box = chartBox(Math.max(120, rows.length * 28 + 60));
+  const out = card(`Mean step per rank (${deviceLabel(device)} time)`, legend(data.phases), box, el('p', { class: 'hint' }, 'Click a rank to open its overview.'));
+  const straggler = data.straggler?.worker;
+  drawStackedBars(mountChart(box, ctx.scope), {
+    categories: rows.map(rankName),
+    phases: data.phases,
+    horizontal: true,
+    value: (phase, i) => onDevice(rows[i].phases[phase], device),
+    valueName: `ms (${deviceLabel(device)})`,
+    flagged: (i) => rows[i].worker === straggler,
+    tooltip: (i) =>
+      tooltipBody(
+        `${rankName(rows[i])} · ${rows[i].worker}`,
+        [
+          ...[...data.phases].reverse().map((phase) => ({ phase, label: phase, value: `${ms(onDevice(rows[i].phases[phase], device))} ms` })),
+          { label: 'step (wall)', value: `${ms(rows[i].wall_ms)} ms`, strong: true },
+        ],
+        rows[i].worker === straggler ? 'the straggler' : undefined,
+      ),
+    onPick: (i) => ctx.go({ view: 'overview', worker: rows[i].worker }),
+  });
+  return out;
+}
+
+function tableCard(ctx: ViewContext, data: RanksResponse, device: Device): HTMLElement {
+  const straggler = data.straggler?.worker;
+  return card(
+    `Ranks (${deviceLabel(device)} ms per step)`,
+    table<RankRow>({
+      label: 'Ranks',
+      rows: data.ranks,
+      onRowClick: (r) => ctx.go({ view: 'overview', worker: r.worker }),
+      rowClass: (r) => (r.worker === straggler ? 'flagged' : ''),
+      columns: [
+        { label: 'Rank', value: (r) => r.rank, cell: (r) => (r.rank === null ? '–' : String(r.rank)), numeric: true },
+        {
+          label: 'Worker',
+          value: (r) => r.worker,
+          cell: (r) => el('span', null, r.worker, r.worker === straggler ? badge('straggler', 'danger') : null),
+        },
+        { label: 'Steps', value: (r) => r.steps, numeric: true },
+        { label: 'Step ms', value: (r) => r.wall_ms, cell: (r) => ms(r.wall_ms), numeric: true },
+        ...data.phases.map((phase) => ({
+          label: phase,
+          value: (r: RankRow) => onDevice(r.phases[phase], device),
+          cell: (r: RankRow) => ms(onDevice(r.phases[phase], device)),
+          numeric: true,
+        })),
+      ],
+    }),
+  );
+}

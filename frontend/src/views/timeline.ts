@@ -1,0 +1,197 @@
+/**
+ * Every step of a run from the per-step scalars (not only the profiled ones): phases stacked,
+ * zoomable, a brushed range summarised; the profiled windows are shaded and open in the overview.
+ */
+
+import { mountChart, type Chart } from '../charts/echarts';
+import { drawTimeline, showRange, zoomTo, type StepRange } from '../charts/timeline_chart';
+import { tooltipBody, type TooltipRow } from '../charts/tooltip';
+import { ApiError } from '../api';
+import { button, card, chartBox, figure, figures, legend, phaseName } from '../components/layout';
+import { notice } from '../components/status';
+import { table } from '../components/table';
+import { el, replace } from '../dom';
+import { ms, pct, thousands } from '../format';
+import type { Device, Series, TimelineResponse } from '../types';
+import { deviceLabel, findRun, fetchInto, type View, type ViewContext } from './view';
+
+const MISSING = 'missing' as const;
+
+/** User Timing entries (devtools, benchmarks/timeline_render.py): data in hand, and chart drawn. */
+const DATA_MARK = 'phaseprof:timeline-data';
+const DRAW_MEASURE = 'phaseprof:timeline-draw';
+
+export const timeline: View = {
+  keys: ['run', 'device'],
+  async render(ctx) {
+    const { run } = ctx.state;
+    if (findRun(ctx.runs, run)?.has_scalars === false) {
+      replace(ctx.root, noScalars(run));
+      return;
+    }
+    // 404: the run has traces but no scalars (yet).
+    const data = await fetchInto(ctx, `the timeline of ${run}`, () =>
+      ctx.api.timeline(run).catch((error) => {
+        if (error instanceof ApiError && error.status === 404) return MISSING;
+        throw error;
+      }),
+    );
+    if (!data) return;
+    if (data === MISSING) {
+      replace(ctx.root, noScalars(run));
+      return;
+    }
+    const device: Device = ctx.state.device === 'gpu' && hasValues(data.gpu) ? 'gpu' : 'cpu';
+    render(ctx, data, device);
+  },
+};
+
+function noScalars(run: string): HTMLElement {
+  return notice(
+    el('strong', null, `No per-step timings for ${run} yet. `),
+    'PhaseProfiler writes every step’s phase times as TensorBoard scalars (phaseprof/<phase>_ms) as the run goes; ',
+    'runs profiled without it have only their traced steps, shown in the Overview.',
+  );
+}
+
+function hasValues(series: Record<string, Series>): boolean {
+  return Object.values(series).some((values) => values.some((v) => v !== null));
+}
+
+function render(ctx: ViewContext, data: TimelineResponse, device: Device): void {
+  performance.mark(DATA_MARK);
+  const values = device === 'gpu' ? data.gpu : data.cpu;
+  const phases = data.phases.filter((p) => values[p]);
+  const box = chartBox(320);
+  const selection = el('div');
+  const n = data.steps.length;
+  replace(
+    ctx.root,
+    figures(
+      figure('Steps recorded', thousands(n)),
+      figure('From step', n ? String(data.steps[0]) : '–'),
+      figure('To step', n ? String(data.steps[n - 1]) : '–'),
+      figure('Mean step', `${ms(mean(totals(data, phases, values, 0, n)))} ms`, `Mean ${deviceLabel(device)} time per step`),
+      figure('Profiled windows', String(data.profiled.length)),
+    ),
+    data.downsampled
+      ? notice(
+          'TensorBoard kept a sample of this run’s steps, not all of them: start it with ',
+          el('code', null, '--samples_per_plugin scalars=0'),
+          ' to keep every step.',
+        )
+      : null,
+    device !== ctx.state.device ? notice('No GPU timings for this run: showing host (CPU) time.') : null,
+    card(
+      `Every step (${deviceLabel(device)} time)`,
+      legend(phases),
+      box,
+      el('p', { class: 'hint' }, 'Scroll to zoom, drag to select a range of steps; shaded: the profiled windows.'),
+    ),
+    selection,
+    windowsCard(ctx, data),
+  );
+  const chart = mountChart(box, ctx.scope);
+  const measure = () => {
+    chart.off('finished', measure);
+    performance.measure(DRAW_MEASURE, DATA_MARK);
+  };
+  chart.on('finished', measure);
+  const select = (range: StepRange | null) => {
+    ctx.go({ from: range?.[0] ?? null, to: range?.[1] ?? null });
+    replace(selection, range ? selectionCard(chart, data, phases, values, range, device, () => select(null)) : null);
+    if (!range) showRange(chart, null);
+  };
+  drawTimeline(chart, {
+    steps: data.steps,
+    phases,
+    values,
+    valueName: `ms (${deviceLabel(device)})`,
+    profiled: data.profiled,
+    tooltip: (i) => stepTooltip(data, phases, values, i),
+    onSelect: select,
+  });
+  const { from, to } = ctx.state;
+  if (from !== null && to !== null) {
+    showRange(chart, [from, to]);
+    replace(selection, selectionCard(chart, data, phases, values, [from, to], device, () => select(null)));
+  }
+}
+
+function stepTooltip(data: TimelineResponse, phases: string[], values: Record<string, Series>, i: number): HTMLElement {
+  const rows: TooltipRow[] = [...phases].reverse().map((phase) => ({ phase, label: phase, value: `${ms(values[phase][i])} ms` }));
+  rows.push({ label: 'step (wall)', value: `${ms(data.wall[i])} ms`, strong: true });
+  const step = data.steps[i];
+  const profiled = data.profiled.some(([first, last]) => step >= first && step <= last);
+  return tooltipBody(`Step ${step}`, rows, profiled ? 'profiled: open it from the Overview' : undefined);
+}
+
+/** Per-step totals over the indices [start, end): the wall time on the host, the phase sum on the GPU. */
+function totals(data: TimelineResponse, phases: string[], values: Record<string, Series>, start: number, end: number): number[] {
+  const out: number[] = [];
+  for (let i = start; i < end; i++) {
+    let sum: number | null = values === data.cpu ? data.wall[i] : null;
+    if (sum === null) {
+      for (const phase of phases) {
+        const v = values[phase][i];
+        if (v !== null) sum = (sum ?? 0) + v;
+      }
+    }
+    if (sum !== null) out.push(sum);
+  }
+  return out;
+}
+
+function mean(xs: (number | null)[]): number | null {
+  let sum = 0;
+  let n = 0;
+  for (const x of xs) {
+    if (x !== null) {
+      sum += x;
+      n += 1;
+    }
+  }
+  return n ? sum / n : null;
+}
+
+function selectionCard(
+  chart: Chart,
+  data: TimelineResponse,
+  phases: string[],
+  values: Record<string, Series>,
+  range: StepRange,
+  device: Device,
+  clear: () => void,
+): HTMLElement {
+  const start = data.steps.findIndex((s) => s >= range[0]);
+  let end = data.steps.findIndex((s) => s > range[1]);
+  if (end < 0) end = data.steps.length;
+  const stepMean = mean(totals(data, phases, values, start, end));
+  const rows = phases.map((phase) => {
+    const m = mean(values[phase].slice(start, end));
+    return { phase, mean: m, share: m !== null && stepMean ? m / stepMean : null };
+  });
+  return card(
+    `Selected: steps ${range[0]}–${range[1]}`,
+    el('p', null, `${thousands(end - start)} steps recorded, mean step ${ms(stepMean)} ms (${deviceLabel(device)}).`),
+    table({
+      label: 'Selected steps by phase',
+      rows,
+      columns: [
+        { label: 'Phase', value: (r) => r.phase, cell: (r) => phaseName(r.phase) },
+        { label: `Mean ${deviceLabel(device)} ms`, value: (r) => r.mean, cell: (r) => ms(r.mean), numeric: true },
+        { label: 'Share', value: (r) => r.share, cell: (r) => pct(r.share), numeric: true },
+      ],
+    }),
+    el('div', { class: 'actions' }, button('Zoom to selection', () => zoomTo(chart, range)), button('Show all steps', () => zoomTo(chart, null)), button('Clear selection', clear)),
+  );
+}
+
+function windowsCard(ctx: ViewContext, data: TimelineResponse): HTMLElement {
+  if (!data.profiled.length) return card('Profiled windows', el('p', { class: 'empty' }, 'No step of this run was profiled (traced) yet.'));
+  return card(
+    'Profiled windows',
+    el('p', null, data.profiled.map(([first, last]) => (first === last ? `step ${first}` : `steps ${first}–${last}`)).join(', ')),
+    button('Open the profiled steps in the Overview', () => ctx.go({ view: 'overview' })),
+  );
+}

@@ -1,0 +1,137 @@
+"""A real TensorBoard on real traces, and a real headless Chromium to look at the Step Phases tab.
+
+The logdir holds: the demo's runs (``phaseprof demo``; where the demo is not there yet, the real
+CPU trace of the seed's MNIST CNN from ``../shared/traces/cpu/base`` with per-step scalars), a real
+V100 trace (``gpu``), a real two-rank job (``ranks``), a real run that ended inside the profiled
+window (``early_exit``), a run of per-step timings only (``growing``), and crafted traces: one with
+an outlier step (``outlier``), one whose op, phase and worker names are HTML (``xss``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, TensorBoard
+from tests.logdir import settled, write_scalars, write_trace
+from tests.tracebuilder import annotation, op, step, thread_names
+
+from .tab import Tab
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+ARTIFACTS = ROOT / "test-artifacts"
+
+#: Names a trace could carry that a careless UI would run as HTML.
+XSS_OP = "<img src=x onerror=alert(1)>"
+XSS_PHASE = "<img src=y onerror=alert(2)>"
+XSS_WORKER = "<svg onload=alert(3)>"
+
+
+# Module-scoped: the browser, TensorBoard and their threads are gone before other test modules run
+# (some of them fork, which is only safe in a process without other threads).
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install '.[test]')")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+def _demo_available() -> bool:
+    return (importlib.util.find_spec("torch") is not None
+            and importlib.util.find_spec("phaseprof.training_hooks.demo") is not None)
+
+
+def _demo_runs(root: Path) -> None:
+    """``phaseprof demo`` into ``root/demo``; where it does not exist yet, the seed model's real trace."""
+    if _demo_available():
+        subprocess.run([sys.executable, "-m", "phaseprof.cli", "demo", "--logdir", str(root / "demo"),
+                        "--device", "cpu"], check=True, timeout=600, capture_output=True)
+        return
+    run = root / "demo" / "train"
+    run.mkdir(parents=True)
+    for f in (ROOT.parent / "shared" / "traces" / "cpu" / "base").glob("*.json.gz"):
+        shutil.copy(f, run / f.name)
+    write_scalars(run, range(0, 30))  # the trace holds steps 2..11 of these
+
+
+def _xss_run(root: Path) -> None:
+    events = thread_names()
+    for n in (1, 2):
+        t = n * 10_000
+        events += [
+            step(n, t, 9_000),
+            annotation("phaseprof::forward", t + 100, 4_000),
+            op(XSS_OP, t + 200, 3_000 + 500 * n),
+            annotation("phaseprof::" + XSS_PHASE, t + 5_000, 3_000),
+            op("aten::mm", t + 5_100, 1_000),
+        ]
+    write_trace(root / "xss" / f"{XSS_WORKER}.1.pt.trace.json", events)
+
+
+def _outlier_run(root: Path) -> None:
+    """Four steps, the last three times as long as the others."""
+    events = thread_names()
+    for n, dur in enumerate((1_000, 1_100, 1_050, 3_300), start=1):
+        t = n * 10_000
+        events += [step(n, t, dur), annotation("phaseprof::forward", t + 50, dur - 100), op("aten::mm", t + 60, dur - 200)]
+    write_trace(root / "outlier" / "w.1.pt.trace.json", events)
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory, shared_traces) -> Path:
+    root = tmp_path_factory.mktemp("logdir")
+    _demo_runs(root)
+    _outlier_run(root)
+    for run, source in {"gpu": "gpu/hta_ns_resolution", "ranks": "gpu/hta_sampled_2rank",
+                        "early_exit": "cpu/early_exit"}.items():
+        (root / run).mkdir()
+        for f in (shared_traces / source).glob("*.json.gz"):
+            shutil.copy(f, root / run / f.name)
+    _xss_run(root)
+    write_scalars(root / "growing", range(10))  # timings only, more steps written during a test
+    for f in root.rglob("*"):
+        settled(f)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tensorboard(logdir):
+    tb = TensorBoard(logdir)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            loading = tb.json("/data/plugin/phaseprof/runs")["loading"]
+            if loading["files"] and loading["done"] == loading["files"]:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"traces not loaded in time: {loading}")
+            time.sleep(0.2)
+        yield tb
+    finally:
+        tb.close()
+
+
+@pytest.fixture
+def tab(browser, tensorboard, request):
+    """A fresh page on TensorBoard; after the test, no console error and no request off the origin."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1800})
+    page = context.new_page()
+    t = Tab(page, tensorboard, ARTIFACTS, request.node.name)
+    try:
+        yield t
+    finally:
+        context.close()
+    t.check_clean()

@@ -1,0 +1,284 @@
+"""The Step Phases tab in a real TensorBoard and a real browser: every view shows the numbers the
+API returns (read back from the page text, compared with the JSON fetched from the same server)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+
+import pytest
+
+from tests.logdir import settled, write_scalars
+
+from .conftest import XSS_OP, XSS_PHASE, XSS_WORKER
+from .tab import change, count, ms, pct, signed_ms, size
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def demo_run(tensorboard) -> str:
+    """The demo's training run: traces (with memory and shapes) and per-step scalars."""
+    runs = [r["run"] for r in tensorboard.json("/data/plugin/phaseprof/runs")["runs"]
+            if r["run"].startswith("demo/") and r["workers"] and r["has_scalars"]]
+    return next((r for r in runs if "train" in r), runs[0])
+
+
+def test_overview_shows_the_steps_route(tab):
+    tab.open(view="overview", run="gpu")
+    data = tab.api("steps", run="gpu")
+    s = data["summary"]
+    text = tab.text()
+    assert tab.figure("Mean step") == f"{ms(s['mean_wall_ms'])} ms"
+    assert tab.figure("Median step") == f"{ms(s['median_wall_ms'])} ms"
+    assert tab.rows("Mean step by phase") == [
+        [p, ms(m["cpu_ms"]), pct(m["share"]), ms(m["gpu_ms"]), ms(m["gpu_idle_ms"])] for p, m in s["mean"].items()
+    ]
+    for finding in s["findings"]:
+        assert finding in text
+    slow = s["slowest"]
+    assert (f"Step {slow['step']} took {ms(slow['wall_ms'])} ms, {signed_ms(slow['vs_median_ms'])} ms against "
+            f"the median step {slow['median_step']}") in text
+    assert tab.rows("Top ops of")[0] == [s["top_ops"][0]["name"], count(s["top_ops"][0]["calls"])] + [
+        ms(s["top_ops"][0][k]) for k in ("self_cpu_ms", "cpu_ms", "self_gpu_ms", "gpu_ms")]
+    assert [r[:4] for r in tab.rows("Every profiled step")] == [
+        [str(r["step"]), ms(r["wall_ms"]), ms(r["gpu_ms"]), ms(r["phases"]["data"]["cpu_ms"])] for r in data["steps"]
+    ]
+    tab.screenshot("overview")
+
+    tab.frame.get_by_role("radio", name="GPU").click()
+    tab.settle()
+    assert tab.selections()["device"] == "gpu"
+    assert "Phases per step (GPU time)" in tab.text()
+    phases = data["phases"]
+    assert tab.rows("Every profiled step")[0][3:3 + len(phases)] == [
+        ms(data["steps"][0]["phases"][p]["gpu_ms"]) for p in phases]
+    tab.screenshot("overview-gpu")
+
+
+@pytest.mark.parametrize("run", ["outlier", "early_exit"])
+def test_outlier_and_empty_steps_are_flagged(tab, run):
+    tab.open(view="overview", run=run)
+    summary = tab.api("steps", run=run)["summary"]
+    outliers, empty = summary["outliers"], summary["empty_steps"]
+    assert outliers or empty
+    flagged = [int(re.search(r"step (\d+):", line).group(1)) for line in tab.frame.locator("ul.flags li").all_inner_texts()]
+    assert sorted(flagged) == sorted(outliers + empty)
+    for row in tab.rows("Every profiled step"):
+        assert ("outlier" in row[-1]) == (int(row[0]) in outliers)
+        assert ("empty" in row[-1]) == (int(row[0]) in empty)
+    tab.screenshot(f"overview-{run}")
+
+
+def test_clicking_a_bar_opens_that_step(tab):
+    tab.open(view="overview", run="gpu")
+    data = tab.api("steps", run="gpu")
+    target = data["steps"][2]["step"]
+    x, y = tab.hover_until(".view-overview .chart", f"Step {target}")
+    tab.page.mouse.click(x, y)
+    tab.settle()
+    assert tab.selections()["view"] == "step"
+    assert tab.selections()["step"] == str(target)
+    detail = tab.api("step", run="gpu", worker=data["worker"], step=target)
+    assert tab.figure("Wall") == f"{ms(detail['wall_ms'])} ms"
+    assert [r[:4] for r in tab.rows(f"Phases of step {target}")] == [
+        [p, ms(t["cpu_ms"]), pct(t["cpu_ms"] / detail["wall_ms"]), ms(t["gpu_ms"])] for p, t in detail["phases"].items()
+    ]
+    forward = detail["ops"]["forward"][0]
+    first_ops_row = tab.card("Ops by phase").locator("tbody tr").first.inner_text().split("\t")
+    assert first_ops_row == [forward["name"], count(forward["calls"]), ms(forward["self_cpu_ms"]), ms(forward["cpu_ms"]),
+                             ms(forward["self_gpu_ms"]), ms(forward["gpu_ms"])]
+    tab.screenshot("step")
+
+
+def test_step_detail_shows_shapes_and_memory(tab, demo_run):
+    data = tab.api("steps", run=demo_run)
+    number = data["steps"][1]["step"]
+    tab.open(view="step", run=demo_run, step=number)
+    detail = tab.api("step", run=demo_run, worker=data["worker"], step=number)
+    memory = [[p, d, size(m["peak_bytes"]), size(m["delta_bytes"], signed=True)]
+              for p, devices in detail["memory"].items() for d, m in devices.items()]
+    assert memory, "the demo profiles memory"
+    assert tab.rows("Memory by phase") == memory
+    op = next(o for ops in detail["ops"].values() for o in ops[:10] if o["shapes"])
+    assert op["shapes"] in tab.card("Ops by phase").inner_text()
+    tab.screenshot("step-memory")
+
+
+def test_timeline_shows_every_step_and_a_brushed_range(tab, demo_run):
+    timeline = tab.api("timeline", run=demo_run)
+    tab.open(view="timeline", run=demo_run)
+    steps = timeline["steps"]
+    text = tab.text()
+    assert tab.figure("Steps recorded") == f"{len(steps):,}"
+    assert tab.figure("From step") == str(steps[0]) and tab.figure("To step") == str(steps[-1])
+    for first, last in timeline["profiled"]:
+        assert (f"step {first}" if first == last else f"steps {first}–{last}") in text
+
+    box = tab.chart_box(".view-timeline .chart")
+    y = box["y"] + box["height"] * 0.45
+    tab.page.mouse.move(box["x"] + box["width"] * 0.3, y)
+    tab.page.mouse.down()
+    tab.page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=8)
+    tab.page.mouse.up()
+    tab.frame.locator("h3", has_text="Selected: steps").wait_for()
+    chosen = tab.selections()
+    first, last = int(chosen["from"]), int(chosen["to"])
+    assert steps[0] < first < last < steps[-1]
+    inside = [i for i, s in enumerate(steps) if first <= s <= last]
+    step_mean = sum(timeline["wall"][i] for i in inside) / len(inside)
+    expected = []
+    for phase in timeline["phases"]:
+        values = [timeline["cpu"][phase][i] for i in inside if timeline["cpu"][phase][i] is not None]
+        mean = sum(values) / len(values)
+        expected.append([phase, ms(mean), pct(mean / step_mean)])
+    assert tab.rows(f"Selected: steps {first}–{last}") == expected
+    tab.screenshot("timeline")
+
+    tab.page.reload()
+    tab.settle()
+    assert tab.rows(f"Selected: steps {first}–{last}") == expected  # the selection survived the reload
+
+
+def test_timeline_of_a_run_without_scalars_says_why(tab):
+    tab.open(view="timeline", run="gpu")
+    assert "No per-step timings for gpu yet" in tab.text()
+
+
+def test_compare_two_steps_shows_the_deltas(tab):
+    data = tab.api("steps", run="gpu")
+    worker, slow = data["worker"], data["summary"]["slowest"]
+    a, b = slow["median_step"], slow["step"]
+    tab.open(view="compare", a_run="gpu", a_worker=worker, a_step=a, b_run="gpu", b_worker=worker, b_step=b)
+    result = tab.api("compare", run_a="gpu", worker_a=worker, step_a=a, run_b="gpu", worker_b=worker, step_b=b)
+    rows = tab.rows("Per phase")
+    assert rows[:-1] == [
+        [p, ms(result["a"]["phases"][p]["cpu_ms"]), ms(result["b"]["phases"][p]["cpu_ms"]),
+         signed_ms(result["delta"]["phases"][p]["cpu_ms"]),
+         change(result["a"]["phases"][p]["cpu_ms"], result["b"]["phases"][p]["cpu_ms"])]
+        for p in result["phases"]
+    ]
+    assert rows[-1][:4] == ["step (wall)", ms(result["a"]["wall_ms"]), ms(result["b"]["wall_ms"]),
+                            signed_ms(result["delta"]["wall_ms"])]
+    op = result["ops"][0]
+    assert tab.rows("Ops that changed most")[0] == [
+        op["phase"], op["name"], count(op["a_calls"]), count(op["b_calls"]), ms(op["a_self_cpu_ms"]),
+        ms(op["b_self_cpu_ms"]), signed_ms(op["delta_self_cpu_ms"]), signed_ms(op["delta_cpu_ms"]),
+        signed_ms(op["delta_gpu_ms"])]
+    assert result["a"]["label"] in tab.text() and result["b"]["label"] in tab.text()
+    tab.screenshot("compare-steps")
+
+
+def test_compare_opens_on_two_runs(tab):
+    tab.open(view="compare", run="gpu")
+    chosen = tab.selections()
+    assert chosen["a_run"] == "gpu" and chosen["b_run"] not in ("", "gpu")
+    result = tab.api("compare", run_a=chosen["a_run"], worker_a=chosen["a_worker"], run_b=chosen["b_run"],
+                     worker_b=chosen["b_worker"])
+    assert f"{signed_ms(result['b']['wall_ms'] - result['a']['wall_ms'])} ms" in tab.text()
+    tab.screenshot("compare-runs")
+
+
+def test_ranks_call_out_the_straggler(tab):
+    tab.open(view="ranks", run="ranks")
+    data = tab.api("ranks", run="ranks")
+    s = data["straggler"]
+    text = tab.text()
+    assert f"Straggler: rank {s['rank']}" in text
+    assert f"takes {ms(s['wall_ms'])} ms per step, {signed_ms(s['behind_median_ms'])} ms against the median" in text
+    rows = tab.rows("Ranks (")
+    assert [r[:4] for r in rows] == [
+        [str(r["rank"]), r["worker"] + ("straggler" if r["worker"] == s["worker"] else ""), str(r["steps"]),
+         ms(r["wall_ms"])] for r in data["ranks"]
+    ]
+    tab.screenshot("ranks")
+    tab.card("Ranks (").locator("tbody tr").nth(1).click()
+    tab.settle()
+    assert tab.selections()["view"] == "overview" and tab.selections()["worker"] == data["ranks"][1]["worker"]
+
+
+def test_follows_tensorboards_dark_mode(tab):
+    tab.open(dark=True, view="ranks", run="ranks")
+    frame = next(f for f in tab.page.frames if "plugin_entry.html" in f.url)
+    assert frame.evaluate("document.documentElement.classList.contains('dark')")
+    assert frame.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(48, 48, 48)"
+    tab.screenshot("ranks-dark")
+    tab.page.evaluate("document.body.classList.remove('dark-mode')")
+    frame.wait_for_function("!document.documentElement.classList.contains('dark')")
+
+
+def test_selections_survive_a_reload(tab):
+    data = tab.api("steps", run="gpu")
+    tab.open(view="overview", run="gpu")
+    tab.frame.get_by_role("radio", name="Step").click()
+    tab.settle()
+    tab.frame.get_by_label("Step", exact=True).select_option(str(data["steps"][0]["step"]))
+    tab.settle()
+    tab.page.reload()
+    tab.settle()
+    assert tab.selections()["step"] == str(data["steps"][0]["step"])
+    assert f"Phases of step {data['steps'][0]['step']}" in tab.text()
+
+
+def test_a_run_added_later_appears_when_tensorboard_reloads(tab, logdir, shared_traces):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    tab.open(view="overview", run="gpu")
+    late = logdir / "zz_late"
+    late.mkdir()
+    for f in (shared_traces / "cpu" / "repeat2").glob("*.json.gz"):
+        shutil.copy(f, late / f.name)
+        settled(late / f.name)
+    option = tab.frame.locator("select[aria-label='Run'] option[value='zz_late']")
+    for _ in range(20):  # the backend rescans the logdir at most every few seconds
+        tab.page.locator("app-header-reload button.reload-button").click()  # TensorBoard tells the tab
+        try:
+            option.wait_for(state="attached", timeout=3_000)
+            break
+        except PlaywrightTimeout:  # not rescanned yet: reload again
+            continue
+    tab.frame.get_by_label("Run").select_option("zz_late")
+    while (loading := tab.api("runs")["loading"])["done"] < loading["files"]:
+        time.sleep(0.2)  # loaded, so that the tab has drawn its last and later tests start settled
+    tab.settle()
+    steps = tab.api("steps", run="zz_late")
+    assert [int(r[0]) for r in tab.rows("Every profiled step")] == [s["step"] for s in steps["steps"]]
+
+
+def test_the_timeline_follows_a_growing_run(tab, logdir):
+    from playwright.sync_api import expect
+
+    tab.open(view="timeline", run="growing")
+    assert tab.figure("Steps recorded") == "10"
+    write_scalars(logdir / "growing", range(10, 25))
+    recorded = tab.frame.locator(".figure", has_text="Steps recorded").locator(".figure-value")
+    for _ in range(30):  # TensorBoard reads new events every few seconds
+        tab.page.locator("app-header-reload button.reload-button").click()
+        try:
+            expect(recorded).to_have_text("25", timeout=2_000)
+            break
+        except AssertionError:
+            continue
+    expect(recorded).to_have_text("25", timeout=1)
+
+
+def test_names_from_traces_show_as_text(tab):
+    tab.open(view="overview", run="xss")
+    text = tab.text()
+    assert XSS_OP in text and XSS_PHASE in text
+    tab.hover_until(".view-overview .chart", "Step 2")
+    assert XSS_PHASE in tab.text(".view-overview .chart .tip")
+    tab.screenshot("names-as-text")
+    tab.open(view="step", run="xss", step=1)
+    text = tab.text()
+    assert XSS_OP in text and XSS_PHASE in text and XSS_WORKER in text
+    assert tab.frame.locator("img, svg[onload]").count() == 0
+
+
+def test_api_errors_are_shown(tab):
+    tab.expected_errors.append("status of 404")  # the browser logs the failed request itself
+    tab.open(view="step", run="gpu", step=99999)
+    text = tab.text()
+    assert "Could not load step 99999 of gpu" in text and "404" in text
+    tab.screenshot("error")
