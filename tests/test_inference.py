@@ -7,6 +7,7 @@ import gzip
 import json
 
 import pytest
+
 from phaseprof.plugin.analysis.span import analyze_trace
 from phaseprof.plugin.reading.decode import read_trace
 

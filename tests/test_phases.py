@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+
 from phaseprof.plugin.analysis.span import analyze_trace
 from phaseprof.plugin.analysis.steps import find_step, phase_names, step_detail
 from phaseprof.plugin.reading.decode import read_trace
-
 from tests.logdir import write_trace
 from tests.tracebuilder import AUTOGRAD, annotation, kernel, launch, memory, op, step, thread_names
 

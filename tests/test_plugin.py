@@ -9,13 +9,13 @@ import subprocess
 import sys
 
 import pytest
-from phaseprof.plugin.serving.plugin import PhaseprofPlugin
 from tensorboard.backend import application
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 from tensorboard.plugins import base_plugin
 from werkzeug import test as werkzeug_test
 
 from phaseprof import analyze
+from phaseprof.plugin.serving.plugin import PhaseprofPlugin
 from tests.logdir import settled, write_scalars
 
 BASE = "/data/plugin/phaseprof"

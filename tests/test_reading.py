@@ -7,11 +7,11 @@ import json
 import os
 
 import pytest
+
+from phaseprof import analyze
 from phaseprof.plugin.reading import decode
 from phaseprof.plugin.reading.decode import TraceError, read_trace
 from phaseprof.plugin.reading.discovery import discover
-
-from phaseprof import analyze
 from tests.logdir import write_trace
 from tests.tracebuilder import op, step
 
