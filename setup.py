@@ -5,13 +5,15 @@
 as ``phaseprof.training_hooks`` (training side, needs torch).
 """
 
+from pathlib import Path
+
 from setuptools import setup
 
 setup(
     name="phaseprof",
     version="0.1.0",
     description="Per-step forward/backward/optimizer phase profiling for PyTorch, in TensorBoard and the terminal",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="BSD-3-Clause",
     python_requires=">=3.10",
@@ -38,7 +40,7 @@ setup(
     extras_require={
         "torch": ["torch>=2.1"],
         "tb-profiler": ["torch-tb-profiler==0.4.3"],
-        "test": ["pytest>=8", "playwright>=1.45"],
+        "test": ["pytest>=8", "playwright>=1.45", "ruff>=0.6"],
     },
     entry_points={
         "console_scripts": ["phaseprof = phaseprof.cli:main"],

@@ -33,4 +33,5 @@ def test_committed_bundle_is_the_build_of_the_frontend_source(tmp_path):
     built = sorted(p.name for p in out.iterdir())
     assert built == sorted(p.name for p in STATIC.iterdir()), "plugin/static holds other files than the build makes"
     stale = [name for name in built if (out / name).read_bytes() != (STATIC / name).read_bytes()]
-    assert not stale, f"plugin/static is not the build of frontend/: {stale} differ; run `cd frontend && npm ci && npm run build`"
+    assert not stale, (f"plugin/static is not the build of frontend/: {stale} differ; "
+                       "run `cd frontend && npm ci && npm run build`")

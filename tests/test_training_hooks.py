@@ -19,8 +19,7 @@ import torch.nn.functional as F
 from tensorboard.backend.event_processing import event_accumulator
 
 from phaseprof import PhaseProfiler, analyze
-from phaseprof.contract import (BACKWARD, DATA, FORWARD, OPTIMIZER, OTHER, STEP_TAG, TRACE_FILE_RE, cpu_tag,
-                                parse_tag)
+from phaseprof.contract import BACKWARD, DATA, FORWARD, OPTIMIZER, OTHER, STEP_TAG, TRACE_FILE_RE, cpu_tag, parse_tag
 from phaseprof.training_hooks.models import MnistNet, SmallCnn, image_loader, mnist_loader
 from phaseprof.training_hooks.profiler import PhaseError
 
@@ -89,7 +88,7 @@ def test_readme_snippet_writes_traces_phases_and_scalars_for_every_step(tmp_path
     for phase in (*TRAINING_PHASES, OTHER):
         assert [step for step, _ in scalars[cpu_tag(phase)]] == list(range(20))
     assert [step for step, _ in scalars[STEP_TAG]] == list(range(20))
-    for i, (step, total) in enumerate(scalars[STEP_TAG]):
+    for i, (_, total) in enumerate(scalars[STEP_TAG]):
         parts = sum(scalars[cpu_tag(p)][i][1] for p in (*TRAINING_PHASES, OTHER))
         assert parts == pytest.approx(total, rel=1e-4)
 
@@ -284,10 +283,8 @@ def test_stepping_by_hand_with_an_attached_optimizer_is_an_error(prof):
 
 
 def test_a_phase_nested_in_itself_is_an_error(prof):
-    with prof.phase("loss"):
-        with pytest.raises(PhaseError, match="nested in itself"):
-            with prof.phase("loss"):
-                pass
+    with prof.phase("loss"), pytest.raises(PhaseError, match="nested in itself"), prof.phase("loss"):
+        pass
 
 
 def test_phases_closed_out_of_order_are_an_error(prof):

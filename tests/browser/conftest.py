@@ -86,7 +86,8 @@ def _outlier_run(root: Path) -> None:
     events = thread_names()
     for n, dur in enumerate((1_000, 1_100, 1_050, 3_300), start=1):
         t = n * 10_000
-        events += [step(n, t, dur), annotation("phaseprof::forward", t + 50, dur - 100), op("aten::mm", t + 60, dur - 200)]
+        events += [step(n, t, dur), annotation("phaseprof::forward", t + 50, dur - 100),
+                   op("aten::mm", t + 60, dur - 200)]
     write_trace(root / "outlier" / "w.1.pt.trace.json", events)
 
 

@@ -70,7 +70,8 @@ class Tab:
 
     def open(self, dark: bool = False, **selections) -> None:
         """TensorBoard with the tab open on ``selections`` (view, run, worker, step, a_run, ...)."""
-        pieces = ["phaseprof"] + [f"p.phaseprof.{k}={urllib.parse.quote(str(v), safe='')}" for k, v in selections.items()]
+        pieces = ["phaseprof"] + [f"p.phaseprof.{k}={urllib.parse.quote(str(v), safe='')}"
+                                  for k, v in selections.items()]
         self.page.goto(self.tb.url + ("?darkMode=true" if dark else "") + "#" + "&".join(pieces))
         self.settle()
 

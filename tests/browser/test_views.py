@@ -63,7 +63,8 @@ def test_outlier_and_empty_steps_are_flagged(tab, run):
     summary = tab.api("steps", run=run)["summary"]
     outliers, empty = summary["outliers"], summary["empty_steps"]
     assert outliers or empty
-    flagged = [int(re.search(r"step (\d+):", line).group(1)) for line in tab.frame.locator("ul.flags li").all_inner_texts()]
+    flags = tab.frame.locator("ul.flags li").all_inner_texts()
+    flagged = [int(re.search(r"step (\d+):", line).group(1)) for line in flags]
     assert sorted(flagged) == sorted(outliers + empty)
     for row in tab.rows("Every profiled step"):
         assert ("outlier" in row[-1]) == (int(row[0]) in outliers)
@@ -87,8 +88,8 @@ def test_clicking_a_bar_opens_that_step(tab):
     ]
     forward = detail["ops"]["forward"][0]
     first_ops_row = tab.card("Ops by phase").locator("tbody tr").first.inner_text().split("\t")
-    assert first_ops_row == [forward["name"], count(forward["calls"]), ms(forward["self_cpu_ms"]), ms(forward["cpu_ms"]),
-                             ms(forward["self_gpu_ms"]), ms(forward["gpu_ms"])]
+    assert first_ops_row == [forward["name"], count(forward["calls"]), ms(forward["self_cpu_ms"]),
+                             ms(forward["cpu_ms"]), ms(forward["self_gpu_ms"]), ms(forward["gpu_ms"])]
     tab.screenshot("step")
 
 

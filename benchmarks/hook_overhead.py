@@ -1,0 +1,234 @@
+"""What PhaseProfiler costs a training loop on CPU, measured A/B in one process, variants interleaved.
+
+    python benchmarks/hook_overhead.py [--rounds 11]
+
+Each round runs every variant once, in rotating order; a comparison is the median over rounds of
+the ratio (or difference) of two variants' median steps in the same round, so slow drifts of a
+shared machine cancel out; the range over rounds shows the noise. Step times are the CPU time of
+the loop's thread (see `Loop`).
+
+Three settings, each against its reference: timing only (after the profiling window, when
+torch.profiler is stopped) and the ``wait`` phase (timing plus torch.profiler's own step) against a
+bare loop, target <= 1% of the step; the active window against raw ``torch.profiler`` with the same
+schedule and settings, target <= 2% (the step that exports the trace is left out of both).
+
+1. The hook's cost per step, in µs, on a step that does next to nothing (a 1x1 Linear) but passes
+   every hook — data, zero_grad, forward, backward, optimizer step — and on an empty step
+   (``prof.step()`` alone). The own cost target is <= 30 µs. Plus the CPU time per step of the
+   recorder thread, which builds and writes the scalars in the background (from /proc).
+2. The seed CNN (`MnistNet`, batch 64, Adadelta, one torch thread), A/B directly. Its steps vary by
+   several percent from one run to the next on a shared machine (the range shows it), more than
+   the 1% to resolve; the cost per step does not depend on what the step computes, so (1) divided
+   by the seed CNN's median step bounds the overhead more tightly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+
+from phaseprof import PhaseProfiler
+from phaseprof.training_hooks.models import MnistNet, mnist_loader
+
+#: A variant: runs ``steps`` steps of a `Loop` with its logs under a directory, returns each step's time.
+Variant = Callable[["Loop", int, str], list[int]]
+
+
+class Loop:
+    """One model, optimizer and batch on ``device``, stepped again and again; each step's time in ns.
+
+    On CPU that is the CPU time of the loop's thread (``time.thread_time_ns``): with one torch thread
+    it is the step's whole work, and other processes on a shared machine do not blur it. On CUDA it
+    is the host's wall time (the loop never waits for the GPU, so the host may run ahead).
+    """
+
+    def __init__(self, model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], lr: float,
+                 device: str) -> None:
+        self.model = model.to(device)
+        self.optimizer = torch.optim.Adadelta(self.model.parameters(), lr=lr)
+        self.batch = tuple(t.to(device) for t in batch)
+        self.clock = time.perf_counter_ns if device == "cuda" else time.thread_time_ns
+
+    def run(self, steps: int, batches: Callable[[Iterable], Iterable] = iter,
+            after_step: Callable[[], None] | None = None) -> list[int]:
+        model, optimizer, clock = self.model, self.optimizer, self.clock
+        times = []
+        start = clock()
+        for data, target in batches([self.batch] * steps):
+            optimizer.zero_grad()
+            F.nll_loss(model(data), target).backward()
+            optimizer.step()
+            if after_step is not None:
+                after_step()
+            now = clock()
+            times.append(now - start)
+            start = now
+        return times
+
+
+def bare(loop: Loop, steps: int, logdir: str) -> list[int]:
+    return loop.run(steps)
+
+
+def raw_profiler(wait: int, warmup: int, active: int) -> Variant:
+    def run(loop: Loop, steps: int, logdir: str) -> list[int]:
+        schedule = torch.profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=1)
+        prof = torch.profiler.profile(schedule=schedule, on_trace_ready=torch.profiler.tensorboard_trace_handler(
+            logdir, use_gzip=True))
+        prof.start()
+        times = loop.run(steps, after_step=prof.step)
+        prof.stop()
+        return times
+
+    return run
+
+
+def phaseprof(wait: int, warmup: int, active: int, recorder_cpu: list[float] | None = None) -> Variant:
+    """PhaseProfiler attached to the loop; ``recorder_cpu`` collects its recorder thread's CPU s per step."""
+
+    def run(loop: Loop, steps: int, logdir: str) -> list[int]:
+        prof = PhaseProfiler(logdir=logdir, run="phaseprof", wait=wait, warmup=warmup, active=active)
+        prof.attach(loop.model, loop.optimizer)
+        times = loop.run(steps, batches=prof.data)
+        if recorder_cpu is not None:
+            recorder_cpu.append(_thread_cpu_s("phaseprof-recorder") / steps)
+        with contextlib.redirect_stdout(io.StringIO()):
+            prof.close()
+        return times
+
+    return run
+
+
+def _thread_cpu_s(name: str) -> float:
+    """CPU seconds used so far by this process's thread called ``name`` (Linux /proc)."""
+    (thread,) = [t for t in threading.enumerate() if t.name == name]
+    with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def interleaved(loop: Loop, variants: dict[str, Variant], steps: int, keep: slice, rounds: int
+                ) -> dict[str, list[float]]:
+    """Each variant's median kept step time (ns) in each round; the variants' order rotates."""
+    names = list(variants)
+    medians: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            with tempfile.TemporaryDirectory() as logdir:
+                medians[name].append(statistics.median(variants[name](loop, steps, logdir)[keep]))
+    return medians
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}, {max(values):{fmt}}]"
+
+
+def seed_cnn(rounds: int, device: str = "cpu") -> tuple[list[str], float]:
+    """The table, and the bare loop's median step in µs."""
+    loop = Loop(MnistNet(), next(iter(mnist_loader(1, batch_size=64))), lr=1.0, device=device)
+    warm, timed, window = 3, 20, 10
+    runs = interleaved(loop, {
+        "bare": bare,
+        "timing only (after the window)": phaseprof(wait=0, warmup=1, active=1),
+        "wait phase": phaseprof(wait=10**6, warmup=1, active=1),
+    }, steps=warm + timed, keep=slice(warm, None), rounds=rounds)
+    runs |= interleaved(loop, {
+        "raw torch.profiler, active": raw_profiler(wait=0, warmup=warm, active=window),
+        "active window": phaseprof(wait=0, warmup=warm, active=window),
+    }, steps=warm + window, keep=slice(warm, warm + window - 1), rounds=rounds)  # the last one exports
+    rows = [f"| seed CNN, {device}, batch 64 | median step | vs | ratio [range over rounds] | target |",
+            "|---|---:|---|---:|---:|"]
+    for name, ref, target in [("timing only (after the window)", "bare", 1.01), ("wait phase", "bare", 1.01),
+                              ("active window", "raw torch.profiler, active", 1.02)]:
+        ratios = [a / b for a, b in zip(runs[name], runs[ref])]
+        rows.append(f"| {name} | {statistics.median(runs[name]) / 1e6:.2f} ms | {ref} "
+                    f"({statistics.median(runs[ref]) / 1e6:.2f} ms) | {_spread(ratios, '.4f')} | <= {target:.2f} |")
+    return rows, statistics.median(runs["bare"]) / 1e3
+
+
+def hook_cost(rounds: int, seed_step_us: float, device: str = "cpu") -> list[str]:
+    loop = Loop(torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.LogSoftmax(dim=1)),
+                (torch.ones(1, 1), torch.zeros(1, dtype=torch.long)), lr=0.0, device=device)
+    steps, warm, window = 3000, 100, 200
+    recorder_cpu: list[float] = []
+    runs = interleaved(loop, {
+        "bare": bare,
+        "timing only (after the window)": phaseprof(wait=0, warmup=1, active=1, recorder_cpu=recorder_cpu),
+        "raw torch.profiler, wait": raw_profiler(wait=10**6, warmup=1, active=1),
+        "wait phase": phaseprof(wait=10**6, warmup=1, active=1),
+    }, steps=steps, keep=slice(warm, None), rounds=rounds)
+    runs |= interleaved(loop, {
+        "raw torch.profiler, active": raw_profiler(wait=0, warmup=warm, active=window),
+        "active window": phaseprof(wait=0, warmup=warm, active=window),
+    }, steps=warm + window, keep=slice(warm, warm + window - 1), rounds=rounds)
+    runs |= step_only(rounds, steps, keep=slice(warm, None))
+    rows = [f"| {device} | reference step | cost per step [range over rounds] | target | share of the seed CNN's "
+            f"step ({seed_step_us / 1e3:.1f} ms) | target |", "|---|---:|---:|---:|---:|---:|"]
+    for label, name, ref, target_us, target_share in [
+            ("empty step (`prof.step()` alone) vs an empty loop", "prof.step() alone", "empty loop", 30, None),
+            ("every hook, timing only (after the window) vs bare", "timing only (after the window)", "bare", 30, 0.01),
+            ("every hook, wait phase vs raw torch.profiler, wait", "wait phase", "raw torch.profiler, wait", 30, None),
+            ("every hook, wait phase vs bare", "wait phase", "bare", None, 0.01),
+            ("every hook, active window vs raw torch.profiler, active", "active window",
+             "raw torch.profiler, active", None, 0.02)]:
+        cost = [(a - b) / 1e3 for a, b in zip(runs[name], runs[ref])]
+        share = statistics.median(cost) / seed_step_us
+        rows.append(f"| {label} | {statistics.median(runs[ref]) / 1e3:.1f} µs | {_spread(cost, '.1f')} µs | "
+                    + (f"<= {target_us} µs" if target_us else "") + f" | {share:.3%} | "
+                    + (f"<= {target_share:.0%}" if target_share else "") + " |")
+    rows.append(f"| recorder thread (background): CPU per step | | {statistics.median(recorder_cpu) * 1e6:.1f} µs | | "
+                f"{statistics.median(recorder_cpu) * 1e6 / seed_step_us:.3%} | |")
+    return rows
+
+
+def step_only(rounds: int, steps: int, keep: slice) -> dict[str, list[float]]:
+    """Per round, the median time of an iteration that does nothing but ``prof.step()``, and of one
+    that does nothing at all."""
+    clock = time.thread_time_ns
+    runs: dict[str, list[float]] = {"empty loop": [], "prof.step() alone": []}
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as logdir:
+            prof = PhaseProfiler(logdir=logdir, run="empty", wait=0, warmup=1, active=1)
+            for _ in range(3):
+                prof.step()  # through the window
+            for name, step in (("empty loop", lambda: None), ("prof.step() alone", prof.step)):
+                times = []
+                start = clock()
+                for _ in range(steps):
+                    step()
+                    now = clock()
+                    times.append(now - start)
+                    start = now
+                runs[name].append(statistics.median(times[keep]))
+            with contextlib.redirect_stdout(io.StringIO()):
+                prof.close()
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=11)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    print(f"python benchmarks/hook_overhead.py --rounds {args.rounds}   (torch {torch.__version__}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start)\n")
+    seed_rows, seed_step_us = seed_cnn(args.rounds)
+    print("\n".join(hook_cost(args.rounds, seed_step_us)) + "\n")
+    print("\n".join(seed_rows))
+    print(f"\n(load average {os.getloadavg()[0]:.2f} at the end)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

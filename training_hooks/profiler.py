@@ -1,0 +1,317 @@
+"""`PhaseProfiler`: one object in a PyTorch training loop that splits every step into phases (data,
+forward, backward, optimizer, other, and any phase you name), times them on every step, and drives
+``torch.profiler`` through its ``schedule(wait, warmup, active, repeat)`` window::
+
+    prof = PhaseProfiler(logdir="./profile", run="baseline", wait=1, warmup=1, active=10, repeat=1)
+    prof.attach(model, optimizer)            # phases and step boundaries from now on
+    for data, target in prof.data(loader):   # optional: times the data phase
+        optimizer.zero_grad()
+        loss = F.nll_loss(model(data), target)
+        loss.backward()
+        optimizer.step()                      # the step boundary; the profiler's step is called for you
+    prof.close()
+
+What it writes under ``<logdir>/<run>/``: the profiler's traces (`traces`), with a
+``phaseprof::<phase>`` range around each phase (`ranges`), and every step's phase times as
+TensorBoard scalars (`recorder`). Where the phases come from is in `hooks`; how they are timed in
+`phases` (host clock) and `cuda_timing` (CUDA events). One PhaseProfiler runs per process at a
+time, on the thread that started it: the loop's thread. It starts on first use (`attach`, `data`,
+`phase`, `step` or ``with``), which also begins step 0.
+
+Faults never stop training: output that cannot be written, a trace that fails, an internal error in
+a hook are reported by one warning and listed in the summary on close. Misuse (attaching twice,
+stepping after close, phases closed out of order or nested in themselves) raises at the call.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+import warnings
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+from rich.console import Console
+from torch.profiler import ProfilerAction
+
+from phaseprof.contract import DATA, OTHER, validate_phase_name
+
+from .cuda_timing import CudaPhaseTimer
+from .faults import Faults
+from .hooks import Attachment
+from .phases import PhaseError, PhaseTracker, phase_ns
+from .ranges import Ranges
+from .recorder import StepRecorder
+from .records import StepTimes
+from .summary import print_summary
+from .traces import TraceWriter, worker_name
+
+__all__ = ["PhaseProfiler", "PhaseError"]
+
+T = TypeVar("T")
+
+_RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+_NEW, _RUNNING, _CLOSED = "new", "running", "closed"
+_running: PhaseProfiler | None = None  # the one running in this process
+
+# torch warns when a second profiling cycle starts that results of the first are cleared, and to
+# pass acc_events=True to keep them. Traces are written at the end of each cycle: nothing is lost.
+warnings.filterwarnings("ignore", message="Warning: Profiler clears events at the end of each cycle")
+
+
+class PhaseProfiler:
+    """Per-step phase timing for every step, and ``torch.profiler`` traces for its active window.
+
+    Args:
+        logdir: the TensorBoard log directory; this run writes into ``<logdir>/<run>/``.
+        run: the run's name; by default the start time, e.g. ``20260430-153012``.
+        wait, warmup, active, repeat: ``torch.profiler.schedule``: skip ``wait`` steps, warm up for
+            ``warmup``, record ``active`` steps into one trace file; ``repeat`` such cycles (0: until
+            close). Steps are timed all along, profiled or not.
+        record_shapes, profile_memory, with_stack, activities: passed to ``torch.profiler.profile``.
+        gzip: write ``.pt.trace.json.gz`` traces (default) rather than plain JSON.
+    """
+
+    def __init__(self, logdir: str = "./profile", run: str | None = None, *, wait: int = 1, warmup: int = 1,
+                 active: int = 10, repeat: int = 1, record_shapes: bool = False, profile_memory: bool = False,
+                 with_stack: bool = False, activities: Iterable[torch.profiler.ProfilerActivity] | None = None,
+                 gzip: bool = True) -> None:
+        if min(wait, warmup, repeat) < 0 or active < 1:
+            raise ValueError(f"the schedule needs wait, warmup, repeat >= 0 and active >= 1, got wait={wait}, "
+                             f"warmup={warmup}, active={active}, repeat={repeat}")
+        self.logdir = os.fspath(logdir)
+        self.run = run if run is not None else time.strftime("%Y%m%d-%H%M%S")
+        self.run_dir = os.path.join(self.logdir, self.run)
+        self._schedule = dict(wait=wait, warmup=warmup, active=active, repeat=repeat)
+        self._options = dict(record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack,
+                             activities=activities)
+        self._gzip = gzip
+        #: The current step's number: ``ProfilerStep#<step_num>`` in traces, the step of its scalars.
+        self.step_num = 0
+        self._state = _NEW
+        self._attachment: Attachment | None = None
+        self._steps_with_optimizer = False
+        self._valid_names: set[str] = set()
+
+    # -- the loop's API ---------------------------------------------------------------------------
+
+    def attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> PhaseProfiler:
+        """Time ``model``'s forward, ``loss.backward()``, and ``optimizer``'s ``zero_grad`` and ``step``;
+        each ``optimizer.step()`` ends a step. Without an optimizer, end steps with `step`. Returns self."""
+        if self._attachment is not None:
+            raise RuntimeError("this PhaseProfiler is already attached; attach it once, before the loop")
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"attach() needs a torch.nn.Module, got {type(model).__name__}")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"attach() needs a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        self._start()
+        self._attachment = Attachment(model, optimizer, begin=self._phases.begin, end=self._phases.end,
+                                      on_optimizer_step=self._end_step)
+        self._steps_with_optimizer = optimizer is not None
+        return self
+
+    def data(self, loader: Iterable[T]) -> Iterable[T]:
+        """``loader``'s batches, each fetch timed as the data phase."""
+        self._check_open("data()")
+        return _TimedLoader(self, loader)
+
+    def phase(self, name: str) -> _Phase:
+        """``with prof.phase(name):`` marks a phase of your own, or a canonical one explicitly; phases
+        nest (the innermost one is charged) but a phase cannot nest in itself."""
+        if name not in self._valid_names:
+            self._valid_names.add(validate_phase_name(name))
+        return _Phase(self, name)
+
+    def step(self) -> None:
+        """End the current step, for loops with no attached optimizer (inference)."""
+        self._start()
+        self._check_loop_thread("step()")
+        if self._steps_with_optimizer:
+            raise RuntimeError("the attached optimizer's step() already ends each step: do not call prof.step() too")
+        self._end_step()
+
+    def close(self) -> None:
+        """Stop profiling: write what is pending, restore the model, optimizer and autograd, print the
+        summary and the command that opens TensorBoard. Closing twice does nothing."""
+        global _running
+        if self._state != _RUNNING:
+            self._state = _CLOSED
+            return
+        self._state = _CLOSED
+        atexit.unregister(self.close)
+        _running = None
+        if self._attachment is not None:
+            self._attachment.remove()
+        now = time.perf_counter_ns()
+        gpu = self._phases.gpu
+        last = StepTimes(self.step_num, time.time(), self._phases.stop(now))
+        # The step open at close counts if it did work (the loop ended inside it), not if it only
+        # waited for a batch that never came.
+        records = [last] if set(phase_ns(last.host_log)) - {DATA, OTHER} else []
+        if self._profiler is not None:
+            try:
+                self._profiler.stop()
+            except Exception as e:  # noqa: BLE001
+                self._faults.report("torch.profiler failed to stop", e)
+        if gpu is not None:
+            try:
+                records = [r for record in records for r in gpu.end_step(record)] + gpu.finish()
+            except Exception as e:  # noqa: BLE001
+                self._faults.report("could not read the GPU times", e)
+        self._recorder.add(records, now)
+        self._recorder.close()
+        if self._rank == 0:
+            print_summary(Console(), self._recorder.stats, run=self.run, logdir=self.logdir,
+                          traces=self._traces.written, faults=self._faults.lines)
+
+    def __enter__(self) -> PhaseProfiler:
+        self._start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- start ----------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        """Start on first use, from the thread that runs the loop."""
+        global _running
+        if self._state == _RUNNING:
+            return
+        if self._state == _CLOSED:
+            raise RuntimeError(f"PhaseProfiler(run={self.run!r}) is closed; create a new one")
+        if _running is not None:
+            raise RuntimeError(f"PhaseProfiler(run={_running.run!r}) is still running in this process; "
+                               "close it before starting another")
+        self._rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        worker = worker_name()
+        self._faults = Faults(self.run_dir)
+        # One event file of scalars per run: from rank 0 (the others' steps would collide on its tags).
+        self._recorder = StepRecorder(self.run_dir if self._rank == 0 else None, worker, self._faults)
+        self._traces = TraceWriter(self.run_dir, worker, self._gzip, self._faults)
+        self._profiler = self._start_profiler()
+        self._cuda_possible = torch.cuda.is_available()
+        self._thread = threading.get_ident()
+        self._phases = PhaseTracker(self._thread, Ranges(), self._faults)
+        self._phases.start_step(time.perf_counter_ns(), self._recording, self._new_gpu_timer())
+        self._state = _RUNNING
+        _running = self
+        atexit.register(self.close)
+
+    def _start_profiler(self) -> torch.profiler.profile | None:
+        s = self._schedule
+        self._profile_until = (s["wait"] + s["warmup"] + s["active"]) * s["repeat"] or None
+        self._recording = False  # torch.profiler records the current step
+        try:
+            profiler = torch.profiler.profile(schedule=torch.profiler.schedule(**s), on_trace_ready=self._traces,
+                                              **self._options)
+            profiler.start()
+        except Exception as e:  # noqa: BLE001
+            self._faults.report("torch.profiler failed to start; steps are timed without traces", e)
+            return None
+        self._recording = profiler.current_action in _RECORDING
+        return profiler
+
+    def _new_gpu_timer(self) -> CudaPhaseTimer | None:
+        """A CUDA timer if CUDA is initialised in this process (e.g. the model is on a GPU). Asking
+        this rather than whether CUDA is available never initialises CUDA for a CPU run."""
+        return CudaPhaseTimer() if self._cuda_possible and torch.cuda.is_initialized() else None
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    def _end_step(self) -> None:
+        """Close step ``step_num`` and open the next: hand its times over, then step torch.profiler
+        (which may write a trace) with no phase range open; the time that takes is in no step.
+        Never raises; does nothing once closed, or for an optimizer stepped off the loop's thread."""
+        if self._state != _RUNNING or threading.get_ident() != self._thread:
+            return
+        try:
+            phases = self._phases
+            now = time.perf_counter_ns()
+            record = StepTimes(self.step_num, time.time(), phases.cut(now))
+            gpu = phases.gpu
+            self._recorder.add(gpu.end_step(record) if gpu is not None else (record,), now)
+            self.step_num += 1
+            if self._profiler is not None:
+                self._step_profiler(self._profiler)
+            if gpu is None and self._cuda_possible:
+                gpu = self._new_gpu_timer()
+            phases.start_step(time.perf_counter_ns(), self._recording, gpu)
+        except Exception as e:  # noqa: BLE001
+            self._faults.report("internal error at the end of a step", e)
+
+    def _step_profiler(self, profiler: torch.profiler.profile) -> None:
+        try:
+            if self._profile_until is not None and self.step_num >= self._profile_until:
+                self._profiler = None  # the schedule is over: stop paying for its steps
+                profiler.stop()
+            else:
+                profiler.step()
+        except Exception as e:  # noqa: BLE001
+            self._profiler = None
+            self._faults.report("torch.profiler failed; steps are timed without traces from here on", e)
+        self._recording = self._profiler is not None and profiler.current_action in _RECORDING
+
+    # -- checks -----------------------------------------------------------------------------------
+
+    def _check_open(self, call: str) -> None:
+        if self._state == _CLOSED:
+            raise RuntimeError(f"{call} after close(): PhaseProfiler(run={self.run!r}) is closed")
+
+    def _check_loop_thread(self, call: str) -> None:
+        if threading.get_ident() != self._thread:
+            raise RuntimeError(f"{call} must be called on the thread that runs the loop (the one that started "
+                               "the profiler)")
+
+
+class _Phase:
+    """``with prof.phase(name):`` — strict: raises PhaseError on nesting mistakes."""
+
+    __slots__ = ("_prof", "_name")
+
+    def __init__(self, prof: PhaseProfiler, name: str) -> None:
+        self._prof = prof
+        self._name = name
+
+    def __enter__(self) -> None:
+        self._prof._start()
+        self._prof._phases.open(self._name)
+
+    def __exit__(self, exc_type: type | None, *exc: object) -> None:
+        phases = self._prof._phases
+        if exc_type is not None:  # unwinding: close it and what is open inside, never mask the error
+            phases.end(self._name, True)
+        else:
+            self._prof._check_open(f"leaving phase({self._name!r})")
+            phases.close(self._name)
+
+
+class _TimedLoader:
+    """Iterates ``loader`` with each fetch (the first one's ``iter()`` included) in the data phase."""
+
+    def __init__(self, prof: PhaseProfiler, loader: Iterable[Any]) -> None:
+        self._prof = prof
+        self._loader = loader
+
+    def __len__(self) -> int:
+        return len(self._loader)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:
+        self._prof._start()
+        phases = self._prof._phases
+        batches = None
+        while True:
+            opened = phases.begin(DATA)
+            try:
+                if batches is None:
+                    batches = iter(self._loader)
+                batch = next(batches)
+            except StopIteration:
+                return
+            finally:
+                phases.end(DATA, opened)
+            yield batch
