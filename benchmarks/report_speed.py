@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _measure import median, run  # noqa: E402
+from _measure import median, peak_mib, timed  # noqa: E402
 from big_trace import make  # noqa: E402
 
 FLOOR = r"""
@@ -65,15 +65,14 @@ with opener(sys.argv[1], "rb") as fh:
 
 
 def measure(label: str, cmd: list[str], size_mb: float, repeat: int) -> dict:
-    times, peaks = [], []
+    times = []
     for _ in range(repeat):
-        seconds, peak, result = run(cmd)
+        seconds, result = timed(cmd)
         if result.returncode != 0:
             raise SystemExit(f"{label} failed: {result.stderr.decode()[-2000:]}")
         times.append(seconds)
-        peaks.append(peak)
     t = median(times)
-    return {"label": label, "seconds": t, "mb_per_s": size_mb / t, "peak_mib": max(peaks)}
+    return {"label": label, "seconds": t, "mb_per_s": size_mb / t, "peak_mib": peak_mib(cmd)}
 
 
 def main() -> None:
@@ -86,7 +85,7 @@ def main() -> None:
     plain_mb = os.path.getsize(plain) / 1e6
     print(f"trace: {plain} ({plain_mb:.1f} MB), gzipped {os.path.getsize(packed) / 1e6:.1f} MB; "
           f"{os.cpu_count()} CPUs; median of {args.repeat}")
-    print(f"{'input':8} {'what':26} {'seconds':>8} {'MB/s':>8} {'x floor':>8} {'peak RSS MiB':>13} {'x file':>7}")
+    print(f"{'input':8} {'what':26} {'seconds':>8} {'MB/s':>8} {'x floor':>8} {'peak MiB':>9} {'x file':>7}")
     for name, path in (("plain", plain), ("gzip", packed)):
         rows = [
             measure("phaseprof report --json", [py, "-m", "phaseprof.cli", "report", "--json", path], plain_mb,
@@ -98,8 +97,8 @@ def main() -> None:
         floor = rows[1]["seconds"]
         for r in rows:
             print(f"{name:8} {r['label']:26} {r['seconds']:8.3f} {r['mb_per_s']:8.1f} {r['seconds'] / floor:8.2f} "
-                  f"{r['peak_mib']:13.0f} {r['peak_mib'] * 2**20 / 1e6 / plain_mb:7.2f}")
-    print("MB/s and x file are relative to the uncompressed size.")
+                  f"{r['peak_mib']:9.0f} {r['peak_mib'] * 2**20 / 1e6 / plain_mb:7.2f}")
+    print("MB/s and x file are relative to the uncompressed size; peak MiB: PSS of the process tree.")
 
 
 if __name__ == "__main__":

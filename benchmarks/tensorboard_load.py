@@ -29,7 +29,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _measure import _tree_rss_kb  # noqa: E402
+from _measure import tree_kib  # noqa: E402
 from big_trace import CACHE, make  # noqa: E402
 
 PEER_VENV = os.path.join(CACHE, "tb-profiler-venv")
@@ -99,7 +99,7 @@ def phaseprof_load(trace: str) -> None:
         answered = server.poll("/data/plugin/phaseprof/steps?run=big", lambda b: len(json.loads(b)["steps"]) > 0)
         time.sleep(2)  # the loading pool shuts down when idle
         rss = server.rss_mib()
-        tree = _tree_rss_kb(server.proc.pid) / 1024
+        tree = tree_kib(server.proc.pid, "Rss:") / 1024
         print(f"phaseprof          start->listed {listed:6.2f} s   start->steps {answered:6.2f} s   "
               f"TensorBoard RSS {rss:5.0f} MiB = {rss / size:4.2f}x the {size:.0f} MiB file "
               f"(with its data server {tree:.0f} MiB)")

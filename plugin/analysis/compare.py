@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .steps import StepRef, ms
+from .steps import StepRef, ms, phase_table
 
 #: Per (phase, op name): calls, self host µs, host µs, self GPU µs, GPU µs.
 _FIELDS = ("calls", "self_cpu", "cpu", "self_gpu", "gpu")
@@ -21,14 +21,12 @@ def mean_step(refs: list[StepRef], phases: list[str]) -> dict:
     """Mean wall, host and GPU time per phase over ``refs``."""
     refs = [r for r in refs if not r.empty]
     n = max(len(refs), 1)
+    cpu = phase_table(refs, phases, "cpu_us").sum(axis=0) / n
+    gpu = phase_table(refs, phases, "gpu_us").sum(axis=0) / n
     return {
         "steps": [r.number for r in refs],
         "wall_ms": ms(sum(r.wall_us for r in refs) / n),
-        "phases": {
-            p: {"cpu_ms": ms(sum(r.phase_us(p) for r in refs) / n),
-                "gpu_ms": ms(sum(r.phase_us(p, gpu=True) for r in refs) / n)}
-            for p in phases
-        },
+        "phases": {p: {"cpu_ms": ms(cpu[j]), "gpu_ms": ms(gpu[j])} for j, p in enumerate(phases)},
     }
 
 

@@ -64,6 +64,7 @@ class Partition:
     step: np.ndarray  # int32 index into `steps`
     main_thread: int  # thread code of the thread that runs the loop
     process_threads: np.ndarray  # bool per thread code: a thread of the loop's process
+    marker_names: np.ndarray  # bool per name code: a phase range or step marker (not an op)
 
     def locate(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(step index, phase code) of each instant in ``ts``; -1 for instants outside every step."""
@@ -136,6 +137,7 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
         step=np.array(seg_step, dtype=np.int32),
         main_thread=main_thread,
         process_threads=process_threads,
+        marker_names=(name_phase >= 0) | (name_step >= 0),
     )
 
 

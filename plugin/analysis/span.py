@@ -14,7 +14,6 @@ import numpy as np
 
 from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
 from .model import Lanes, OpTable, SpanAnalysis
-from .names import range_phase, step_number
 from .nesting import Nesting, nest
 from .phases import Partition, partition
 
@@ -180,8 +179,8 @@ def _op_table(trace: Trace, n: Nesting, part: Partition, launch: _Launch) -> OpT
             at = np.flatnonzero((n.depth == d) & (gpu > 0))
             np.add.at(gpu, n.parent[at], gpu[at])
     step, phase = part.locate(n.ts)
-    skip = _range_or_step_names(trace, part)
-    keep = (step >= 0) & ((kind == OP) | (kind == ANNOTATION) | (kind == RUNTIME)) & ~skip[name]
+    # phase ranges and step markers are not ops: they *are* the phases and steps
+    keep = (step >= 0) & ((kind == OP) | (kind == ANNOTATION) | (kind == RUNTIME)) & ~part.marker_names[name]
     if len(n.thread):
         keep &= part.process_threads[n.thread]
     nn, ns, np_ = max(len(trace.names), 1), max(len(trace.shapes), 1), max(len(part.phases), 1)
@@ -222,13 +221,6 @@ def _groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inverse = np.empty(len(key), dtype=np.int64)
     inverse[order] = np.cumsum(first) - 1
     return ordered[first], inverse
-
-
-def _range_or_step_names(trace: Trace, part: Partition) -> np.ndarray:
-    """Names left out of op tables: step markers and phase ranges (they *are* the phases)."""
-    return np.array(
-        [range_phase(x) is not None or step_number(x) is not None for x in trace.names] or [False], dtype=bool
-    )
 
 
 def _lanes(trace: Trace, n: Nesting, part: Partition, launch: _Launch, dev_step: np.ndarray,

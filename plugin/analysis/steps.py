@@ -44,12 +44,6 @@ class StepRef:
     def empty(self) -> bool:
         return self.span.steps[self.index].empty
 
-    def phase_us(self, phase: str, gpu: bool = False) -> float:
-        if phase not in self.span.phases:
-            return 0.0
-        table = self.span.gpu_us if gpu else self.span.cpu_us
-        return float(table[self.index, self.span.phases.index(phase)])
-
 
 def phase_names(spans: list[SpanAnalysis]) -> list[str]:
     """Canonical phases, then user-named phases in order of first appearance."""
@@ -57,6 +51,22 @@ def phase_names(spans: list[SpanAnalysis]) -> list[str]:
     for span in spans:
         names += [p for p in span.phases if p not in names]
     return names
+
+
+def phase_table(refs: list[StepRef], phases: list[str], table: str, missing: float = 0.0) -> np.ndarray:
+    """One per-phase table of the spans (``cpu_us``, ``gpu_us``, ``gpu_idle_us`` or ``launches``) as
+    an array of ``len(refs)`` rows by ``phases``, phases aligned by name; ``missing`` where a span
+    lacks a phase."""
+    out = np.full((len(refs), len(phases)), missing, dtype=np.float64)
+    rows: dict[int, tuple[SpanAnalysis, list[int], list[int]]] = {}
+    for row, ref in enumerate(refs):
+        entry = rows.setdefault(id(ref.span), (ref.span, [], []))
+        entry[1].append(row)
+        entry[2].append(ref.index)
+    for span, at, index in rows.values():
+        columns = [phases.index(p) for p in span.phases]
+        out[np.ix_(at, columns)] = getattr(span, table)[index]
+    return out
 
 
 def step_refs(spans: list[SpanAnalysis]) -> list[StepRef]:
@@ -77,44 +87,53 @@ def verdict(cpu_us: float, idle_us: float, has_gpu: bool) -> str | None:
     return "balanced"
 
 
-def step_row(ref: StepRef, phases: list[str]) -> dict:
-    """The figures of one step: wall time, and host/GPU time, GPU idle and verdict per phase."""
-    span, i = ref.span, ref.index
-    step = span.steps[i]
-    out_phases = {}
-    for name in phases:
-        if name in span.phases:
-            j = span.phases.index(name)
-            cpu, gpu, idle, n = span.cpu_us[i, j], span.gpu_us[i, j], span.gpu_idle_us[i, j], span.launches[i, j]
-        else:
-            cpu = gpu = n = 0
-            idle = np.nan if not span.has_gpu else 0.0
-        out_phases[name] = {
-            "cpu_ms": ms(cpu),
-            "gpu_ms": ms(gpu),
-            "gpu_idle_ms": None if np.isnan(idle) else ms(idle),
-            "launches": int(n),
-            "verdict": verdict(cpu, idle, span.has_gpu),
-            "inferred": name in step.inferred,
-        }
-    idle = span.step_gpu_idle_us[i]
-    return {
-        "step": step.number,
-        "span": span.file,
-        "start_ms": ms(step.start),
-        "wall_ms": ms(step.end - step.start),
-        "gpu_ms": ms(span.step_gpu_us[i]),
-        "gpu_idle_ms": None if np.isnan(idle) else ms(idle),
-        "inferred": bool(step.inferred),
-        "inferred_phases": sorted(step.inferred),
-        "empty": step.empty,
-        "phases": out_phases,
-    }
-
-
 def step_rows(spans: list[SpanAnalysis]) -> list[dict]:
-    phases = phase_names(spans)
-    return [step_row(ref, phases) for ref in step_refs(spans)]
+    return rows_of(step_refs(spans), phase_names(spans))
+
+
+def rows_of(refs: list[StepRef], phases: list[str]) -> list[dict]:
+    """The figures of each step: wall time, and host/GPU time, GPU idle and verdict per phase."""
+    cpu = phase_table(refs, phases, "cpu_us")
+    idle = phase_table(refs, phases, "gpu_idle_us", missing=np.nan)
+    cpu_ms, gpu_ms, idle_ms = (_ms_list(t) for t in (cpu, phase_table(refs, phases, "gpu_us"), idle))
+    launches = phase_table(refs, phases, "launches").astype(np.int64).tolist()
+    rows = []
+    for k, ref in enumerate(refs):
+        span, i = ref.span, ref.index
+        step = span.steps[i]
+        out_phases = {
+            name: {
+                "cpu_ms": cpu_ms[k][j],
+                "gpu_ms": gpu_ms[k][j],
+                "gpu_idle_ms": idle_ms[k][j],
+                "launches": launches[k][j],
+                "verdict": verdict(cpu[k, j], idle[k, j], span.has_gpu),
+                "inferred": name in step.inferred,
+            }
+            for j, name in enumerate(phases)
+        }
+        step_idle = span.step_gpu_idle_us[i]
+        rows.append({
+            "step": step.number,
+            "span": span.file,
+            "start_ms": ms(step.start),
+            "wall_ms": ms(step.end - step.start),
+            "gpu_ms": ms(span.step_gpu_us[i]),
+            "gpu_idle_ms": None if np.isnan(step_idle) else ms(step_idle),
+            "inferred": bool(step.inferred),
+            "inferred_phases": sorted(step.inferred),
+            "empty": step.empty,
+            "phases": out_phases,
+        })
+    return rows
+
+
+def _ms_list(us: np.ndarray) -> list[list[float | None]]:
+    """µs -> ms rounded to the µs, as nested lists; NaN (no GPU) -> None."""
+    out = np.round(us / 1000.0, 3).tolist()
+    if np.isnan(us).any():
+        out = [[None if v != v else v for v in row] for row in out]
+    return out
 
 
 def find_step(spans: list[SpanAnalysis], number: int) -> StepRef | None:
@@ -147,7 +166,7 @@ def op_rows(span: SpanAnalysis, rows: slice | np.ndarray, limit: int | None = No
 def step_detail(ref: StepRef, phases: list[str], op_limit: int | None = None) -> dict:
     """One step in full: its row, the ops of each phase, memory per phase, and its swimlanes."""
     span, i = ref.span, ref.index
-    row = step_row(ref, phases)
+    (row,) = rows_of([ref], phases)
     rows = span.ops.rows(i)
     phase_of_row = span.ops.phase[rows]
     ops = {}

@@ -15,7 +15,7 @@ from phaseprof.contract import BACKWARD, DATA, FORWARD, OPTIMIZER, OTHER
 
 from .compare import compare, grew_most, median_ref, op_means
 from .model import SpanAnalysis
-from .steps import StepRef, ms, phase_names, step_refs
+from .steps import StepRef, ms, phase_names, phase_table, step_refs
 
 #: A step this many times slower than the median is an outlier.
 OUTLIER_FACTOR = 1.5
@@ -46,13 +46,15 @@ def summarize(spans: list[SpanAnalysis], top: int = 10) -> dict:
         return out
     walls = [r.wall_us for r in full]
     mean_wall = sum(walls) / len(walls)
-    means = {}
-    for p in phases:
-        cpu = sum(r.phase_us(p) for r in full) / len(full)
-        gpu = sum(r.phase_us(p, gpu=True) for r in full) / len(full)
-        idle = _mean_idle(full, p)
-        means[p] = {"cpu_ms": ms(cpu), "gpu_ms": ms(gpu), "gpu_idle_ms": None if idle is None else ms(idle),
-                    "share": round(cpu / mean_wall, 4) if mean_wall else 0.0}
+    cpu = phase_table(full, phases, "cpu_us").mean(axis=0)
+    gpu = phase_table(full, phases, "gpu_us").mean(axis=0)
+    on_gpu = [r for r in full if r.span.has_gpu]
+    idle = phase_table(on_gpu, phases, "gpu_idle_us").mean(axis=0) if on_gpu else [None] * len(phases)
+    means = {
+        p: {"cpu_ms": ms(cpu[j]), "gpu_ms": ms(gpu[j]), "gpu_idle_ms": None if idle[j] is None else ms(idle[j]),
+            "share": round(float(cpu[j]) / mean_wall, 4) if mean_wall else 0.0}
+        for j, p in enumerate(phases)
+    }
     median = statistics.median(walls)
     dominant = max((p for p in phases if p != OTHER), key=lambda p: means[p]["cpu_ms"] + means[p]["gpu_ms"],
                    default=OTHER)
@@ -71,12 +73,6 @@ def summarize(spans: list[SpanAnalysis], top: int = 10) -> dict:
     )
     out["findings"] = findings(out, full)
     return out
-
-
-def _mean_idle(refs: list[StepRef], phase: str) -> float | None:
-    values = [float(r.span.gpu_idle_us[r.index, r.span.phases.index(phase)]) for r in refs
-              if r.span.has_gpu and phase in r.span.phases]
-    return sum(values) / len(values) if values else None
 
 
 def _slowest(slowest: StepRef, typical: StepRef | None, why: dict | None) -> dict:
