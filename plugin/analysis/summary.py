@@ -109,6 +109,13 @@ def findings(summary: dict, refs: list[StepRef]) -> list[str]:
     means = summary["mean"]
     wall = summary["mean_wall_ms"]
     share = {p: v["share"] for p, v in means.items()}
+    dominant = summary["dominant_phase"]
+    if summary["top_ops"] and dominant != OTHER:
+        top = summary["top_ops"][0]
+        on_gpu = summary["gpu"] and top["self_gpu_ms"] > 0
+        cost = f"{top['self_gpu_ms']:.2f} ms of GPU" if on_gpu else f"{top['self_cpu_ms']:.2f} ms of its own host time"
+        out.append(f"{dominant} is the largest phase ({share.get(dominant, 0):.0%} of the step's host time); "
+                   f"its top op is {top['name']} ({cost} per step)")
     if share.get(DATA, 0) >= DATA_SHARE:
         out.append(
             f"data loading is {share[DATA]:.0%} of the step ({means[DATA]['cpu_ms']:.2f} ms of {wall:.2f} ms): "

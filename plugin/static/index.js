@@ -456,6 +456,11 @@ tr.total td {
   font-size: 12px;
 }
 
+/* In a half-width card, long op names give way to the figures (the full name is the title). */
+.columns .op {
+  max-width: 240px;
+}
+
 .shapes,
 .file {
   display: inline-block;
