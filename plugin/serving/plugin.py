@@ -12,7 +12,8 @@ import os
 import threading
 
 import msgspec
-from tensorboard import errors
+from tensorboard import context as tb_context
+from tensorboard import errors, plugin_util
 from tensorboard.backend import http_util
 from tensorboard.data import provider
 from tensorboard.plugins import base_plugin
@@ -221,8 +222,6 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
     # --- scalars ----------------------------------------------------------------------------------
 
     def _phase_scalars(self, environ, run: str) -> dict[str, list[tuple[int, float]]]:
-        from tensorboard import plugin_util
-
         if self._data_provider is None:
             return {}
         ctx = plugin_util.context(environ)
@@ -241,8 +240,6 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         """Whether any run holds phaseprof scalars (a run profiled before its first trace)."""
         if self._data_provider is None:
             return False
-        from tensorboard import context as tb_context
-
         try:
             listing = self._data_provider.list_scalars(tb_context.RequestContext(), experiment_id="",
                                                        plugin_name="scalars")
