@@ -95,3 +95,41 @@ def test_python_api_returns_what_json_prints(shared_traces):
 
     path = str(shared_traces / "cpu" / "base")
     assert json.loads(report(path, "--json").stdout) == json.loads(json.dumps(analyze(path)))
+
+
+def _big_trace(path, steps=150, ops=200):
+    """A trace of several MB: steps of many small ops."""
+    events = []
+    for s in range(steps):
+        t0 = s * 10_000
+        events.append(step(s, t0, 10_000))
+        events += [op("aten::add", t0 + 10 + 40 * k, 30, **{"Input Dims": [[64, 64], [64, 64]]}) for k in range(ops)]
+    return write_trace(path, events)
+
+
+def test_progress_bar_only_when_stderr_is_a_terminal(tmp_path):
+    import os
+    import pty
+
+    trace = _big_trace(tmp_path / "big.1.pt.trace.json")
+    assert trace.stat().st_size > 4 << 20
+    plain = report(str(trace), "--json")
+    assert plain.returncode == 0 and plain.stderr == ""  # stderr is a pipe here: no bar
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "phaseprof.cli", "report", "--json", str(trace)],
+                            stdout=subprocess.PIPE, stderr=follower, env={"PATH": "/usr/bin:/bin", "TERM": "xterm"})
+    os.close(follower)
+    out, _ = proc.communicate(timeout=120)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(leader, 1 << 16)
+        except OSError:
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(leader)
+    assert proc.returncode == 0
+    assert json.loads(out)["runs"]  # stdout stays clean JSON
+    assert b"reading big.1.pt.trace.json" in drawn
