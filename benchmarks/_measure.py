@@ -49,17 +49,17 @@ def _env() -> dict:
     return env
 
 
-def timed(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+def timed(cmd: list[str], cwd: str | None = None) -> tuple[float, subprocess.CompletedProcess]:
     """Run ``cmd``; (seconds, result)."""
     start = time.perf_counter()
-    result = subprocess.run(cmd, capture_output=True, env=_env())
+    result = subprocess.run(cmd, capture_output=True, env=_env(), cwd=cwd)
     return time.perf_counter() - start, result
 
 
-def peak_mib(cmd: list[str], every: float = 0.01) -> float:
+def peak_mib(cmd: list[str], cwd: str | None = None, every: float = 0.01) -> float:
     """Run ``cmd``; the peak PSS of its process tree in MiB."""
     peak = 0
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=cwd)
     done = threading.Event()
 
     def sample() -> None:

@@ -65,14 +65,15 @@ with opener(sys.argv[1], "rb") as fh:
 
 
 def measure(label: str, cmd: list[str], size_mb: float, repeat: int) -> dict:
+    cwd = os.path.dirname(cmd[-1])  # not the checkout, whose phaseprof/ folder would shadow the install
     times = []
     for _ in range(repeat):
-        seconds, result = timed(cmd)
+        seconds, result = timed(cmd, cwd)
         if result.returncode != 0:
             raise SystemExit(f"{label} failed: {result.stderr.decode()[-2000:]}")
         times.append(seconds)
     t = median(times)
-    return {"label": label, "seconds": t, "mb_per_s": size_mb / t, "peak_mib": peak_mib(cmd)}
+    return {"label": label, "seconds": t, "mb_per_s": size_mb / t, "peak_mib": peak_mib(cmd, cwd)}
 
 
 def main() -> None:
@@ -82,14 +83,15 @@ def main() -> None:
     args = parser.parse_args()
     plain, packed = make()
     py = sys.executable
+    # the console script users run, installed beside this Python
+    phaseprof = os.path.join(os.path.dirname(py), "phaseprof")
     plain_mb = os.path.getsize(plain) / 1e6
     print(f"trace: {plain} ({plain_mb:.1f} MB), gzipped {os.path.getsize(packed) / 1e6:.1f} MB; "
           f"{os.cpu_count()} CPUs; median of {args.repeat}")
     print(f"{'input':8} {'what':26} {'seconds':>8} {'MB/s':>8} {'x floor':>8} {'peak MiB':>9} {'x file':>7}")
     for name, path in (("plain", plain), ("gzip", packed)):
         rows = [
-            measure("phaseprof report --json", [py, "-m", "phaseprof.cli", "report", "--json", path], plain_mb,
-                    args.repeat),
+            measure("phaseprof report --json", [phaseprof, "report", "--json", path], plain_mb, args.repeat),
             measure("typed-decode floor", [py, "-c", FLOOR, path], plain_mb, args.repeat),
         ]
         if not args.skip_json_load:

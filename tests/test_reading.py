@@ -174,7 +174,7 @@ def _rows(trace, columns):
     """Events of one column group as tuples, with codes replaced by what they stand for."""
     group = getattr(trace, columns)
     decoded = []
-    for field in group.__dataclass_fields__:
+    for field in group.__struct_fields__:
         values = getattr(group, field).tolist()
         if field == "name":
             values = [trace.names[v] for v in values]

@@ -6,16 +6,14 @@ steps × phases and by distinct ops, not by events. It pickles cheaply between p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+import msgspec
 import numpy as np
 
 from .phases import Step
 
 
-@dataclass
-class OpTable:
-    """Ops aggregated per (step, phase, name, input shapes), sorted by step, phase, total time desc.
+class OpTable(msgspec.Struct):
+    """Ops aggregated per (step, phase, name, input shapes), in step then phase order.
 
     Host operators, annotations that are not phase ranges, and runtime calls; CPU times in µs.
     ``self_gpu_us`` is the device time of the kernels, copies and sets the op launched itself (through
@@ -37,8 +35,7 @@ class OpTable:
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
 
 
-@dataclass
-class Lanes:
+class Lanes(msgspec.Struct):
     """A swimlane picture per step: host threads with phase bands, GPU streams by launching phase."""
 
     labels: list[str]  # lane names; lane 0 is the loop's thread
@@ -52,8 +49,7 @@ class Lanes:
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
 
 
-@dataclass
-class SpanAnalysis:
+class SpanAnalysis(msgspec.Struct):
     """The analysis of one trace file."""
 
     file: str  # file name (relative to its run)
@@ -76,7 +72,7 @@ class SpanAnalysis:
     has_gpu: bool
     rank: int | None = None
     world_size: int | None = None
-    gpu_names: list[str] = field(default_factory=list)  # of the GPUs with activity in the trace
+    gpu_names: list[str] = msgspec.field(default_factory=list)  # of the GPUs with activity in the trace
     #: Device time whose launch was found in no step (e.g. work launched before the first step).
     unattributed_gpu_us: float = 0.0
     #: Malformed events skipped while reading: how many, and the first one.

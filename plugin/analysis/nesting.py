@@ -8,21 +8,22 @@ ended by its start", and its parent is the closest earlier event one level up.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from ..reading.events import HostEvents
 
 
-@dataclass
-class Nesting:
+class Nesting(msgspec.Struct):
     """Host events in (thread, start, longest-first) order, with their nesting."""
 
     order: np.ndarray  # indices into the original HostEvents, in sorted order
     ts: np.ndarray
     end: np.ndarray
     thread: np.ndarray
+    name: np.ndarray  # the events' name codes, kinds and input shapes, in this order too
+    kind: np.ndarray
+    shapes: np.ndarray
     depth: np.ndarray  # 0 = top level on its thread
     parent: np.ndarray  # index into this sorted order, -1 for top level
     self_us: np.ndarray  # duration minus direct children's durations
@@ -51,6 +52,9 @@ def nest(host: HostEvents) -> Nesting:
         ts=ts,
         end=end,
         thread=thread,
+        name=host.name[order],
+        kind=host.kind[order],
+        shapes=host.shapes[order],
         depth=depth,
         parent=parent,
         self_us=dur - children_us,

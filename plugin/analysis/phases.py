@@ -17,8 +17,7 @@ Gradient accumulation gives several forward/backward segments per step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+import msgspec
 import numpy as np
 
 from phaseprof.contract import BACKWARD, FORWARD, OTHER, PHASES
@@ -34,8 +33,7 @@ EXPLICIT = 1  # tiers: a range in the trace beats an inferred one wherever they 
 INFERRED = 0
 
 
-@dataclass
-class Step:
+class Step(msgspec.Struct):
     """One step's host window (µs, trace clock)."""
 
     number: int
@@ -45,15 +43,14 @@ class Step:
     #: that ended inside the profiler's active window.
     events: int = 0
     #: Phases of this step that were inferred from ops rather than marked by ranges.
-    inferred: set[str] = field(default_factory=set)
+    inferred: set[str] = msgspec.field(default_factory=set)
 
     @property
     def empty(self) -> bool:
         return self.events == 0
 
 
-@dataclass
-class Partition:
+class Partition(msgspec.Struct):
     """The phase segments of all steps in time order; every step is covered without gaps."""
 
     steps: list[Step]
@@ -77,8 +74,8 @@ class Partition:
 def partition(trace: Trace, nest: Nesting) -> Partition:
     """Find the steps of ``trace`` and split each into phase segments."""
     names = trace.names
-    name_sorted = trace.host.name[nest.order]
-    kind_sorted = trace.host.kind[nest.order]
+    name_sorted = nest.name
+    kind_sorted = nest.kind
     phases = list(PHASES)
     code_of = {p: i for i, p in enumerate(phases)}
     name_phase = np.full(len(names), -1, dtype=np.int32)
@@ -197,8 +194,7 @@ class _Events:
         return [slice(a, b) for a, b in zip(lo, hi)]
 
 
-@dataclass
-class _Context:
+class _Context(msgspec.Struct):
     ranges: _Events  # phase ranges
     autograd: _Events  # ops run by the autograd engine
     main_top: _Events  # top-level events of the loop's thread within a step

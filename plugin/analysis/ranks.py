@@ -7,7 +7,8 @@ steps take longest (and the phase where it loses the time) is where to look.
 from __future__ import annotations
 
 import re
-import statistics
+
+import numpy as np
 
 from .compare import mean_step
 from .model import SpanAnalysis
@@ -39,8 +40,8 @@ def ranks(workers: dict[str, list[SpanAnalysis]]) -> dict:
     timed = [r for r in rows if r["steps"]]
     if len(timed) >= 2:
         slow = max(timed, key=lambda r: r["wall_ms"])
-        median_wall = statistics.median(r["wall_ms"] for r in timed)
-        gaps = {p: slow["phases"][p]["cpu_ms"] - statistics.median(r["phases"][p]["cpu_ms"] for r in timed)
+        median_wall = float(np.median([r["wall_ms"] for r in timed]))
+        gaps = {p: slow["phases"][p]["cpu_ms"] - float(np.median([r["phases"][p]["cpu_ms"] for r in timed]))
                 for p in phases}
         phase = max(gaps, key=gaps.get)
         out["straggler"] = {

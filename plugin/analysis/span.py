@@ -93,13 +93,13 @@ class _Launch:
 
 def _launches(trace: Trace, n: Nesting) -> _Launch:
     dev = trace.device
-    kind_sorted = trace.host.kind[n.order]
-    corr_sorted = trace.host.corr[n.order]
-    rt = np.flatnonzero((kind_sorted == RUNTIME) & (corr_sorted >= 0))
+    rt = np.flatnonzero(n.kind == RUNTIME)
+    corr = trace.host.corr[n.order[rt]]
+    rt, corr = rt[corr >= 0], corr[corr >= 0]
     runtime = np.full(len(dev), -1, dtype=np.int64)
     if len(rt) and len(dev):
-        by_corr = rt[np.argsort(corr_sorted[rt], kind="stable")]
-        keys = corr_sorted[by_corr]
+        by = np.argsort(corr, kind="stable")
+        by_corr, keys = rt[by], corr[by]
         pos = np.minimum(np.searchsorted(keys, dev.corr), len(keys) - 1)
         found = (keys[pos] == dev.corr) & (dev.corr >= 0)
         runtime[found] = by_corr[pos[found]]
@@ -162,10 +162,7 @@ def _memory(trace: Trace, part: Partition, shape2: tuple[int, int]) -> tuple[np.
 
 
 def _op_table(trace: Trace, n: Nesting, part: Partition, launch: _Launch) -> OpTable:
-    host = trace.host
-    name = host.name[n.order]
-    kind = host.kind[n.order]
-    shapes = host.shapes[n.order]
+    name, kind, shapes = n.name, n.kind, n.shapes
     # Device time belongs to the op that made the runtime call launching it ("self"), and through
     # it to that op's ancestors. A runtime call outside any op keeps it itself.
     self_gpu = np.zeros(len(n.ts))
@@ -183,44 +180,38 @@ def _op_table(trace: Trace, n: Nesting, part: Partition, launch: _Launch) -> OpT
     keep = (step >= 0) & ((kind == OP) | (kind == ANNOTATION) | (kind == RUNTIME)) & ~part.marker_names[name]
     if len(n.thread):
         keep &= part.process_threads[n.thread]
-    nn, ns, np_ = max(len(trace.names), 1), max(len(trace.shapes), 1), max(len(part.phases), 1)
-    key = ((step[keep].astype(np.int64) * np_ + phase[keep]) * nn + name[keep]) * ns + shapes[keep]
-    unique, inverse = _groups(key)
+    # Group by (step, op) where an op is (phase, name, input shapes): both through dense counts,
+    # linear in the number of events (a sort would not be).
+    nn, ns = max(len(trace.names), 1), max(len(trace.shapes), 1)
+    combos, combo = _dense((phase[keep].astype(np.int64) * nn + name[keep]) * ns + shapes[keep])
+    unique, inverse = _dense(step[keep].astype(np.int64) * max(len(combos), 1) + combo)
     count = len(unique)
-    calls = np.bincount(inverse, minlength=count)
-    self_us = np.bincount(inverse, weights=n.self_us[keep], minlength=count)
-    total_us = np.bincount(inverse, weights=(n.end - n.ts)[keep], minlength=count)
-    self_gpu_us = np.bincount(inverse, weights=self_gpu[keep], minlength=count)
-    gpu_us = np.bincount(inverse, weights=gpu[keep], minlength=count)
-    u_shapes = unique % ns
-    rest = unique // ns
-    u_name = rest % nn
-    rest //= nn
-    u_phase = rest % np_
-    u_step = rest // np_
-    order = np.lexsort((-total_us, u_phase, u_step))
+    u_combo = combos[unique % max(len(combos), 1)]
     return OpTable(
-        step=u_step[order].astype(np.int32),
-        phase=u_phase[order].astype(np.int32),
-        name=u_name[order].astype(np.int32),
-        shapes=u_shapes[order].astype(np.int32),
-        calls=calls[order],
-        self_us=self_us[order],
-        total_us=total_us[order],
-        self_gpu_us=self_gpu_us[order],
-        gpu_us=gpu_us[order],
+        step=(unique // max(len(combos), 1)).astype(np.int32),
+        phase=(u_combo // (nn * ns)).astype(np.int32),
+        name=(u_combo // ns % nn).astype(np.int32),
+        shapes=(u_combo % ns).astype(np.int32),
+        calls=np.bincount(inverse, minlength=count),
+        self_us=np.bincount(inverse, weights=n.self_us[keep], minlength=count),
+        total_us=np.bincount(inverse, weights=(n.end - n.ts)[keep], minlength=count),
+        self_gpu_us=np.bincount(inverse, weights=self_gpu[keep], minlength=count),
+        gpu_us=np.bincount(inverse, weights=gpu[keep], minlength=count),
     )
 
 
-def _groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(key, return_inverse=True)``, faster on keys that arrive mostly in order (a stable
-    sort runs in near-linear time on them)."""
-    order = np.argsort(key, kind="stable")
-    ordered = key[order]
-    first = np.r_[True, ordered[1:] != ordered[:-1]] if len(key) else np.zeros(0, bool)
-    inverse = np.empty(len(key), dtype=np.int64)
-    inverse[order] = np.cumsum(first) - 1
-    return ordered[first], inverse
+def _dense(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(key, return_inverse=True)`` for non-negative keys, by counting rather than
+    sorting when the key range is small enough to count over."""
+    if not len(key):
+        return key, key
+    if key.max() < (1 << 26):
+        present = np.bincount(key) > 0
+        unique = np.flatnonzero(present)
+        index = np.cumsum(present) - 1
+        return unique, index[key]
+    unique, inverse = np.unique(key, return_inverse=True)
+    return unique, inverse.ravel()
 
 
 def _lanes(trace: Trace, n: Nesting, part: Partition, launch: _Launch, dev_step: np.ndarray,

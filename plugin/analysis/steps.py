@@ -6,8 +6,7 @@ the user's own; host phase times add up to the step's wall time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from phaseprof.contract import PHASES
@@ -24,8 +23,7 @@ def ms(us: float) -> float:
     return round(float(us) / 1000.0, 3)
 
 
-@dataclass(frozen=True)
-class StepRef:
+class StepRef(msgspec.Struct, frozen=True):
     """One step of a worker: which span holds it and where."""
 
     span: SpanAnalysis
@@ -144,9 +142,10 @@ def find_step(spans: list[SpanAnalysis], number: int) -> StepRef | None:
 
 
 def op_rows(span: SpanAnalysis, rows: slice | np.ndarray, limit: int | None = None) -> list[dict]:
-    """Op table rows as dicts, in the table's order (total time, descending)."""
+    """Op table rows as dicts, by total host time, descending."""
     t = span.ops
     idx = np.arange(len(t.step))[rows]
+    idx = idx[np.argsort(-t.total_us[idx], kind="stable")]
     if limit is not None:
         idx = idx[:limit]
     return [

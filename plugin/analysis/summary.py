@@ -7,8 +7,6 @@ numbers; each names the figure it rests on.
 
 from __future__ import annotations
 
-import statistics
-
 import numpy as np
 
 from phaseprof.contract import BACKWARD, DATA, FORWARD, OPTIMIZER, OTHER
@@ -55,7 +53,7 @@ def summarize(spans: list[SpanAnalysis], top: int = 10) -> dict:
             "share": round(float(cpu[j]) / mean_wall, 4) if mean_wall else 0.0}
         for j, p in enumerate(phases)
     }
-    median = statistics.median(walls)
+    median = float(np.median(walls))
     dominant = max((p for p in phases if p != OTHER), key=lambda p: means[p]["cpu_ms"] + means[p]["gpu_ms"],
                    default=OTHER)
     slowest = max(full, key=lambda r: r.wall_us)

@@ -10,6 +10,7 @@ counted on the `Trace` so that one bad event does not hide a whole file.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import gzip
@@ -483,6 +484,23 @@ def _fork_is_safe() -> bool:
     return hasattr(os, "fork") and threading.active_count() == 1
 
 
+#: Children of earlier splits that sent their half and may not have exited yet.
+_exited: list[int] = []
+
+
+def _reap(block: bool = False) -> None:
+    for pid in list(_exited):
+        try:
+            done, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            _exited.remove(pid)
+
+
+atexit.register(_reap, True)
+
+
 def _halfway(buf, start: int, samples: int = 32, window: int = 1 << 15) -> int:
     """The offset that splits the decoding work in two halves.
 
@@ -511,6 +529,7 @@ def _decode_in_two(buf, start: int, shapes: bool) -> list[_Part] | None:
     again: the first half ends ``}]}``, the second starts ``{"traceEvents":[{``. A split that did not
     land between two events then fails to decode, and the caller decodes the file in one process.
     """
+    _reap()
     middle = _halfway(buf, start)
     m = _BOUNDARY.search(buf, middle, min(len(buf), middle + (1 << 20)))
     if m is None:
@@ -551,10 +570,11 @@ def _decode_in_two(buf, start: int, shapes: bool) -> list[_Part] | None:
         buf[comma : brace + 1] = saved
     with os.fdopen(read_fd, "rb") as inp:
         payload = inp.read()
-    _, status = os.waitpid(pid, 0)
-    if failed or status != 0 or not payload:
+    if failed or not payload:
+        os.waitpid(pid, 0)
         return None
     second: _Part = pickle.loads(payload)
+    _exited.append(pid)  # tearing down its memory takes the child a while: reaped later
     if first.rank is None:
         first.rank, first.world_size = second.rank, second.world_size
     first.gpu_names = first.gpu_names or second.gpu_names

@@ -10,7 +10,8 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
-from dataclasses import dataclass, field
+
+import msgspec
 
 from phaseprof.contract import EVENT_FILE_MARKER, JSON_FILE_RE, TRACE_FILE_RE
 
@@ -18,8 +19,7 @@ from phaseprof.contract import EVENT_FILE_MARKER, JSON_FILE_RE, TRACE_FILE_RE
 _SNIFF_BYTES = 4096
 
 
-@dataclass(frozen=True)
-class TraceFile:
+class TraceFile(msgspec.Struct, frozen=True):
     run: str  # directory relative to the root, "." for the root itself
     worker: str
     path: str  # absolute, real path
@@ -28,11 +28,10 @@ class TraceFile:
     mtime_ns: int
 
 
-@dataclass
-class Run:
+class Run(msgspec.Struct):
     name: str
     path: str
-    files: list[TraceFile] = field(default_factory=list)
+    files: list[TraceFile] = msgspec.field(default_factory=list)
     has_scalars: bool = False  # holds TensorBoard event files (per-step timings)
 
     @property

@@ -7,8 +7,7 @@ numbers and let the analysis work on whole arrays at once. Strings appear once, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+import msgspec
 import numpy as np
 
 # Host event kinds (HostEvents.kind).
@@ -32,8 +31,7 @@ def memory_device_label(device_type: int, device_id: int) -> str:
     return kind if device_id < 0 or kind == "cpu" else f"{kind}:{device_id}"
 
 
-@dataclass
-class HostEvents:
+class HostEvents(msgspec.Struct):
     """Complete (`X`) host events: operators, annotations and runtime calls.
 
     ``thread`` indexes ``Trace.threads``; ``name`` indexes ``Trace.names``; ``shapes`` indexes
@@ -52,8 +50,7 @@ class HostEvents:
         return len(self.ts)
 
 
-@dataclass
-class DeviceEvents:
+class DeviceEvents(msgspec.Struct):
     """GPU activity: kernels, memcpys, memsets. ``corr`` links each to the runtime call that launched it."""
 
     ts: np.ndarray  # float64 µs
@@ -68,8 +65,7 @@ class DeviceEvents:
         return len(self.ts)
 
 
-@dataclass
-class MemoryEvents:
+class MemoryEvents(msgspec.Struct):
     """`[memory]` instant events: each allocation (+bytes) or free (-bytes) and the total after it."""
 
     ts: np.ndarray  # float64 µs
@@ -81,8 +77,7 @@ class MemoryEvents:
         return len(self.ts)
 
 
-@dataclass
-class Thread:
+class Thread(msgspec.Struct):
     """One host thread: its process and label (from `thread_name` metadata when present)."""
 
     pid: int | str
@@ -90,8 +85,7 @@ class Thread:
     label: str
 
 
-@dataclass
-class Trace:
+class Trace(msgspec.Struct):
     """One decoded trace file (a span): events as columns plus what the file says about itself."""
 
     path: str
@@ -104,7 +98,7 @@ class Trace:
     memory_devices: list[str]
     rank: int | None = None
     world_size: int | None = None
-    gpu_names: list[str] = field(default_factory=list)
+    gpu_names: list[str] = msgspec.field(default_factory=list)
     #: Events skipped as malformed: count and a one-line description of the first.
     skipped: int = 0
     first_problem: str = ""

@@ -16,7 +16,8 @@ import multiprocessing
 import os
 import threading
 import time
-from dataclasses import dataclass
+
+import msgspec
 
 from ..analysis.model import SpanAnalysis
 from ..reading.decode import TraceError
@@ -28,8 +29,7 @@ logger = logging.getLogger(__name__)
 PENDING, LOADING, READY, ERROR = "pending", "loading", "ready", "error"
 
 
-@dataclass
-class Span:
+class Span(msgspec.Struct):
     """One trace file and where its loading stands."""
 
     file: TraceFile
