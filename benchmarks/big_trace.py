@@ -1,6 +1,6 @@
 """Make (once) the large real trace the speed benchmarks read: >= 150 MB of Kineto JSON.
 
-The seed's MNIST CNN on CPU, batch 64, ``record_shapes`` and ``profile_memory`` on, with
+PyTorch's MNIST example CNN on CPU, batch 64, ``record_shapes`` and ``profile_memory`` on, with
 Forward/Backward ranges, profiled for a fixed number of active steps: the same events every time
 (timings differ, so the byte size varies by a few hundred bytes). Cached under benchmarks/.cache/.
 
@@ -15,7 +15,7 @@ import shutil
 import sys
 
 CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache")
-ACTIVE_STEPS = 330  # ~159 MB: 4.9 MB per 10 steps, see design.md §6
+ACTIVE_STEPS = 330  # ~159 MB: 4.9 MB per 10 steps, measured
 MIN_BYTES = 150 * 10**6
 
 

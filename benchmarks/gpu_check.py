@@ -3,7 +3,7 @@ phase times against the trace's attribution of the same steps, and proof that no
 
     python benchmarks/gpu_check.py [--rounds 5]
 
-1. Overhead: the hook's cost per step and the seed CNN (batch 64) A/B, on ``cuda``, as in hook_overhead.py.
+1. Overhead: the hook's cost per step and the MNIST CNN (batch 64) A/B, on ``cuda``, as in hook_overhead.py.
 2. GPU time per phase, two ways, for each profiled step: the CUDA events of the always-on timing
    (``phaseprof/<phase>_gpu_ms``: stream time between phase boundaries, idle gaps included) and the
    trace analysis (``phaseprof.analyze``: device time of the kernels each phase launched).

@@ -16,10 +16,10 @@ schedule and settings, target <= 2% (the step that exports the trace is left out
    every hook — data, zero_grad, forward, backward, optimizer step — and on an empty step
    (``prof.step()`` alone). The own cost target is <= 30 µs. Plus the CPU time per step of the
    recorder thread, which builds and writes the scalars in the background (from /proc).
-2. The seed CNN (`MnistNet`, batch 64, Adadelta, one torch thread), A/B directly. Its steps vary by
+2. The MNIST CNN (`MnistNet`, batch 64, Adadelta, one torch thread), A/B directly. Its steps vary by
    several percent from one run to the next on a shared machine (the range shows it), more than
    the 1% to resolve; the cost per step does not depend on what the step computes, so (1) divided
-   by the seed CNN's median step bounds the overhead more tightly.
+   by the MNIST CNN's median step bounds the overhead more tightly.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def seed_cnn(rounds: int, device: str = "cpu") -> tuple[list[str], float]:
         "raw torch.profiler, active": raw_profiler(wait=0, warmup=warm, active=window),
         "active window": phaseprof(wait=0, warmup=warm, active=window),
     }, steps=warm + window, keep=slice(warm, warm + window - 1), rounds=rounds)  # the last one exports
-    rows = [f"| seed CNN, {device}, batch 64 | median step | vs | ratio [range over rounds] | target |",
+    rows = [f"| MNIST CNN, {device}, batch 64 | median step | vs | ratio [range over rounds] | target |",
             "|---|---:|---|---:|---:|"]
     for name, ref, target in [("timing only (after the window)", "bare", 1.01), ("wait phase", "bare", 1.01),
                               ("active window", "raw torch.profiler, active", 1.02)]:
@@ -173,7 +173,7 @@ def hook_cost(rounds: int, seed_step_us: float, device: str = "cpu") -> list[str
         "active window": phaseprof(wait=0, warmup=warm, active=window),
     }, steps=warm + window, keep=slice(warm, warm + window - 1), rounds=rounds)
     runs |= step_only(rounds, steps, keep=slice(warm, None))
-    rows = [f"| {device} | reference step | cost per step [range over rounds] | target | share of the seed CNN's "
+    rows = [f"| {device} | reference step | cost per step [range over rounds] | target | share of the MNIST CNN's "
             f"step ({seed_step_us / 1e3:.1f} ms) | target |", "|---|---:|---:|---:|---:|---:|"]
     for label, name, ref, target_us, target_share in [
             ("empty step (`prof.step()` alone) vs an empty loop", "prof.step() alone", "empty loop", 30, None),

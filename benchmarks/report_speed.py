@@ -1,12 +1,12 @@
 """How fast `phaseprof report --json` reads a >= 150 MB trace, against the typed-decode floor and
-json.load, measured side by side in one run (each in its own process, median of 3).
+json.load, measured side by side in one run (each in its own process, median of --repeat runs).
 
     python benchmarks/report_speed.py [--repeat 3]
 
-The floor decodes the same file into msgspec structs holding only the fields of design.md §3 (ph,
-cat, name, pid, tid, ts, dur, id, and the args External id, correlation, Bytes, Total Allocated,
+The floor decodes the same file into msgspec structs holding only the core fields of a trace event
+(ph, cat, name, pid, tid, ts, dur, id, and the args External id, correlation, Bytes, Total Allocated,
 Device Type, Device Id), with the garbage collector off: no analysis at all. Targets: report end to
-end >= 250 MB/s on the plain file and <= 2.5x the floor on both files; peak RSS <= 3x the file size.
+end >= 250 MB/s on the plain file and <= 2.5x the floor on both files; peak memory <= 3x the file size.
 """
 
 from __future__ import annotations

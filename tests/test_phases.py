@@ -1,4 +1,4 @@
-"""Phase definitions on hand-built traces: each test sets up one situation design.md §4 names."""
+"""Phase definitions on hand-built traces: each test sets up one situation the phase definitions name."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def test_backward_on_cuda_ends_when_the_loop_thread_resumes_not_at_the_last_auto
 
 
 def test_self_time_subtracts_direct_children_only(tmp_path):
-    # The seed's example: relu_ spends most of its time in its child threshold_.
+    # PyTorch's profiler recipe example: relu_ spends most of its time in its child threshold_.
     span = analyse(tmp_path, [
         step(1, 0, 1_000),
         annotation("phaseprof::forward", 0, 1_000),

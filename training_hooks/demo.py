@@ -1,6 +1,6 @@
 """`phaseprof demo`: two profiled runs to open in TensorBoard, on synthetic data (nothing to download).
 
-1. ``train_mnist_cnn``: the seed's MNIST CNN trained with Adadelta (lr 1.0) and StepLR (gamma 0.7,
+1. ``train_mnist_cnn``: PyTorch's MNIST example CNN trained with Adadelta (lr 1.0) and StepLR (gamma 0.7,
    stepped per epoch of 10 batches), profiled with ``wait=1, warmup=1, active=10``, shapes and memory.
 2. ``infer_small_cnn``: forward-only steps of a small CNN under ``torch.inference_mode()``, ended
    by ``prof.step()``, with a phase of its own (``postprocess``).

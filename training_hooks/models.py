@@ -1,4 +1,4 @@
-"""The seed's models, on synthetic data: what `phaseprof demo` and the benchmarks run.
+"""The demo's models, on synthetic data: what `phaseprof demo` and the benchmarks run.
 
 The MNIST CNN is the one from PyTorch's MNIST example (conv 1->32->64, dropout, fc 9216->128->10);
 data are random tensors shaped like MNIST, so nothing is downloaded.

@@ -2,7 +2,7 @@
 and CUDA marks, and cutting the timeline into steps.
 
 Every instant of a step belongs to exactly one phase, the innermost one open (``other`` while none
-is): the rule the trace analysis applies (design.md §4), so the per-step scalars and the traces agree
+is): the rule the trace analysis applies (docs/architecture.md), so the per-step scalars and the traces agree
 and a step's phase times add up to its wall time. Each transition only reads the clock and appends
 to the step's log; the sums are made later, off the loop's thread (`phase_ns`). This path runs ten
 or so times a step between framework calls that evict it from the CPU's caches, so it touches as

@@ -1,7 +1,7 @@
 """What event names mean: which ranges mark a phase or a step, which ops belong to autograd.
 
-Sources of phase ranges, most specific first (design.md §4): phaseprof's own ranges; conventions in
-the wild (``## forward ##``, Lightning's ``[pl][profile]…`` actions, the seed's ``Forward``);
+Sources of phase ranges, most specific first: phaseprof's own ranges; conventions in
+the wild (``## forward ##``, Lightning's ``[pl][profile]…`` actions, plain ``Forward``/``Backward``);
 torch's automatic annotations. Everything here is a pure function of a name.
 """
 

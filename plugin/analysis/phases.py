@@ -1,7 +1,7 @@
 """Steps, and the phase of every instant of every step on the host timeline.
 
 Within a step each instant belongs to exactly one phase: the innermost phase range covering it,
-else ``other`` (design.md §4). Phase ranges come from range names (see `names`) on any thread of the
+else ``other``. Phase ranges come from range names (see `names`) on any thread of the
 process; where a step has no forward or backward range, those phases are inferred from the ops:
 
 * backward: spanned by the autograd engine's ops (any thread), from the gradient seed
@@ -243,7 +243,7 @@ def _infer_backward(a: float, b: float, ctx: _Context, w: slice, top_start: np.n
     if not len(ag_start):
         return []
     ag_end = np.maximum.accumulate(ctx.autograd.end[w])
-    # What the loop's thread does between autograd ops (other than the seed) splits segments:
+    # What the loop's thread does between autograd ops (other than the gradient seed) splits segments:
     # that is forward work of the next micro-batch under gradient accumulation.
     caller = ~top_autograd & (top_name != ctx.seed_code)
     caller_start = top_start[caller]

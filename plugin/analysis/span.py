@@ -1,6 +1,6 @@
 """Analyse one decoded trace: steps and phases, GPU attribution, memory, ops, swimlanes.
 
-GPU work is attributed by its launch (design.md §4): device event -> ``correlation`` -> the runtime
+GPU work is attributed by its launch: device event -> ``correlation`` -> the runtime
 call that launched it -> the phase covering that call's start on the host timeline. Record-function
 ranges do not contain backward kernels (autograd launches them from its own thread), and the GPU
 may run a step's work after the CPU has moved on; the launch instant is what ties work to a phase.

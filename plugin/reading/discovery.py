@@ -1,4 +1,4 @@
-"""Find runs, workers and spans under a logdir (design.md §3).
+"""Find runs, workers and spans under a logdir (docs/architecture.md).
 
 A run is a directory holding trace files (the logdir itself is run ``.``); a worker is the part of a
 trace file name before the span timestamp; each file is one span (one active cycle of the profiler

@@ -1,7 +1,7 @@
 """A real TensorBoard on real traces, and a real headless Chromium to look at the Step Phases tab.
 
 The logdir holds: the demo's runs (``phaseprof demo``; where the demo is not there yet, the real
-CPU trace of the seed's MNIST CNN from ``../shared/traces/cpu/base`` with per-step scalars), a real
+CPU trace of the MNIST example CNN from ``../shared/traces/cpu/base`` with per-step scalars), a real
 V100 trace (``gpu``), a real two-rank job (``ranks``), a real run that ended inside the profiled
 window (``early_exit``), a run of per-step timings only (``growing``), and crafted traces: one with
 an outlier step (``outlier``), one whose op, phase and worker names are HTML (``xss``).
@@ -55,7 +55,7 @@ def _demo_available() -> bool:
 
 
 def _demo_runs(root: Path) -> None:
-    """``phaseprof demo`` into ``root/demo``; where it does not exist yet, the seed model's real trace."""
+    """``phaseprof demo`` into ``root/demo``; where it does not exist yet, the MNIST example CNN's real trace."""
     if _demo_available():
         subprocess.run([sys.executable, "-m", "phaseprof.cli", "demo", "--logdir", str(root / "demo"),
                         "--device", "cpu"], check=True, timeout=600, capture_output=True)
