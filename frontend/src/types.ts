@@ -181,6 +181,8 @@ export interface RankRow extends SideTimes {
   worker: string;
   rank: number | null;
   steps: number;
+  /** Mean time per step in collectives (host, or device time of their kernels). */
+  comm_ms: number;
 }
 
 export interface Straggler {
@@ -188,6 +190,12 @@ export interface Straggler {
   rank: number | null;
   wall_ms: number;
   behind_median_ms: number;
+  comm_ms: number;
+  median_comm_ms: number;
+  /** True when the other ranks wait for it at collectives; else it has the longest steps. */
+  waited_for: boolean;
+  /** Why it is the straggler, in a sentence. */
+  reason: string;
   phase: string;
   phase_behind_ms: number;
 }

@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .steps import StepRef, ms, phase_table
+from .steps import StepRef, by_span, ms, phase_table
 
 #: Per (phase, op name): calls, self host µs, host µs, self GPU µs, GPU µs.
 _FIELDS = ("calls", "self_cpu", "cpu", "self_gpu", "gpu")
@@ -34,10 +34,7 @@ def op_means(refs: list[StepRef]) -> dict[tuple[str, str], list[float]]:
     """(phase, op name) -> [calls, self host µs, host µs, self GPU µs, GPU µs] per step, averaged."""
     refs = [r for r in refs if not r.empty]
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * len(_FIELDS))
-    by_span: dict[int, tuple] = {}
-    for ref in refs:
-        by_span.setdefault(id(ref.span), (ref.span, []))[1].append(ref.index)
-    for span, indices in by_span.values():
+    for span, _, indices in by_span(refs):
         t = span.ops
         rows = np.isin(t.step, indices)
         key = t.phase[rows].astype(np.int64) * len(span.names) + t.name[rows]

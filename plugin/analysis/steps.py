@@ -51,17 +51,22 @@ def phase_names(spans: list[SpanAnalysis]) -> list[str]:
     return names
 
 
+def by_span(refs: list[StepRef]) -> list[tuple[SpanAnalysis, list[int], list[int]]]:
+    """``refs`` grouped by span: (span, positions in ``refs``, step indices in the span)."""
+    groups: dict[int, tuple[SpanAnalysis, list[int], list[int]]] = {}
+    for position, ref in enumerate(refs):
+        entry = groups.setdefault(id(ref.span), (ref.span, [], []))
+        entry[1].append(position)
+        entry[2].append(ref.index)
+    return list(groups.values())
+
+
 def phase_table(refs: list[StepRef], phases: list[str], table: str, missing: float = 0.0) -> np.ndarray:
     """One per-phase table of the spans (``cpu_us``, ``gpu_us``, ``gpu_idle_us`` or ``launches``) as
     an array of ``len(refs)`` rows by ``phases``, phases aligned by name; ``missing`` where a span
     lacks a phase."""
     out = np.full((len(refs), len(phases)), missing, dtype=np.float64)
-    rows: dict[int, tuple[SpanAnalysis, list[int], list[int]]] = {}
-    for row, ref in enumerate(refs):
-        entry = rows.setdefault(id(ref.span), (ref.span, [], []))
-        entry[1].append(row)
-        entry[2].append(ref.index)
-    for span, at, index in rows.values():
+    for span, at, index in by_span(refs):
         columns = [phases.index(p) for p in span.phases]
         out[np.ix_(at, columns)] = getattr(span, table)[index]
     return out

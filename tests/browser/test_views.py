@@ -187,12 +187,15 @@ def test_ranks_call_out_the_straggler(tab):
     s = data["straggler"]
     text = tab.text()
     assert f"Straggler: rank {s['rank']}" in text
-    assert f"takes {ms(s['wall_ms'])} ms per step, {signed_ms(s['behind_median_ms'])} ms against the median" in text
+    banner = " ".join(tab.frame.locator(".straggler").inner_text().split())
+    assert f"{s['reason']}. It works longest against the median rank in {s['phase']} " \
+           f"({signed_ms(s['phase_behind_ms'])} ms per step" in banner
     rows = tab.rows("Ranks (")
     assert [r[:4] for r in rows] == [
         [str(r["rank"]), r["worker"] + ("straggler" if r["worker"] == s["worker"] else ""), str(r["steps"]),
          ms(r["wall_ms"])] for r in data["ranks"]
     ]
+    assert [r[4] for r in rows] == [ms(r["comm_ms"]) for r in data["ranks"]]
     tab.screenshot("ranks")
     tab.card("Ranks (").locator("tbody tr").nth(1).click()
     tab.settle()

@@ -41,10 +41,9 @@ function stragglerLine(data: RanksResponse): HTMLElement {
     'div',
     { class: 'status straggler', role: 'note' },
     el('strong', null, `Straggler: ${rankName(s)}`),
-    ` (${s.worker}) takes ${ms(s.wall_ms)} ms per step, ${signedMs(s.behind_median_ms)} ms against the median rank; `,
-    'most of the gap is in ',
+    ` (${s.worker}): ${s.reason}. It works longest against the median rank in `,
     phaseName(s.phase),
-    ` (${signedMs(s.phase_behind_ms)} ms).`,
+    ` (${signedMs(s.phase_behind_ms)} ms per step, collectives left out).`,
   );
 }
 
@@ -92,6 +91,13 @@ function tableCard(ctx: ViewContext, data: RanksResponse, device: Device): HTMLE
         },
         { label: 'Steps', value: (r) => r.steps, numeric: true },
         { label: 'Step ms', value: (r) => r.wall_ms, cell: (r) => ms(r.wall_ms), numeric: true },
+        {
+          label: 'Collectives ms',
+          value: (r) => r.comm_ms,
+          cell: (r) => ms(r.comm_ms),
+          numeric: true,
+          title: 'Time per step in collectives (all_reduce, …): the ranks that wait longest in them wait for the straggler',
+        },
         ...data.phases.map((phase) => ({
           label: phase,
           value: (r: RankRow) => onDevice(r.phases[phase], device),
