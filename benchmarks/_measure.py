@@ -12,9 +12,12 @@ does on a user's machine, rather than compiling the project's modules on every s
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 
 
 def _tree(pid: int) -> list[int]:
@@ -79,3 +82,58 @@ def peak_mib(cmd: list[str], cwd: str | None = None, every: float = 0.01) -> flo
 def median(values: list[float]) -> float:
     values = sorted(values)
     return values[len(values) // 2]
+
+
+class TensorBoardServer:
+    """A ``tensorboard --logdir … --port 0`` process of ``python``; ``started`` is when it was launched."""
+
+    def __init__(self, python: str, logdir: str, extra: tuple[str, ...] = ()):
+        self.started = time.perf_counter()
+        # cwd: not the checkout, whose package metadata would leak into the peer's environment
+        self.proc = subprocess.Popen([python, "-m", "tensorboard.main", "--logdir", logdir, "--port", "0", *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=logdir)
+        self.url = None
+        self.log: list[str] = []
+        ready = threading.Event()
+
+        def read():
+            for line in self.proc.stdout:
+                self.log.append(line)
+                m = re.search(r"(http://[^ ]+:\d+)/", line)
+                if m and not self.url:
+                    self.url = m.group(1)
+                    ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(120):
+            raise SystemExit("tensorboard did not start:\n" + "".join(self.log))
+
+    def get(self, path: str):
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=60) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, b""
+        except (urllib.error.URLError, ConnectionError):
+            return 0, b""
+
+    def poll(self, path: str, ok, timeout: float = 300) -> float:
+        """Seconds from process launch until ``ok(body)`` holds for ``path``."""
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline:
+            status, body = self.get(path)
+            if status == 200 and ok(body):
+                return time.perf_counter() - self.started
+            time.sleep(0.05)
+        raise SystemExit(f"{path} did not answer in {timeout} s\n" + "".join(self.log[-30:]))
+
+    def rss_mib(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as fh:
+            return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
+
+    def close(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()

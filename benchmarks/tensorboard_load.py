@@ -17,75 +17,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _measure import tree_kib  # noqa: E402
+from _measure import TensorBoardServer, tree_kib  # noqa: E402
 from big_trace import CACHE, make  # noqa: E402
 
 PEER_VENV = os.path.join(CACHE, "tb-profiler-venv")
-
-
-class Server:
-    def __init__(self, python: str, logdir: str, extra: list[str] = ()):
-        self.started = time.perf_counter()
-        # cwd: not the checkout, whose package metadata would leak into the peer's environment
-        self.proc = subprocess.Popen([python, "-m", "tensorboard.main", "--logdir", logdir, "--port", "0", *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=logdir)
-        self.url = None
-        self.log: list[str] = []
-        ready = threading.Event()
-
-        def read():
-            for line in self.proc.stdout:
-                self.log.append(line)
-                m = re.search(r"(http://[^ ]+:\d+)/", line)
-                if m and not self.url:
-                    self.url = m.group(1)
-                    ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(120):
-            raise SystemExit("tensorboard did not start:\n" + "".join(self.log))
-
-    def get(self, path: str):
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=60) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, b""
-        except (urllib.error.URLError, ConnectionError):
-            return 0, b""
-
-    def poll(self, path: str, ok, timeout: float = 300) -> float:
-        """Seconds from process launch until ``ok(body)`` holds for ``path``."""
-        deadline = time.perf_counter() + timeout
-        while time.perf_counter() < deadline:
-            status, body = self.get(path)
-            if status == 200 and ok(body):
-                return time.perf_counter() - self.started
-            time.sleep(0.05)
-        raise SystemExit(f"{path} did not answer in {timeout} s\n" + "".join(self.log[-30:]))
-
-    def rss_mib(self) -> float:
-        with open(f"/proc/{self.proc.pid}/status") as fh:
-            return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
-
-    def close(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def phaseprof_load(trace: str) -> None:
@@ -93,7 +36,7 @@ def phaseprof_load(trace: str) -> None:
     os.makedirs(os.path.join(logdir, "big"))
     os.link(trace, os.path.join(logdir, "big", os.path.basename(trace)))
     size = os.path.getsize(trace) / 2**20
-    server = Server(sys.executable, logdir)
+    server = TensorBoardServer(sys.executable, logdir)
     try:
         listed = server.poll("/data/plugins_listing", lambda b: json.loads(b).get("phaseprof", {}).get("enabled"))
         answered = server.poll("/data/plugin/phaseprof/steps?run=big", lambda b: len(json.loads(b)["steps"]) > 0)
@@ -122,7 +65,7 @@ def peer_load(trace: str) -> None:
     logdir = tempfile.mkdtemp(prefix="tb-peer-")
     os.makedirs(os.path.join(logdir, "big"))
     os.link(trace, os.path.join(logdir, "big", os.path.basename(trace)))
-    server = Server(python, logdir)
+    server = TensorBoardServer(python, logdir)
     base = "/data/plugin/pytorch_profiler"
     try:
         server.poll(f"{base}/runs", lambda b: "big" in json.loads(b).get("runs", []))
@@ -143,7 +86,7 @@ def many_runs(runs: int = 200, workers: int = 2) -> None:
         os.makedirs(os.path.join(logdir, f"run{r:03d}"))
         for w in range(workers):
             os.link(small, os.path.join(logdir, f"run{r:03d}", f"rank{w}.host_1.{10**18 + r}.pt.trace.json.gz"))
-    server = Server(sys.executable, logdir)
+    server = TensorBoardServer(sys.executable, logdir)
     try:
         server.poll("/data/plugins_listing", lambda b: True)
         t = time.perf_counter()

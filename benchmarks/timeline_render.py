@@ -15,14 +15,15 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _measure import TensorBoardServer  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -52,32 +53,11 @@ def write_steps(run_dir: Path, steps: int) -> None:
     writer.close()
 
 
-class TensorBoard:
-    def __init__(self, logdir: Path):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--port", "0",
-             "--samples_per_plugin", "scalars=0"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.url = ""
-        for line in self.proc.stdout:
-            m = re.search(r"(http://[^ ]+:\d+/)", line)
-            if m:
-                self.url = m.group(1)
-                break
-        if not self.url:
-            raise RuntimeError("tensorboard did not start")
-        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
-
-
 def measure(browser, url: str) -> dict:
     """One cold page: TensorBoard, the tab, the timeline fetched and drawn."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     started = time.perf_counter()
-    page.goto(f"{url}#phaseprof&p.phaseprof.view=timeline&p.phaseprof.run={RUN}")
+    page.goto(f"{url}/#phaseprof&p.phaseprof.view=timeline&p.phaseprof.run={RUN}")
     frame = None
     while frame is None:
         frame = next((f for f in page.frames if "plugin_entry.html" in f.url), None)
@@ -104,7 +84,7 @@ def main() -> int:
         t = time.perf_counter()
         write_steps(logdir / RUN, args.steps)
         print(f"wrote {args.steps:,} steps of scalars in {time.perf_counter() - t:.1f} s")
-        tb = TensorBoard(logdir)
+        tb = TensorBoardServer(sys.executable, str(logdir), ("--samples_per_plugin", "scalars=0"))
         try:
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)

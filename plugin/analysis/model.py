@@ -73,8 +73,6 @@ class SpanAnalysis(msgspec.Struct):
     rank: int | None = None
     world_size: int | None = None
     gpu_names: list[str] = msgspec.field(default_factory=list)  # of the GPUs with activity in the trace
-    #: Device time whose launch was found in no step (e.g. work launched before the first step).
-    unattributed_gpu_us: float = 0.0
     #: Malformed events skipped while reading: how many, and the first one.
     skipped_events: int = 0
     first_problem: str = ""

@@ -33,6 +33,11 @@ def rank_of(worker: str, spans: list[SpanAnalysis]) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def rank_order(rank: int | None, worker: str) -> tuple:
+    """Sort key of workers: by rank, workers without one last, then by name."""
+    return (rank is None, rank if rank is not None else 0, worker)
+
+
 def collective_ms(refs: list[StepRef], phases: list[str]) -> np.ndarray:
     """Per phase, the mean time per step spent in collectives: host self time of collective ops, or
     the device time of the kernels they launched, whichever is larger."""
@@ -61,7 +66,7 @@ def ranks(workers: dict[str, list[SpanAnalysis]]) -> dict:
         rows.append({"worker": worker, "rank": rank_of(worker, spans), "steps": len(side["steps"]),
                      "wall_ms": side["wall_ms"], "comm_ms": round(float(comm[worker].sum()), 3),
                      "phases": side["phases"]})
-    rows.sort(key=lambda r: (r["rank"] is None, r["rank"] if r["rank"] is not None else 0, r["worker"]))
+    rows.sort(key=lambda r: rank_order(r["rank"], r["worker"]))
     out: dict = {"phases": phases, "ranks": rows, "straggler": None}
     timed = [r for r in rows if r["steps"]]
     if len(timed) >= 2:

@@ -76,7 +76,6 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
         rank=trace.rank,
         world_size=trace.world_size,
         gpu_names=[trace.gpu_names[d] for d in np.unique(dev.device).tolist() if 0 <= d < len(trace.gpu_names)],
-        unattributed_gpu_us=float(dev.dur[~attributed].sum()),
         skipped_events=trace.skipped,
         first_problem=trace.first_problem,
     )

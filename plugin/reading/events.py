@@ -19,7 +19,6 @@ RUNTIME = 2  #: a CUDA/HIP runtime or driver call (`cuda_runtime`, `cuda_driver`
 KERNEL = 0
 MEMCPY = 1
 MEMSET = 2
-DEVICE_KIND_NAMES = ("kernel", "memcpy", "memset")
 
 #: Memory device types as `[memory]` events write them (c10::DeviceType).
 MEMORY_DEVICE_TYPES = {0: "cpu", 1: "cuda", 8: "ipu", 9: "xpu", 12: "mps", 13: "meta", 20: "privateuse1"}

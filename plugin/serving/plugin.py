@@ -22,7 +22,7 @@ from werkzeug import wrappers
 from phaseprof.contract import SCALAR_PREFIX
 
 from ..analysis.compare import compare
-from ..analysis.ranks import rank_of, ranks
+from ..analysis.ranks import rank_of, rank_order, ranks
 from ..analysis.steps import find_step, phase_names, step_detail, step_refs, step_rows
 from ..analysis.summary import summarize
 from ..analysis.timeline import timeline
@@ -46,14 +46,14 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         self._summaries: dict[tuple, dict] = {}
         self._summaries_lock = threading.Lock()
         self._static = _static_files()
-        threading.Thread(target=self._store.refresh, kwargs={"force": True}, daemon=True).start()
+        self._store.refresh_soon(force=True)
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Step Phases")
 
     def is_active(self) -> bool:
         """From the cached scan; a rescan runs in the background when it is due."""
-        threading.Thread(target=self._store.refresh, daemon=True).start()
+        self._store.refresh_soon()
         return self._store.has_traces() or self._has_phase_scalars()
 
     def get_plugin_apps(self) -> dict:
@@ -213,8 +213,7 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         if not workers:
             raise errors.NotFoundError(f"run {run.name!r} has no trace files (yet)")
         if not name:
-            ranks_of = {w: rank_of(w, self._store.analyses(run, w)) for w in workers}
-            return min(workers, key=lambda w: (ranks_of[w] is None, ranks_of[w] or 0, w))
+            return min(workers, key=lambda w: rank_order(rank_of(w, self._store.analyses(run, w)), w))
         if name not in workers:
             raise errors.NotFoundError(f"run {run.name!r} has no worker {name!r}")
         return name

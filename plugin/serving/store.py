@@ -58,6 +58,7 @@ class TraceStore:
         self._pool: cf.ProcessPoolExecutor | None = None
         self._pending: set[cf.Future] = set()
         self._closed = False
+        self._scanning = False  # a background scan is running
 
     # --- scanning ---------------------------------------------------------------------------------
 
@@ -90,6 +91,24 @@ class TraceStore:
             for path in list(self._spans):
                 if path not in seen and self._spans[path].state != LOADING:
                     del self._spans[path]
+
+    def refresh_soon(self, force: bool = False) -> None:
+        """`refresh` on a thread of its own, for callers that must not wait (TensorBoard's plugin
+        listing); nothing is started while a scan runs or is not due."""
+        with self._lock:
+            due = force or time.monotonic() - self._scanned_at >= self._rescan_s
+            if self._closed or self._scanning or not due:
+                return
+            self._scanning = True
+
+        def scan() -> None:
+            try:
+                self.refresh(force=force)
+            finally:
+                with self._lock:
+                    self._scanning = False
+
+        threading.Thread(target=scan, name="phaseprof-scan", daemon=True).start()
 
     def _submit(self, span: Span) -> None:
         if self._pool is None:
