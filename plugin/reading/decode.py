@@ -220,8 +220,11 @@ def _gunzip(data: bytes) -> bytearray:
     return out
 
 
+_NON_SPACE = re.compile(rb"\S")
+
+
 def _first_token(buf) -> int | None:
-    m = re.compile(rb"\S").search(buf, 0, min(len(buf), 1 << 16))
+    m = _NON_SPACE.search(buf, 0, min(len(buf), 1 << 16))
     return m.start() if m else None
 
 
