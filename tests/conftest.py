@@ -1,4 +1,4 @@
-"""Shared fixtures: the real traces beside the project, and real TensorBoard servers."""
+"""Shared fixtures: the recorded traces in tests/data, and real TensorBoard servers."""
 
 from __future__ import annotations
 
@@ -9,15 +9,41 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
+DATA = ROOT / "tests" / "data"
+
+
+class Traces:
+    """The traces under tests/data (see its README): ``traces.folder("cpu", "base")``,
+    ``traces.files("gpu", "hta_sampled_2rank")``. Asking for one that is not there fails the test:
+    a missing fixture must never pass for a test that ran."""
+
+    root = DATA
+
+    def folder(self, *parts: str) -> Path:
+        """A scenario folder holding at least one trace."""
+        self.files(*parts)
+        return DATA.joinpath(*parts)
+
+    def files(self, *parts: str) -> list[Path]:
+        """The gzipped traces of a scenario folder, sorted by name (never empty)."""
+        path = DATA.joinpath(*parts)
+        found = sorted(path.glob("*.json.gz"))
+        if not found:
+            pytest.fail(f"test data missing: no trace in {path.relative_to(ROOT)} (see tests/data/README.md)",
+                        pytrace=False)
+        return found
+
+    def all(self) -> list[Path]:
+        """Every trace under tests/data."""
+        found = sorted(DATA.rglob("*.json.gz"))
+        if not found:
+            pytest.fail(f"test data missing: no trace under {DATA.relative_to(ROOT)}", pytrace=False)
+        return found
 
 
 @pytest.fixture(scope="session")
-def shared_traces() -> Path:
-    """``../shared/traces`` (real GPU and CPU traces); tests that need it skip where it is absent."""
-    if not SHARED_TRACES.is_dir():
-        pytest.skip(f"real traces not found at {SHARED_TRACES}")
-    return SHARED_TRACES
+def traces() -> Traces:
+    return Traces()
 
 
 class TensorBoard:

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow
 def test_committed_bundle_is_the_build_of_the_frontend_source(tmp_path):
     npm = shutil.which("npm")
     if npm is None:
-        pytest.skip("npm is not installed: cannot rebuild the frontend to check plugin/static (install Node.js 18+)")
+        pytest.fail("npm is not installed: cannot rebuild the frontend to check plugin/static (install Node.js 18+ "
+                    "with npm)", pytrace=False)
     work = tmp_path / "frontend"
     shutil.copytree(FRONTEND, work, ignore=shutil.ignore_patterns("node_modules"))
     out = tmp_path / "static"

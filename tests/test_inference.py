@@ -27,8 +27,8 @@ def stripped_copy(src, names, dst):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_inferred_phases_match_the_annotated_ones(case, shared_traces, tmp_path):
-    src = next((shared_traces / case).glob("*.pt.trace.json.gz"))
+def test_inferred_phases_match_the_annotated_ones(case, traces, tmp_path):
+    (src,) = traces.files(*case.split("/"))
     annotated = analyze_trace(read_trace(str(src)))
     inferred = analyze_trace(read_trace(str(stripped_copy(src, CASES[case], tmp_path / "stripped.pt.trace.json"))))
     assert [s.number for s in inferred.steps] == [s.number for s in annotated.steps]
@@ -46,10 +46,10 @@ def test_inferred_phases_match_the_annotated_ones(case, shared_traces, tmp_path)
     assert checked == 2 * len(inferred.steps) > 0
 
 
-def test_backward_extends_past_the_last_autograd_op_on_cuda(shared_traces, tmp_path):
+def test_backward_extends_past_the_last_autograd_op_on_cuda(traces, tmp_path):
     # On that trace the loop's thread stays in loss.backward() while DDP's reducer finishes after
     # the last autograd op: stopping at that op would read backward ~7% short.
-    src = next((shared_traces / "gpu" / "hta_ns_resolution").glob("*.gz"))
+    (src,) = traces.files("gpu", "hta_ns_resolution")
     annotated = analyze_trace(read_trace(str(src)))
     names = CASES["gpu/hta_ns_resolution"]
     inferred = analyze_trace(read_trace(str(stripped_copy(src, names, tmp_path / "s.pt.trace.json"))))

@@ -22,16 +22,16 @@ BASE = "/data/plugin/phaseprof"
 
 
 @pytest.fixture(scope="module")
-def logdir(tmp_path_factory, shared_traces):
+def logdir(tmp_path_factory, traces):
     root = tmp_path_factory.mktemp("logdir")
     copies = {
-        "gpu": shared_traces / "gpu" / "hta_ns_resolution",
-        "cpu/base": shared_traces / "cpu" / "base",
-        "ranks": shared_traces / "gpu" / "hta_sampled_2rank",
+        "gpu": ("gpu", "hta_ns_resolution"),
+        "cpu/base": ("cpu", "base"),
+        "ranks": ("gpu", "hta_sampled_2rank"),
     }
     for run, src in copies.items():
         (root / run).mkdir(parents=True)
-        for f in src.glob("*.json.gz"):
+        for f in traces.files(*src):
             shutil.copy(f, root / run / f.name)
     write_scalars(root / "cpu" / "base", range(0, 30))
     (root / "bad").mkdir()
@@ -221,13 +221,15 @@ def test_bundle_is_served_as_javascript(served):
     assert b"render" in response.get_data()  # TensorBoard's iframe calls the module's render()
 
 
-def test_a_span_added_while_running_appears_after_one_reload(logdir, shared_traces):
+def test_a_span_added_while_running_appears_after_one_reload(logdir, traces):
+    src = traces.files("cpu", "repeat2")[0]  # three steps
+    (first,) = (logdir / "cpu" / "base").glob("*.pt.trace.json.gz")
+    worker = first.name.split(".")[0]
+    added = logdir / "cpu" / "base" / f"{worker}.1999999999999999999.pt.trace.json.gz"  # a later span, same worker
     plugin, client = make_app(logdir)
     try:
         assert plugin._store.wait(120)
         before = get(client, f"{BASE}/steps?run=cpu/base")["steps"]
-        src = next((shared_traces / "cpu" / "repeat2").glob("*.gz"))
-        added = logdir / "cpu" / "base" / "vm_5000.1796011634999999999.pt.trace.json.gz"
         shutil.copy(src, added)
         settled(added)
         plugin._store._scanned_at = float("-inf")  # the next request is "the next reload"
@@ -239,11 +241,12 @@ def test_a_span_added_while_running_appears_after_one_reload(logdir, shared_trac
         assert len(after) == len(before) + 3
     finally:
         plugin._store.close()
-        os.unlink(added)
+        if added.exists():
+            os.unlink(added)
 
 
-def test_a_file_still_being_written_waits(tmp_path, shared_traces):
-    src = next((shared_traces / "cpu" / "base").glob("*.gz"))
+def test_a_file_still_being_written_waits(tmp_path, traces):
+    src = traces.files("cpu", "base")[0]
     (tmp_path / "run").mkdir()
     shutil.copy(src, tmp_path / "run" / src.name)  # just written: mtime is now
     plugin, client = make_app(tmp_path)

@@ -16,16 +16,12 @@ from tests.logdir import write_trace
 from tests.tracebuilder import op, step
 
 
-def all_shared_files(root):
-    return sorted(p for p in root.rglob("*.json.gz"))
-
-
-def test_every_shared_trace_reads_and_has_steps(shared_traces):
-    report = analyze(str(shared_traces))
+def test_every_trace_in_the_test_data_reads_and_has_steps(traces):
+    report = analyze(str(traces.root))
     assert report["errors"] == []
     workers = {(r["run"], w["worker"]): w for r in report["runs"] for w in r["workers"]}
     files = {os.path.basename(f) for w in workers.values() for f in w["spans"]}
-    assert files == {p.name for p in all_shared_files(shared_traces)}
+    assert files == {p.name for p in traces.all()}
     for (run, worker), w in workers.items():
         assert w["steps"], (run, worker)
         for row in w["steps"]:
@@ -34,17 +30,17 @@ def test_every_shared_trace_reads_and_has_steps(shared_traces):
             assert total == pytest.approx(row["wall_ms"], rel=1e-3, abs=0.002), (run, worker, row["step"])
 
 
-def test_self_times_are_never_negative(shared_traces):
+def test_self_times_are_never_negative(traces):
     from phaseprof.plugin.analysis.span import analyze_trace
 
-    for path in all_shared_files(shared_traces):
+    for path in traces.all():
         ops = analyze_trace(read_trace(str(path))).ops
         assert (ops.self_us >= -1e-6).all(), path.name
         assert (ops.self_gpu_us <= ops.gpu_us + 1e-6).all(), path.name
 
 
-def test_2021_schema_run_gets_inferred_forward_and_backward_with_gpu_time(shared_traces):
-    report = analyze(str(shared_traces / "gpu" / "kineto_resnet50_num_workers_0"))
+def test_2021_schema_run_gets_inferred_forward_and_backward_with_gpu_time(traces):
+    report = analyze(str(traces.folder("gpu", "kineto_resnet50_num_workers_0")))
     worker = report["runs"][0]["workers"][0]
     assert len(worker["spans"]) == 2  # two spans of one worker
     assert [s["step"] for s in worker["steps"]] == [5, 6, 7, 8, 9, 10, 16, 17, 18, 19, 20, 21]
@@ -55,9 +51,10 @@ def test_2021_schema_run_gets_inferred_forward_and_backward_with_gpu_time(shared
         assert row["phases"]["data"]["cpu_ms"] > 1  # 2021's DataLoader annotation is read too
 
 
-def test_legacy_exports_give_one_step_with_ops(shared_traces):
-    legacy = shared_traces / "cpu" / "legacy"
-    for path in sorted(legacy.glob("*.json.gz")):
+def test_legacy_exports_give_one_step_with_ops(traces):
+    legacy = traces.files("cpu", "legacy")
+    assert [p.name for p in legacy] == ["legacy_eventlist.json.gz", "legacy_kineto.json.gz", "legacy_pyexport.json.gz"]
+    for path in legacy:
         report = analyze(str(path), step=0)
         assert report["errors"] == []
         worker = report["runs"][0]["workers"][0]
@@ -67,8 +64,8 @@ def test_legacy_exports_give_one_step_with_ops(shared_traces):
         assert any(r["name"] == "aten::conv2d" for rows in ops.values() for r in rows)
 
 
-def test_early_exit_leaves_an_empty_last_step_flagged_and_out_of_averages(shared_traces):
-    worker = analyze(str(shared_traces / "cpu" / "early_exit"))["runs"][0]["workers"][0]
+def test_early_exit_leaves_an_empty_last_step_flagged_and_out_of_averages(traces):
+    worker = analyze(str(traces.folder("cpu", "early_exit")))["runs"][0]["workers"][0]
     last = worker["steps"][-1]
     assert last["empty"] and last["step"] == 5
     summary = worker["summary"]
@@ -77,25 +74,26 @@ def test_early_exit_leaves_an_empty_last_step_flagged_and_out_of_averages(shared
     assert summary["mean_wall_ms"] == pytest.approx(sum(walls) / len(walls), abs=0.002)
 
 
-def test_discovery_finds_runs_workers_and_spans(tmp_path, shared_traces):
-    src = shared_traces / "cpu" / "repeat2"
+def test_discovery_finds_runs_workers_and_spans(tmp_path, traces):
+    spans = traces.files("cpu", "repeat2")
+    assert len(spans) == 2
     (tmp_path / "exp" / "a").mkdir(parents=True)
-    for p in src.glob("*.gz"):
+    for p in spans:
         (tmp_path / "exp" / "a" / p.name).write_bytes(p.read_bytes())
-    top = next((shared_traces / "cpu" / "dist").glob("*.gz"))
+    top = traces.files("cpu", "dist")[0]
     (tmp_path / top.name).write_bytes(top.read_bytes())  # a trace directly in the logdir is run "."
     (tmp_path / "notes.json").write_text('{"lr": 0.1}')  # JSON that is no trace is ignored
     runs = {r.name: r for r in discover(str(tmp_path))}
     assert set(runs) == {".", "exp/a"}
     assert {w: [f.name for f in fs] for w, fs in runs["exp/a"].workers.items()} == {
-        "vm_7616": sorted(p.name for p in src.glob("*.gz"))
+        spans[0].name.split(".")[0]: [p.name for p in spans]
     }
 
 
-def test_symlink_leading_outside_the_logdir_is_not_read(tmp_path, shared_traces):
+def test_symlink_leading_outside_the_logdir_is_not_read(tmp_path, traces):
     logdir = tmp_path / "logdir"
     (logdir / "run").mkdir(parents=True)
-    outside = next((shared_traces / "cpu" / "base").glob("*.gz"))
+    outside = traces.files("cpu", "base")[0]
     os.symlink(outside, logdir / "run" / "w.1.pt.trace.json.gz")
     os.symlink(outside.parent, logdir / "linked_run")
     assert discover(str(logdir)) == []
@@ -149,8 +147,8 @@ def test_trace_error_survives_pickling_between_processes():
 
 
 @pytest.mark.parametrize("gz", [False, True])
-def test_two_process_decode_equals_one_process_decode(tmp_path, shared_traces, monkeypatch, gz):
-    src = next((shared_traces / "gpu" / "hta_ns_resolution").glob("*.gz"))
+def test_two_process_decode_equals_one_process_decode(tmp_path, traces, monkeypatch, gz):
+    src = traces.files("gpu", "hta_ns_resolution")[0]
     data = gzip.decompress(src.read_bytes())
     path = tmp_path / ("t.1.pt.trace.json" + (".gz" if gz else ""))
     path.write_bytes(gzip.compress(data) if gz else data)

@@ -15,10 +15,10 @@ def report(*args, cwd=None):
                           cwd=cwd, env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"})
 
 
-def test_gpu_trace_shows_forward_backward_optimizer_cpu_and_gpu_per_step(shared_traces):
-    out = report(str(shared_traces / "gpu" / "hta_ns_resolution"))
+def test_gpu_trace_shows_forward_backward_optimizer_cpu_and_gpu_per_step(traces):
+    out = report(str(traces.folder("gpu", "hta_ns_resolution")))
     assert out.returncode == 0, out.stderr
-    data = json.loads(report(str(shared_traces / "gpu" / "hta_ns_resolution"), "--json").stdout)
+    data = json.loads(report(str(traces.folder("gpu", "hta_ns_resolution")), "--json").stdout)
     rows = data["runs"][0]["workers"][0]["steps"]
     assert [r["step"] for r in rows] == [101, 102, 103, 104, 105]
     for r in rows:
@@ -33,8 +33,8 @@ def test_gpu_trace_shows_forward_backward_optimizer_cpu_and_gpu_per_step(shared_
         assert cell in line
 
 
-def test_json_contract(shared_traces):
-    out = report(str(shared_traces / "cpu"), "--json")
+def test_json_contract(traces):
+    out = report(str(traces.root / "cpu"), "--json")
     assert out.returncode == 0
     data = json.loads(out.stdout)
     assert set(data) >= {"runs", "errors"}
@@ -51,20 +51,20 @@ def test_json_contract(shared_traces):
     assert [r["step"] for r in worker["steps"]] == [2, 3, 4, 7, 8, 9]
 
 
-def test_run_and_step_options(shared_traces):
-    out = report(str(shared_traces / "cpu"), "--run", "base", "--step", "5", "--json")
+def test_run_and_step_options(traces):
+    out = report(str(traces.root / "cpu"), "--run", "base", "--step", "5", "--json")
     data = json.loads(out.stdout)
     assert [r["run"] for r in data["runs"]] == ["base"]
     worker = data["runs"][0]["workers"][0]
     assert [r["step"] for r in worker["steps"]] == [5]
     detail = worker["detail"]
     assert detail["ops"]["forward"] and detail["memory"]["forward"]["cpu"]["peak_bytes"] > 0
-    text = report(str(shared_traces / "cpu"), "--run", "base", "--step", "5").stdout
+    text = report(str(traces.root / "cpu"), "--run", "base", "--step", "5").stdout
     assert "step 5 · forward" in text and "aten::conv2d" in text
 
 
-def test_terminal_report_names_the_slowest_step_top_ops_and_findings(shared_traces):
-    text = report(str(shared_traces / "cpu" / "noannot")).stdout
+def test_terminal_report_names_the_slowest_step_top_ops_and_findings(traces):
+    text = report(str(traces.folder("cpu", "noannot"))).stdout
     assert "slowest: step" in text
     assert "top ops of backward" in text
     assert "inferred from the ops" in text  # the finding that says phases were inferred
@@ -90,10 +90,10 @@ def test_missing_path_and_unknown_run(tmp_path):
     assert "no run named 'other'" in json.loads(out.stdout)["errors"][0]["error"]
 
 
-def test_python_api_returns_what_json_prints(shared_traces):
+def test_python_api_returns_what_json_prints(traces):
     from phaseprof import analyze
 
-    path = str(shared_traces / "cpu" / "base")
+    path = str(traces.folder("cpu", "base"))
     assert json.loads(report(path, "--json").stdout) == json.loads(json.dumps(analyze(path)))
 
 

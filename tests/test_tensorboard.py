@@ -24,10 +24,10 @@ def wait_ready(tb, timeout=120):
     raise AssertionError(f"traces not loaded in {timeout} s: {runs}")
 
 
-def test_real_tensorboard_serves_runs_steps_and_step_detail(tmp_path, shared_traces, tensorboard_server):
-    for run, src in {"gpu": "gpu/hta_ns_resolution", "cpu": "cpu/base"}.items():
+def test_real_tensorboard_serves_runs_steps_and_step_detail(tmp_path, traces, tensorboard_server):
+    for run, src in {"gpu": ("gpu", "hta_ns_resolution"), "cpu": ("cpu", "base")}.items():
         (tmp_path / run).mkdir()
-        for f in (shared_traces / src).glob("*.gz"):
+        for f in traces.files(*src):
             shutil.copy(f, tmp_path / run / f.name)
             settled(tmp_path / run / f.name)
     write_scalars(tmp_path / "cpu", range(12))

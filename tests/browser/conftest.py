@@ -1,15 +1,16 @@
 """A real TensorBoard on real traces, and a real headless Chromium to look at the Step Phases tab.
 
-The logdir holds: the demo's runs (``phaseprof demo``; where the demo is not there yet, the real
-CPU trace of the MNIST example CNN from ``../shared/traces/cpu/base`` with per-step scalars), a real
-V100 trace (``gpu``), a real two-rank job (``ranks``), a real run that ended inside the profiled
-window (``early_exit``), a run of per-step timings only (``growing``), and crafted traces: one with
-an outlier step (``outlier``), one whose op, phase and worker names are HTML (``xss``).
+The logdir holds: the demo's runs (``phaseprof demo``), from tests/data a real V100 trace (``gpu``),
+a real two-rank job (``ranks``) and a real run that ended inside the profiled window
+(``early_exit``), a run of per-step timings only (``growing``), and crafted traces: one with an
+outlier step (``outlier``), one whose op, phase and worker names are HTML (``xss``).
+
+Chromium and playwright are part of the test setup (the README's test command installs both):
+where either is missing these tests fail and say how to install it, rather than skip.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -41,30 +42,22 @@ XSS_WORKER = "<svg onload=alert(3)>"
 @pytest.fixture(scope="module")
 def browser():
     if not os.path.exists(CHROMIUM):
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install '.[test]')")
+        pytest.fail(f"no Chromium at {CHROMIUM}: install it (apt-get install chromium), or leave the browser "
+                    "tests out with -m 'not browser'", pytrace=False)
+    try:
+        from playwright import sync_api
+    except ImportError:
+        pytest.fail("playwright is not installed: pip install -e '.[test]'", pytrace=False)
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         yield browser
         browser.close()
 
 
-def _demo_available() -> bool:
-    return (importlib.util.find_spec("torch") is not None
-            and importlib.util.find_spec("phaseprof.training_hooks.demo") is not None)
-
-
 def _demo_runs(root: Path) -> None:
-    """``phaseprof demo`` into ``root/demo``; where it does not exist yet, the MNIST example CNN's real trace."""
-    if _demo_available():
-        subprocess.run([sys.executable, "-m", "phaseprof.cli", "demo", "--logdir", str(root / "demo"),
-                        "--device", "cpu"], check=True, timeout=600, capture_output=True)
-        return
-    run = root / "demo" / "train"
-    run.mkdir(parents=True)
-    for f in (ROOT.parent / "shared" / "traces" / "cpu" / "base").glob("*.json.gz"):
-        shutil.copy(f, run / f.name)
-    write_scalars(run, range(0, 30))  # the trace holds steps 2..11 of these
+    """``phaseprof demo`` into ``root/demo``: its training and inference runs, traces and scalars."""
+    subprocess.run([sys.executable, "-m", "phaseprof.cli", "demo", "--logdir", str(root / "demo"),
+                    "--device", "cpu"], check=True, timeout=600, capture_output=True)
 
 
 def _xss_run(root: Path) -> None:
@@ -92,14 +85,14 @@ def _outlier_run(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def logdir(tmp_path_factory, shared_traces) -> Path:
+def logdir(tmp_path_factory, traces) -> Path:
     root = tmp_path_factory.mktemp("logdir")
     _demo_runs(root)
     _outlier_run(root)
-    for run, source in {"gpu": "gpu/hta_ns_resolution", "ranks": "gpu/hta_sampled_2rank",
-                        "early_exit": "cpu/early_exit"}.items():
+    for run, source in {"gpu": ("gpu", "hta_ns_resolution"), "ranks": ("gpu", "hta_sampled_2rank"),
+                        "early_exit": ("cpu", "early_exit")}.items():
         (root / run).mkdir()
-        for f in (shared_traces / source).glob("*.json.gz"):
+        for f in traces.files(*source):
             shutil.copy(f, root / run / f.name)
     _xss_run(root)
     write_scalars(root / "growing", range(10))  # timings only, more steps written during a test

@@ -225,13 +225,13 @@ def test_selections_survive_a_reload(tab):
     assert f"Phases of step {data['steps'][0]['step']}" in tab.text()
 
 
-def test_a_run_added_later_appears_when_tensorboard_reloads(tab, logdir, shared_traces):
+def test_a_run_added_later_appears_when_tensorboard_reloads(tab, logdir, traces):
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     tab.open(view="overview", run="gpu")
     late = logdir / "zz_late"
     late.mkdir()
-    for f in (shared_traces / "cpu" / "repeat2").glob("*.json.gz"):
+    for f in traces.files("cpu", "repeat2"):
         shutil.copy(f, late / f.name)
         settled(late / f.name)
     option = tab.frame.locator("select[aria-label='Run'] option[value='zz_late']")
