@@ -32,15 +32,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from phaseprof.plugin.report import analyze
+    from phaseprof.plugin.report import report as make_report
 
     progress = _ProgressBar() if sys.stderr.isatty() else None
     try:
-        report = analyze(args.path, run=args.run, step=args.step, progress=progress)
+        report = make_report(args.path, run=args.run, step=args.step, progress=progress)
     finally:
         if progress is not None:
             progress.close()
-    readable = any(w for r in report["runs"] for w in r["workers"])
+    readable = any(r.workers for r in report.runs)
     if args.json:
         import msgspec
 

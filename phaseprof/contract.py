@@ -7,14 +7,67 @@ only link. It must stay free of torch (and of anything heavy) because TensorBoar
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
+
+
+class Phase(NamedTuple):
+    """A canonical phase: its name, its colour in every view, and the range names that mark it.
+
+    ``aliases`` are regular expressions a whole range name must match (besides the hook's own
+    ``phaseprof::<name>``): conventions in the wild and torch's automatic annotations.
+    """
+
+    name: str
+    colour: str
+    aliases: tuple[str, ...] = ()
+
+
+#: Prefix of Lightning's profiler actions (``[pl][profile]<action>``): an action's last part names it.
+_PL = r"\[pl\]\[profile\](?:.*[.\]])?"
+
+DATA, FORWARD, BACKWARD, OPTIMIZER, OTHER = "data", "forward", "backward", "optimizer", "other"
+
+#: The canonical phases in step (and display) order, with their colours and range aliases: the one
+#: list the analysis, the terminal and the tab (through ``/runs``) read. Adding a phase is one entry.
+PHASE_REGISTRY = (
+    Phase(DATA, "#26a69a", (
+        r"(?i:##\s*(?:data|data_load)\s*##)", r"(?i:data)",
+        _PL + r"train_dataloader_next", r"enumerate\(DataLoader\)#.*",
+    )),
+    Phase(FORWARD, "#42a5f5", (
+        r"(?i:##\s*forward\s*##)", r"(?i:forward)",
+        _PL + r"training_step", r"(?:DistributedDataParallel|FullyShardedDataParallel)\.forward",
+    )),
+    Phase(BACKWARD, "#ffa726", (
+        r"(?i:##\s*backward\s*##)", r"(?i:backward)",
+        _PL + r"backward",
+    )),
+    Phase(OPTIMIZER, "#66bb6a", (
+        r"(?i:##\s*(?:optimizer|zero_grad)\s*##)", r"(?i:optimizer)",
+        _PL + r"optimizer_(?:step|zero_grad)", r"Optimizer\.(?:step|zero_grad)#.*",
+    )),
+    Phase(OTHER, "#9e9e9e"),
+)
+
+#: Colours of the user's own phases: each takes one by a hash of its name (FNV-1a), so a phase keeps
+#: its colour whatever order phases appear in.
+USER_PHASE_COLOURS = ("#ab47bc", "#ec407a", "#8d6e63", "#5c6bc0", "#d4e157", "#26c6da", "#ffca28", "#78909c")
 
 #: Canonical phases, in step order. Every instant of a step belongs to exactly one phase.
-DATA = "data"
-FORWARD = "forward"
-BACKWARD = "backward"
-OPTIMIZER = "optimizer"
-OTHER = "other"
-PHASES = (DATA, FORWARD, BACKWARD, OPTIMIZER, OTHER)
+PHASES = tuple(p.name for p in PHASE_REGISTRY)
+
+
+def phase_colour(phase: str) -> str:
+    """The colour of ``phase`` in every view: the registry's, else one picked by its name."""
+    for p in PHASE_REGISTRY:
+        if p.name == phase:
+            return p.colour
+    h = 2166136261  # FNV-1a over UTF-16 code units, as the tab computes it
+    units = phase.encode("utf-16-le")
+    for k in range(0, len(units), 2):
+        h = ((h ^ (units[k] | units[k + 1] << 8)) * 16777619) & 0xFFFFFFFF
+    return USER_PHASE_COLOURS[h % len(USER_PHASE_COLOURS)]
+
 
 #: Prefix of every `record_function` / NVTX range the training hook writes. A range named
 #: ``RANGE_PREFIX + name`` marks phase ``name``: a canonical one or any name the user chose.

@@ -1,89 +1,97 @@
-"""Render an `analyze()` report for a terminal with rich: per-step phase table, averages, the
-slowest step and why, top ops of the dominant phase, findings, and errors."""
+"""Render a report (`phaseprof.plugin.answers.Report`) for a terminal with rich: per-step phase
+table, averages, the slowest step and why, top ops of the dominant phase, findings, and errors."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from phaseprof.contract import phase_colour
+
+if TYPE_CHECKING:
+    from phaseprof.plugin.answers import PhaseMean, PhaseTimes, Report, StepDetail, StepRow, Summary, WorkerReport
 
 #: With more steps than this, the table shows the first and last ones, outliers and the slowest.
 MAX_ROWS = 40
 _EDGE = 10
 
 
-def render(report: dict, console: Console) -> None:
-    for run in report["runs"]:
-        for worker in run["workers"]:
-            _worker(run["run"], worker, console)
-    if report["errors"]:
+def render(report: Report, console: Console) -> None:
+    for run in report.runs:
+        for worker in run.workers:
+            _worker(run.run, worker, console)
+    if report.errors:
         console.print(Text("Errors", style="bold red"))
-        for e in report["errors"]:
-            console.print(Text(f"  {e['path']}: {e['error']}", style="red"))
+        for e in report.errors:
+            console.print(Text(f"  {e.path}: {e.error}", style="red"))
 
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f}"
 
 
-def _cell(phase: dict, gpu: bool) -> str:
+def _cell(phase: PhaseTimes | PhaseMean, gpu: bool) -> str:
     """Host ms, or host/GPU ms with one decimal each to keep GPU tables narrow."""
     if not gpu:
-        return _fmt(phase["cpu_ms"])
-    return f"{phase['cpu_ms']:,.1f}/{phase['gpu_ms']:,.1f}"
+        return _fmt(phase.cpu_ms)
+    return f"{phase.cpu_ms:,.1f}/{phase.gpu_ms:,.1f}"
 
 
-def _worker(run: str, w: dict, console: Console) -> None:
-    summary = w["summary"]
-    phases = summary["phases"]
-    title = f"run {run} · worker {w['worker']}"
-    if w.get("rank") is not None:
-        title += f" · rank {w['rank']}" + (f"/{w['world_size']}" if w.get("world_size") else "")
-    if w.get("gpu_names"):
-        title += f" · {w['gpu_names'][0]}"
+def _worker(run: str, w: WorkerReport, console: Console) -> None:
+    summary = w.summary
+    phases = summary.phases
+    title = f"run {run} · worker {w.worker}"
+    if w.rank is not None:
+        title += f" · rank {w.rank}" + (f"/{w.world_size}" if w.world_size else "")
+    if w.gpu_names:
+        title += f" · {w.gpu_names[0]}"
     console.print(Text(title, style="bold"))
-    console.print(Text(f"  {len(w['spans'])} span(s): {', '.join(w['spans'])}", style="dim"))
-    gpu = w["gpu"]
+    console.print(Text(f"  {len(w.spans)} span(s): {', '.join(w.spans)}", style="dim"))
+    gpu = w.gpu
     table = Table(show_edge=False, pad_edge=False, header_style="bold",
                   caption=("host/GPU ms (GPU: work launched in the phase)" if gpu else "host ms") + "; * inferred")
     table.add_column("step", justify="right")
     table.add_column("wall ms", justify="right")
     for p in phases:
-        table.add_column(p, justify="right")
+        table.add_column(Text(p, style=f"bold {phase_colour(p)}"), justify="right")
     if gpu:
         table.add_column("GPU idle ms", justify="right")
-    for row in _rows_to_show(w["steps"], summary):
+    outliers = summary.outliers or []
+    for row in _rows_to_show(w.steps, summary):
         if row is None:
             table.add_row("…", *[""] * (len(phases) + 1 + gpu))
             continue
-        cells = [_cell(row["phases"][p], gpu) + ("*" if row["phases"][p]["inferred"] else "") for p in phases]
-        label = str(row["step"]) + (" (empty)" if row["empty"] else "")
-        style = "dim" if row["empty"] else ("yellow" if row["step"] in summary.get("outliers", []) else None)
-        extra = [_fmt(row["gpu_idle_ms"])] if gpu else []
-        table.add_row(label, _fmt(row["wall_ms"]), *cells, *extra, style=style)
-    if "mean" in summary and len(w["steps"]) > 1:
-        mean = summary["mean"]
+        cells = [_cell(row.phases[p], gpu) + ("*" if row.phases[p].inferred else "") for p in phases]
+        label = str(row.step) + (" (empty)" if row.empty else "")
+        style = "dim" if row.empty else ("yellow" if row.step in outliers else None)
+        extra = [_fmt(row.gpu_idle_ms)] if gpu else []
+        table.add_row(label, _fmt(row.wall_ms), *cells, *extra, style=style)
+    if summary.mean is not None and len(w.steps) > 1:
+        mean = summary.mean
         table.add_section()
         cells = [_cell(mean[p], gpu) for p in phases]
-        table.add_row("mean", _fmt(summary["mean_wall_ms"]), *cells, *([""] if gpu else []), style="bold")
-        table.add_row("share", "", *[f"{mean[p]['share']:.0%}" for p in phases], *([""] if gpu else []))
+        table.add_row("mean", _fmt(summary.mean_wall_ms), *cells, *([""] if gpu else []), style="bold")
+        table.add_row("share", "", *[f"{mean[p].share:.0%}" for p in phases], *([""] if gpu else []))
     console.print(table)
-    if "detail" in w:
-        _detail(w["detail"], phases, console)
-    elif "slowest" in summary:
+    if w.detail is not None:
+        _detail(w.detail, phases, console)
+    elif summary.slowest is not None:
         _overview(summary, console)
-    for line in summary.get("findings", []):
-        console.print(Text("  • " + line))
+    for finding in summary.findings:
+        console.print(Text("  • " + finding.text))
     console.print()
 
 
-def _rows_to_show(rows: list[dict], summary: dict) -> list[dict | None]:
+def _rows_to_show(rows: list[StepRow], summary: Summary) -> list[StepRow | None]:
     if len(rows) <= MAX_ROWS:
         return rows
     keep = set(range(_EDGE)) | set(range(len(rows) - _EDGE, len(rows)))
-    flagged = set(summary.get("outliers", [])) | {summary.get("slowest", {}).get("step")}
-    keep |= {i for i, r in enumerate(rows) if r["step"] in flagged}
-    out: list[dict | None] = []
+    flagged = set(summary.outliers or []) | ({summary.slowest.step} if summary.slowest else set())
+    keep |= {i for i, r in enumerate(rows) if r.step in flagged}
+    out: list[StepRow | None] = []
     for i, r in enumerate(rows):
         if i in keep:
             out.append(r)
@@ -92,19 +100,19 @@ def _rows_to_show(rows: list[dict], summary: dict) -> list[dict | None]:
     return out
 
 
-def _overview(summary: dict, console: Console) -> None:
-    slow = summary["slowest"]
-    line = f"  slowest: step {slow['step']} ({_fmt(slow['wall_ms'])} ms)"
-    if "phase" in slow and slow["vs_median_ms"] > 0.1 * summary["median_wall_ms"]:
-        line += (f", {_fmt(slow['vs_median_ms'])} ms over the median step {slow['median_step']}; "
-                 f"{slow['phase']} grew {_fmt(slow['phase_delta_ms'])} ms")
-        if slow["ops"]:
-            line += ": " + ", ".join(f"{o['name']} {o['delta_self_cpu_ms']:+.2f} ms" for o in slow["ops"][:3])
+def _overview(summary: Summary, console: Console) -> None:
+    slow = summary.slowest
+    line = f"  slowest: step {slow.step} ({_fmt(slow.wall_ms)} ms)"
+    if slow.phase is not None and slow.vs_median_ms > 0.1 * summary.median_wall_ms:
+        line += (f", {_fmt(slow.vs_median_ms)} ms over the median step {slow.median_step}; "
+                 f"{slow.phase} grew {_fmt(slow.phase_delta_ms)} ms")
+        if slow.ops:
+            line += ": " + ", ".join(f"{o.name} {o.delta_self_cpu_ms:+.2f} ms" for o in slow.ops[:3])
     console.print(line)
-    if not summary["top_ops"]:
+    if not summary.top_ops:
         return
-    gpu = summary["gpu"]
-    t = Table(title=f"top ops of {summary['dominant_phase']} (mean per step, by self "
+    gpu = summary.gpu
+    t = Table(title=f"top ops of {summary.dominant_phase} (mean per step, by self "
                     f"{'GPU' if gpu else 'host'} time)",
               show_edge=False, pad_edge=False, header_style="bold", title_justify="left")
     t.add_column("op", overflow="fold")
@@ -114,30 +122,30 @@ def _overview(summary: dict, console: Console) -> None:
     if gpu:
         t.add_column("self GPU ms", justify="right")
         t.add_column("GPU ms", justify="right")
-    for o in summary["top_ops"]:
-        extra = [_fmt(o["self_gpu_ms"]), _fmt(o["gpu_ms"])] if gpu else []
-        t.add_row(o["name"], f"{o['calls']:g}", _fmt(o["self_cpu_ms"]), _fmt(o["cpu_ms"]), *extra)
+    for o in summary.top_ops:
+        extra = [_fmt(o.self_gpu_ms), _fmt(o.gpu_ms)] if gpu else []
+        t.add_row(o.name, f"{o.calls:g}", _fmt(o.self_cpu_ms), _fmt(o.cpu_ms), *extra)
     console.print(t)
 
 
-def _detail(detail: dict, phases: list[str], console: Console) -> None:
+def _detail(detail: StepDetail, phases: list[str], console: Console) -> None:
     for p in phases:
-        ops = detail["ops"].get(p) or []
-        mem = detail["memory"].get(p) or {}
+        ops = detail.ops.get(p) or []
+        mem = detail.memory.get(p) or {}
         if not ops and not mem:
             continue
-        t = Table(title=f"step {detail['step']} · {p}: {_fmt(detail['phases'][p]['cpu_ms'])} ms host, "
-                        f"{_fmt(detail['phases'][p]['gpu_ms'])} ms GPU",
+        t = Table(title=f"step {detail.step} · {p}: {_fmt(detail.phases[p].cpu_ms)} ms host, "
+                        f"{_fmt(detail.phases[p].gpu_ms)} ms GPU",
                   show_edge=False, pad_edge=False, header_style="bold", title_justify="left")
-        gpu = any(o["gpu_ms"] for o in ops)
+        gpu = any(o.gpu_ms for o in ops)
         columns = [("op", "left"), ("input shapes", "left"), ("calls", "right"), ("self ms", "right"),
                    ("total ms", "right")] + ([("self GPU ms", "right"), ("GPU ms", "right")] if gpu else [])
         for col, just in columns:
             t.add_column(col, justify=just, overflow="fold")
         for o in ops[:10]:
-            extra = [_fmt(o["self_gpu_ms"]), _fmt(o["gpu_ms"])] if gpu else []
-            t.add_row(o["name"], o["shapes"] or "", str(o["calls"]), _fmt(o["self_cpu_ms"]), _fmt(o["cpu_ms"]), *extra)
+            extra = [_fmt(o.self_gpu_ms), _fmt(o.gpu_ms)] if gpu else []
+            t.add_row(o.name, o.shapes or "", str(o.calls), _fmt(o.self_cpu_ms), _fmt(o.cpu_ms), *extra)
         console.print(t)
         for device, m in mem.items():
-            peak = "-" if m["peak_bytes"] is None else f"{m['peak_bytes'] / 2**20:,.1f} MiB"
-            console.print(f"    memory {device}: peak {peak}, net {m['delta_bytes'] / 2**20:+,.1f} MiB")
+            peak = "-" if m.peak_bytes is None else f"{m.peak_bytes / 2**20:,.1f} MiB"
+            console.print(f"    memory {device}: peak {peak}, net {m.delta_bytes / 2**20:+,.1f} MiB")

@@ -1,6 +1,7 @@
 """`analyze(path)`: the whole analysis of a logdir, a run directory or one trace file, as plain data.
 
-This is what ``phaseprof report --json`` prints and what notebook users call::
+`report` builds it as a typed `answers.Report` (what ``phaseprof report`` prints, as a table or as
+JSON); `analyze` gives the same as plain dicts and lists, for notebook users::
 
     from phaseprof import analyze
     report = analyze("./profile")
@@ -15,11 +16,14 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
+import msgspec
+
 from .analysis.model import SpanAnalysis
-from .analysis.ranks import rank_of
 from .analysis.span import analyze_trace
-from .analysis.steps import find_step, phase_names, step_detail, step_rows
-from .analysis.summary import summarize
+from .analysis.steps import step_detail, step_rows
+from .analysis.worker import Worker
+from .analysis.worker_summary import summarize
+from .answers import FileError, Report, RunReport, WorkerReport
 from .reading.decode import TraceError, read_trace
 from .reading.discovery import Run, TraceFile, discover
 
@@ -48,30 +52,34 @@ def problems_of(span: SpanAnalysis) -> str | None:
 
 
 def analyze(path: str, run: str | None = None, step: int | None = None, *, progress: Progress | None = None) -> dict:
+    """The report on ``path`` (see `report`) as plain dicts and lists, exactly as ``--json`` prints it."""
+    return msgspec.json.decode(msgspec.json.encode(report(path, run, step, progress=progress)))
+
+
+def report(path: str, run: str | None = None, step: int | None = None, *, progress: Progress | None = None) -> Report:
     """The report on ``path``: runs, workers (ranks), their steps and summaries, and errors.
 
     ``run`` keeps one run (its name relative to ``path``); ``step`` keeps one step and adds its
-    detail (ops per phase, memory, swimlanes) under the worker's ``"detail"`` key.
+    detail (ops per phase, memory, swimlanes) as the worker's ``detail``.
     """
-    errors: list[dict] = []
+    errors: list[FileError] = []
     if not os.path.exists(path):
-        return {"runs": [], "errors": [{"path": path, "error": "no such file or directory"}]}
+        return Report(runs=[], errors=[FileError(path=path, error="no such file or directory")])
     runs = discover(path)
     if run is not None:
         runs = [r for r in runs if r.name == run]
         if not runs:
-            errors.append({"path": os.path.join(path, run), "error": f"no run named {run!r} under {path}"})
+            errors.append(FileError(path=os.path.join(path, run), error=f"no run named {run!r} under {path}"))
     if progress:
         progress.start([f for r in runs for f in r.files])
-    out_runs = []
-    for r in runs:
-        out_runs.append(_run_report(path, r, step, errors, progress))
-    if not any(r["workers"] for r in out_runs) and not errors:
-        errors.append({"path": path, "error": "no trace files found (*.pt.trace.json[.gz])"})
-    return {"runs": out_runs, "errors": errors}
+    out_runs = [_run_report(path, r, step, errors, progress) for r in runs]
+    if not any(r.workers for r in out_runs) and not errors:
+        errors.append(FileError(path=path, error="no trace files found (*.pt.trace.json[.gz])"))
+    return Report(runs=out_runs, errors=errors)
 
 
-def _run_report(root: str, run: Run, step: int | None, errors: list[dict], progress: Progress | None) -> dict:
+def _run_report(root: str, run: Run, step: int | None, errors: list[FileError],
+                progress: Progress | None) -> RunReport:
     workers = []
     for worker, files in run.workers.items():
         spans = []
@@ -82,40 +90,33 @@ def _run_report(root: str, run: Run, step: int | None, errors: list[dict], progr
             try:
                 span = analyze_file(f, shapes=step is not None)
             except TraceError as e:
-                errors.append({"path": shown, "error": e.reason})
+                errors.append(FileError(path=shown, error=e.reason))
                 continue
             except Exception as e:  # noqa: BLE001 - one file must never hide the others
-                errors.append({"path": shown, "error": f"internal error while analysing: {type(e).__name__}: {e}"})
+                errors.append(FileError(path=shown, error=f"internal error while analysing: {type(e).__name__}: {e}"))
                 continue
             finally:
                 if progress:
                     progress.read(f)
             problem = problems_of(span)
             if problem:
-                errors.append({"path": shown, "error": problem})
+                errors.append(FileError(path=shown, error=problem))
             spans.append(span)
         if not spans:
             continue
-        rows = step_rows(spans)
-        entry = {
-            "worker": worker,
-            "rank": rank_of(worker, spans),
-            "world_size": next((s.world_size for s in spans if s.world_size is not None), None),
-            "gpu": any(s.has_gpu for s in spans),
-            "gpu_names": next((s.gpu_names for s in spans if s.gpu_names), []),
-            "spans": [s.file for s in spans],
-            "steps": rows,
-            "summary": summarize(spans),
-        }
+        w = Worker(worker, spans)
+        rows = None if step is None else [k for k, n in enumerate(w.numbers) if n == step]
+        entry = WorkerReport(worker=worker, rank=w.rank, world_size=w.world_size, gpu=w.has_gpu,
+                             gpu_names=w.gpu_names, spans=[s.file for s in spans], steps=step_rows(w, rows),
+                             summary=summarize(w))
         if step is not None:
-            entry["steps"] = [r for r in rows if r["step"] == step]
-            ref = find_step(spans, step)
-            if ref is None:
-                errors.append({"path": run.name, "error": f"worker {worker} has no step {step}"})
+            row = w.row_of(step)
+            if row is None:
+                errors.append(FileError(path=run.name, error=f"worker {worker} has no step {step}"))
             else:
-                entry["detail"] = step_detail(ref, phase_names(spans))
+                entry.detail = step_detail(w, row, run.name)
         workers.append(entry)
-    return {"run": run.name, "workers": workers}
+    return RunReport(run=run.name, workers=workers)
 
 
 def _display_path(root: str, f: TraceFile) -> str:

@@ -7,11 +7,13 @@ import subprocess
 import sys
 import textwrap
 
+import msgspec
 import pytest
 
 from phaseprof import analyze
 from phaseprof.contract import TRACE_FILE_RE
 from phaseprof.plugin.analysis.ranks import ranks
+from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
 from phaseprof.plugin.report import analyze_file
 
@@ -73,7 +75,8 @@ def test_two_ranks_under_torchrun(tmp_path):
             assert all(s["phases"][p]["cpu_ms"] > 0 for p in ("data", "forward", "backward", "optimizer"))
 
     (found,) = discover(str(logdir))
-    table = ranks({w: [analyze_file(f) for f in files] for w, files in found.workers.items()})
+    table = msgspec.json.decode(msgspec.json.encode(ranks(found.name, [Worker(w, [analyze_file(f) for f in files])
+                                                   for w, files in found.workers.items()])))
     by_rank = {r["rank"]: r for r in table["ranks"]}
     assert by_rank[0]["comm_ms"] > by_rank[1]["comm_ms"] + 10  # rank 0 waits for rank 1 in all_reduce
     straggler = table["straggler"]

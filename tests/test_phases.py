@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from phaseprof.plugin.analysis.span import analyze_trace
-from phaseprof.plugin.analysis.steps import find_step, phase_names, step_detail
+from phaseprof.plugin.analysis.steps import step_detail
+from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.decode import read_trace
 from tests.logdir import write_trace
 from tests.tracebuilder import AUTOGRAD, annotation, kernel, launch, memory, op, step, thread_names
@@ -126,7 +128,7 @@ def test_self_time_subtracts_direct_children_only(tmp_path):
         op("aten::threshold_", 150, 300),
         op("aten::empty", 160, 10),
     ])
-    detail = step_detail(find_step([span], 1), phase_names([span]))
+    detail = detail_of(span, 1)
     rows = {r["name"]: r for r in detail["ops"]["forward"]}
     assert rows["aten::relu_"]["self_cpu_ms"] == pytest.approx(0.1)
     assert rows["aten::relu_"]["cpu_ms"] == pytest.approx(0.4)
@@ -143,7 +145,7 @@ def test_memory_peak_and_net_delta_per_phase(tmp_path):
         annotation("phaseprof::backward", 500, 500),
         memory(600, -8192, 4096),
     ])
-    detail = step_detail(find_step([span], 1), phase_names([span]))
+    detail = detail_of(span, 1)
     assert detail["memory"]["forward"]["cuda:0"] == {"peak_bytes": 12288, "delta_bytes": 12288}
     assert detail["memory"]["backward"]["cuda:0"] == {"peak_bytes": 4096, "delta_bytes": -8192}
 
@@ -158,7 +160,7 @@ def test_gpu_idle_and_verdict_per_phase(tmp_path):
         launch(1_010, corr=2),
         kernel("k", 1_000, 1_000, corr=2),  # busy all of backward
     ])
-    detail = step_detail(find_step([span], 1), phase_names([span]))
+    detail = detail_of(span, 1)
     assert detail["phases"]["forward"]["gpu_idle_ms"] == pytest.approx(0.9)
     assert detail["phases"]["forward"]["verdict"] == "cpu-bound"
     assert detail["phases"]["backward"]["gpu_idle_ms"] == pytest.approx(0.0)
@@ -179,7 +181,7 @@ def test_swimlanes_show_the_loop_thread_other_threads_and_gpu_streams(tmp_path):
         launch(4_300, corr=2, tid=AUTOGRAD),
         kernel("bwd_gemm", 4_400, 2_500, corr=2),
     ])
-    lanes = step_detail(find_step([span], 1), phase_names([span]))["lanes"]
+    lanes = detail_of(span, 1)["lanes"]
     assert lanes["labels"] == ["thread 100 (python)", "thread 101 (pt_autograd_0)", "GPU 0 stream 7"]
     assert [0, 4.0, 9.0, "backward"] in lanes["bands"]
     assert [1, 4.2, 7.2, "backward"] in lanes["bands"]
@@ -200,3 +202,9 @@ def test_events_shorter_than_float_resolution_do_not_nest(tmp_path):
     assert span.ops.calls[row] == 8
     assert span.ops.self_us[row] == pytest.approx(8 * 0.04)  # none is another's parent
     assert (span.ops.self_us >= 0).all()
+
+
+def detail_of(span, number):
+    """Step ``number`` of a one-span worker in full, as its JSON answer reads."""
+    w = Worker("w", [span])
+    return msgspec.json.decode(msgspec.json.encode(step_detail(w, w.row_of(number), "run")))

@@ -5,12 +5,12 @@
  */
 
 import type {
-  CompareResponse,
-  RanksResponse,
-  RunsResponse,
+  CompareAnswer,
+  RanksAnswer,
+  RunsAnswer,
   StepDetail,
-  StepsResponse,
-  TimelineResponse,
+  StepsAnswer,
+  TimelineAnswer,
 } from './types';
 
 export class ApiError extends Error {
@@ -35,12 +35,12 @@ export class Api {
   /** What the view on screen asked for (URL -> route), the answers `revalidate` checks. */
   private shown = new Map<string, string>();
 
-  runs = () => this.get<RunsResponse>('runs', {}, false);
-  steps = (run: string, worker: string) => this.get<StepsResponse>('steps', { run, worker });
+  runs = () => this.get<RunsAnswer>('runs', {}, false);
+  steps = (run: string, worker: string) => this.get<StepsAnswer>('steps', { run, worker });
   step = (run: string, worker: string, step: number) => this.get<StepDetail>('step', { run, worker, step });
-  timeline = (run: string) => this.get<TimelineResponse>('timeline', { run });
-  ranks = (run: string) => this.get<RanksResponse>('ranks', { run });
-  compare = (params: Params) => this.get<CompareResponse>('compare', params);
+  timeline = (run: string) => this.get<TimelineAnswer>('timeline', { run });
+  ranks = (run: string) => this.get<RanksAnswer>('ranks', { run });
+  compare = (params: Params) => this.get<CompareAnswer>('compare', params);
 
   /** A new view is being drawn: what it asks for from now on is what `revalidate` checks. */
   newView(): void {

@@ -9,11 +9,12 @@ import { segmented, select } from './components/controls';
 import { failure, loading, notice } from './components/status';
 import { el, replace } from './dom';
 import { bytes } from './format';
+import { usePhaseColours } from './phases';
 import { Scope } from './scope';
 import { Store, VIEWS, type State, type View as ViewName } from './state';
 import { onTensorBoardReload } from './tensorboard';
 import { watchTheme } from './theme';
-import type { RunsResponse } from './types';
+import type { RunsAnswer } from './types';
 import { UrlHash } from './url_hash';
 import { compare } from './views/compare';
 import { overview } from './views/overview';
@@ -40,7 +41,7 @@ export class App {
   private readonly toolbar = el('nav', { class: 'toolbar' });
   private readonly notices = el('div', { class: 'notices' });
   private readonly pane = el('main', { class: 'pane' });
-  private runs: RunsResponse | null = null;
+  private runs: RunsAnswer | null = null;
   private scope: Scope | null = null;
   /** The selections the pane was last drawn from. */
   private drawn: State | null = null;
@@ -63,7 +64,7 @@ export class App {
    */
   private async reload(recheckView: boolean): Promise<void> {
     window.clearTimeout(this.poll);
-    let runs: RunsResponse;
+    let runs: RunsAnswer;
     try {
       runs = await this.api.runs();
     } catch (error) {
@@ -71,6 +72,7 @@ export class App {
       this.poll = window.setTimeout(() => void this.reload(true), POLL_MS * 4);
       return;
     }
+    usePhaseColours(runs);
     const before = this.runs;
     const runsChanged = JSON.stringify(runs) !== JSON.stringify(before);
     this.runs = runs;
@@ -85,7 +87,7 @@ export class App {
   }
 
   /** Selections the runs no longer hold (or none yet) replaced by the defaults. */
-  private fixSelection(state: State, runs: RunsResponse): Partial<State> {
+  private fixSelection(state: State, runs: RunsAnswer): Partial<State> {
     const fixes: Partial<State> = {};
     if (!runs.runs.length) return fixes;
     let run = findRun(runs, state.run);
@@ -140,7 +142,7 @@ export class App {
     void VIEW_OF[state.view].render({ root, state, runs, api: this.api, scope, go: (patch) => this.store.set(patch) });
   }
 
-  private drawToolbar(state: State, runs: RunsResponse | null): void {
+  private drawToolbar(state: State, runs: RunsAnswer | null): void {
     const uses = USES[state.view];
     const run = runs ? findRun(runs, state.run) : undefined;
     const go = (patch: Partial<State>) => this.store.set(patch);
@@ -186,7 +188,7 @@ export class App {
     );
   }
 
-  private drawNotices(runs: RunsResponse): void {
+  private drawNotices(runs: RunsAnswer): void {
     const { files, done, bytes: total, bytes_done } = runs.loading;
     replace(
       this.notices,
@@ -211,17 +213,17 @@ export class App {
 }
 
 /** Whether the runs the view shows (what they hold, how far they loaded) are not what they were. */
-function shownRunsChanged(before: RunsResponse, after: RunsResponse, state: State): boolean {
+function shownRunsChanged(before: RunsAnswer, after: RunsAnswer, state: State): boolean {
   const names = new Set([state.run, state.a.run, state.b.run]);
-  const shown = (runs: RunsResponse) => JSON.stringify(runs.runs.filter((r) => names.has(r.run)));
+  const shown = (runs: RunsAnswer) => JSON.stringify(runs.runs.filter((r) => names.has(r.run)));
   return shown(before) !== shown(after);
 }
 
-function stillLoading(runs: RunsResponse): boolean {
+function stillLoading(runs: RunsAnswer): boolean {
   return runs.loading.done < runs.loading.files || runs.runs.some((r) => r.workers.some((w) => w.state === 'loading'));
 }
 
-function emptyLogdir(runs: RunsResponse): HTMLElement {
+function emptyLogdir(runs: RunsAnswer): HTMLElement {
   return notice(
     el('strong', null, 'No profiles under the logdir yet. '),
     runs.errors.length

@@ -1,19 +1,26 @@
-/** One colour per phase, the same in every view; the user's own phases get a stable colour by name. */
+/**
+ * One colour per phase, the same in every view. The canonical phases and their colours come from
+ * the server (`/runs`, read from the phase registry in phaseprof/contract.py); a user's own phase
+ * takes a colour from the server's palette by a hash of its name, so it keeps it whatever order
+ * phases appear in.
+ */
 
-const CANONICAL: Record<string, string> = {
-  data: '#26a69a',
-  forward: '#42a5f5',
-  backward: '#ffa726',
-  optimizer: '#66bb6a',
-  other: '#9e9e9e',
-};
+import type { RunsAnswer } from './types';
 
-const USER_PHASES = ['#ab47bc', '#ec407a', '#8d6e63', '#5c6bc0', '#d4e157', '#26c6da', '#ffca28', '#78909c'];
+let canonical = new Map<string, string>();
+let palette: string[] = [];
+
+/** Take the phase colours of a `/runs` answer. */
+export function usePhaseColours(runs: Pick<RunsAnswer, 'phases' | 'user_phase_colours'>): void {
+  canonical = new Map(runs.phases.map((p) => [p.name, p.colour]));
+  palette = runs.user_phase_colours;
+}
 
 export function phaseColour(phase: string): string {
-  const known = CANONICAL[phase];
+  const known = canonical.get(phase);
   if (known) return known;
-  let hash = 2166136261; // FNV-1a: the colour follows the name, not the order phases appear in
+  if (!palette.length) return '#9e9e9e';
+  let hash = 2166136261; // FNV-1a over UTF-16 code units, as phaseprof.contract.phase_colour
   for (let i = 0; i < phase.length; i++) hash = Math.imul(hash ^ phase.charCodeAt(i), 16777619);
-  return USER_PHASES[(hash >>> 0) % USER_PHASES.length];
+  return palette[(hash >>> 0) % palette.length];
 }

@@ -7,84 +7,76 @@ pinned on the op that made it rather than repeated on every op around it.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 
-from .steps import StepRef, by_span, ms, phase_table
+from ..answers import ChangedOp, CompareAnswer, CompareSide, Delta, Times
+from .steps import ms
+from .worker import OP_COLUMNS, Worker
 
-#: Per (phase, op name): calls, self host µs, host µs, self GPU µs, GPU µs.
-_FIELDS = ("calls", "self_cpu", "cpu", "self_gpu", "gpu")
-
-
-def mean_step(refs: list[StepRef], phases: list[str]) -> dict:
-    """Mean wall, host and GPU time per phase over ``refs``."""
-    refs = [r for r in refs if not r.empty]
-    n = max(len(refs), 1)
-    cpu = phase_table(refs, phases, "cpu_us").sum(axis=0) / n
-    gpu = phase_table(refs, phases, "gpu_us").sum(axis=0) / n
-    return {
-        "steps": [r.number for r in refs],
-        "wall_ms": ms(sum(r.wall_us for r in refs) / n),
-        "phases": {p: {"cpu_ms": ms(cpu[j]), "gpu_ms": ms(gpu[j])} for j, p in enumerate(phases)},
-    }
+#: How many changed ops a comparison lists.
+TOP_OPS = 15
 
 
-def op_means(refs: list[StepRef]) -> dict[tuple[str, str], list[float]]:
-    """(phase, op name) -> [calls, self host µs, host µs, self GPU µs, GPU µs] per step, averaged."""
-    refs = [r for r in refs if not r.empty]
-    totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * len(_FIELDS))
-    for span, _, indices in by_span(refs):
-        t = span.ops
-        rows = np.isin(t.step, indices)
-        key = t.phase[rows].astype(np.int64) * len(span.names) + t.name[rows]
-        groups, inverse = np.unique(key, return_inverse=True)
-        columns = [np.bincount(inverse.ravel(), weights=c[rows], minlength=len(groups))
-                   for c in (t.calls, t.self_us, t.total_us, t.self_gpu_us, t.gpu_us)]
-        for g, k in enumerate(groups.tolist()):
-            acc = totals[(span.phases[k // len(span.names)], span.names[k % len(span.names)])]
-            for f, column in enumerate(columns):
-                acc[f] += float(column[g])
-    n = max(len(refs), 1)
-    return {k: [v / n for v in vals] for k, vals in totals.items()}
+def mean_side(w: Worker, rows: np.ndarray, phases: list[str], label: str = "") -> CompareSide:
+    """Mean wall, host and GPU time per phase over the non-empty steps among ``rows``."""
+    rows = rows[~w.empty[rows]]
+    cpu, gpu = w.phase_means(rows, phases)
+    return CompareSide(
+        label=label,
+        steps=[w.numbers[k] for k in rows.tolist()],
+        wall_ms=ms(sum(w.wall_us[rows].tolist()) / max(len(rows), 1)),
+        phases={p: Times(cpu_ms=ms(cpu[j]), gpu_ms=ms(gpu[j])) for j, p in enumerate(phases)},
+    )
 
 
-def compare(a: list[StepRef], b: list[StepRef], phases: list[str], top: int = 15) -> dict:
-    """Side A, side B, per-phase deltas and the ``top`` ops that changed most (B - A)."""
-    side_a, side_b = mean_step(a, phases), mean_step(b, phases)
-    delta = {
-        "wall_ms": round(side_b["wall_ms"] - side_a["wall_ms"], 3),
-        "phases": {
-            p: {k: round(side_b["phases"][p][k] - side_a["phases"][p][k], 3) for k in ("cpu_ms", "gpu_ms")}
+def compare(a: tuple[Worker, np.ndarray], b: tuple[Worker, np.ndarray], phases: list[str],
+            labels: tuple[str, str] = ("", ""), top: int = TOP_OPS) -> CompareAnswer:
+    """Side A and side B (a worker and some of its step rows each), per-phase deltas and the
+    ``top`` ops that changed most (B - A)."""
+    side_a, side_b = mean_side(*a, phases, labels[0]), mean_side(*b, phases, labels[1])
+    delta = Delta(
+        wall_ms=round(side_b.wall_ms - side_a.wall_ms, 3),
+        phases={
+            p: Times(cpu_ms=round(side_b.phases[p].cpu_ms - side_a.phases[p].cpu_ms, 3),
+                     gpu_ms=round(side_b.phases[p].gpu_ms - side_a.phases[p].gpu_ms, 3))
             for p in phases
         },
-    }
-    return {"a": side_a, "b": side_b, "delta": delta, "ops": changed_ops(op_means(a), op_means(b))[:top]}
+    )
+    ops = changed_ops(_op_means(*a), _op_means(*b))[:top]
+    return CompareAnswer(a=side_a, b=side_b, delta=delta, ops=ops, phases=phases)
 
 
-def changed_ops(ops_a: dict, ops_b: dict) -> list[dict]:
+def _op_means(w: Worker, rows: np.ndarray) -> dict:
+    return w.op_means(rows[~w.empty[rows]])
+
+
+def changed_ops(ops_a: dict, ops_b: dict) -> list[ChangedOp]:
     """Op rows with both sides and deltas, the biggest change in self time first."""
-    zero = [0.0] * len(_FIELDS)
+    zero = np.zeros(len(OP_COLUMNS))
     rows = []
     for key in ops_a.keys() | ops_b.keys():
-        va, vb = ops_a.get(key, zero), ops_b.get(key, zero)
-        row = {"phase": key[0], "name": key[1], "a_calls": round(va[0], 2), "b_calls": round(vb[0], 2)}
-        for k, field in enumerate(_FIELDS[1:], start=1):
-            row[f"a_{field}_ms"] = ms(va[k])
-            row[f"b_{field}_ms"] = ms(vb[k])
-            row[f"delta_{field}_ms"] = ms(vb[k] - va[k])
-        rows.append(row)
-    rows.sort(key=lambda r: -(abs(r["delta_self_cpu_ms"]) + abs(r["delta_self_gpu_ms"])))
+        (ca, sa, ta, sga, ga), (cb, sb, tb, sgb, gb) = ops_a.get(key, zero).tolist(), ops_b.get(key, zero).tolist()
+        rows.append(ChangedOp(
+            phase=key[0], name=key[1], a_calls=round(ca, 2), b_calls=round(cb, 2),
+            a_self_cpu_ms=ms(sa), b_self_cpu_ms=ms(sb), delta_self_cpu_ms=ms(sb - sa),
+            a_cpu_ms=ms(ta), b_cpu_ms=ms(tb), delta_cpu_ms=ms(tb - ta),
+            a_self_gpu_ms=ms(sga), b_self_gpu_ms=ms(sgb), delta_self_gpu_ms=ms(sgb - sga),
+            a_gpu_ms=ms(ga), b_gpu_ms=ms(gb), delta_gpu_ms=ms(gb - ga),
+        ))
+    rows.sort(key=lambda r: (-(abs(r.delta_self_cpu_ms) + abs(r.delta_self_gpu_ms)), r.phase, r.name))
     return rows
 
 
-def median_ref(refs: list[StepRef]) -> StepRef | None:
-    """The step whose wall time is the median (the lower one for an even count)."""
-    refs = sorted((r for r in refs if not r.empty), key=lambda r: r.wall_us)
-    return refs[(len(refs) - 1) // 2] if refs else None
+def median_row(w: Worker, rows: np.ndarray) -> int | None:
+    """The row among ``rows`` whose step's wall time is the median (the lower one for an even count)."""
+    rows = rows[~w.empty[rows]]
+    if not len(rows):
+        return None
+    ordered = rows[np.argsort(w.wall_us[rows], kind="stable")]
+    return int(ordered[(len(ordered) - 1) // 2])
 
 
-def grew_most(delta_phases: dict[str, dict[str, float]]) -> tuple[str, float]:
+def grew_most(delta: Delta) -> tuple[str, float]:
     """The phase whose host time grew most, and by how much (ms)."""
-    name = max(delta_phases, key=lambda p: delta_phases[p]["cpu_ms"])
-    return name, float(np.round(delta_phases[name]["cpu_ms"], 3))
+    name = max(delta.phases, key=lambda p: delta.phases[p].cpu_ms)
+    return name, float(np.round(delta.phases[name].cpu_ms, 3))

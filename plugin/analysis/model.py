@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from .phases import Step
+from .partition import Step
 
 
 class OpTable(msgspec.Struct):

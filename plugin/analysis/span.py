@@ -15,7 +15,7 @@ import numpy as np
 from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
 from .model import Lanes, OpTable, SpanAnalysis
 from .nesting import Nesting, nest
-from .phases import Partition, partition
+from .partition import Partition, partition
 
 #: Swimlane bands of one phase closer than this share of the step are drawn as one band.
 _LANE_MERGE_SHARE = 0.002

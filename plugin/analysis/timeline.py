@@ -4,21 +4,24 @@ from __future__ import annotations
 
 from phaseprof.contract import PHASES, parse_tag
 
+from ..answers import TimelineAnswer
+
 _STEP = "step"
 
 
-def windows(numbers: list[int]) -> list[list[int]]:
-    """Runs of consecutive step numbers as ``[first, last]`` pairs (the profiled windows)."""
-    out: list[list[int]] = []
+def windows(numbers: list[int]) -> list[tuple[int, int]]:
+    """Runs of consecutive step numbers as ``(first, last)`` pairs (the profiled windows)."""
+    out: list[tuple[int, int]] = []
     for n in sorted(set(numbers)):
         if out and n == out[-1][1] + 1:
-            out[-1][1] = n
+            out[-1] = (out[-1][0], n)
         else:
-            out.append([n, n])
+            out.append((n, n))
     return out
 
 
-def timeline(series: dict[str, list[tuple[int, float]]], profiled: list[int], kept_all: bool) -> dict:
+def timeline(run: str, series: dict[str, list[tuple[int, float]]], profiled: list[int],
+             kept_all: bool) -> TimelineAnswer:
     """Arrays aligned on the union of steps of all tags; ``None`` where a tag has no value.
 
     ``series`` maps a scalar tag (``phaseprof/<phase>[_gpu]_ms``) to its ``(step, value)`` points;
@@ -43,13 +46,14 @@ def timeline(series: dict[str, list[tuple[int, float]]], profiled: list[int], ke
     def column(values: dict[int, float]) -> list[float | None]:
         return [None if (v := values.get(s)) is None else round(float(v), 3) for s in ordered]
 
-    return {
-        "phases": phases,
-        "steps": ordered,
-        "cpu": {p: column(cpu[p]) for p in phases if p in cpu},
-        "gpu": {p: column(gpu[p]) for p in phases if p in gpu},
-        "wall": column(cpu.get(_STEP, {})),
-        "wall_gpu": column(gpu.get(_STEP, {})),
-        "profiled": windows(profiled),
-        "downsampled": not kept_all,
-    }
+    return TimelineAnswer(
+        run=run,
+        phases=phases,
+        steps=ordered,
+        cpu={p: column(cpu[p]) for p in phases if p in cpu},
+        gpu={p: column(gpu[p]) for p in phases if p in gpu},
+        wall=column(cpu.get(_STEP, {})),
+        wall_gpu=column(gpu.get(_STEP, {})),
+        profiled=windows(profiled),
+        downsampled=not kept_all,
+    )

@@ -1,17 +1,22 @@
 """The Step Phases tab's backend: TensorBoard plugin routes over the trace store and the scalars.
 
-Handlers only parse and check arguments, call the analysis, and respond (through
-``http_util.Respond``, which sets content type, nosniff and the security policy). Run, worker and
-step parameters are looked up among what was discovered under the logdir; they are never used to
-build a path. The routes are documented in ``plugin/http_api.md``.
+Each route is a ``_serve_<route>`` handler that parses the request and responds (through
+``http_util.Respond``, which sets content type, nosniff and the security policy) over a
+``<route>_impl`` that returns an answer Struct (`phaseprof.plugin.answers`) or raises TensorBoard's
+typed errors (404 `errors.NotFoundError`, 400 `errors.InvalidArgumentError`), as TensorBoard's own
+plugins do. One resolver, `_resolve`, turns ``run`` / ``worker`` / ``step`` parameters into what was
+discovered under the logdir (they are never used to build a path); it also rescans the logdir, so
+every route starts the loading it needs. The routes are documented in ``plugin/http_api.md``.
 """
 
 from __future__ import annotations
 
 import os
-import threading
+import re
+from typing import NamedTuple
 
 import msgspec
+import numpy as np
 from tensorboard import context as tb_context
 from tensorboard import errors, plugin_util
 from tensorboard.backend import http_util
@@ -19,15 +24,29 @@ from tensorboard.data import provider
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from phaseprof.contract import SCALAR_PREFIX
+from phaseprof.contract import PHASE_REGISTRY, SCALAR_PREFIX, USER_PHASE_COLOURS
 
 from ..analysis.compare import compare
-from ..analysis.ranks import rank_of, rank_order, ranks
-from ..analysis.steps import find_step, phase_names, step_detail, step_refs, step_rows
-from ..analysis.summary import summarize
+from ..analysis.ranks import ranks
+from ..analysis.steps import step_detail, step_rows
 from ..analysis.timeline import timeline
+from ..analysis.worker import Worker, phase_names, rank_of, rank_order
+from ..analysis.worker_summary import summarize
+from ..answers import (
+    CompareAnswer,
+    FileError,
+    PhaseStyle,
+    RanksAnswer,
+    RunInfo,
+    RunsAnswer,
+    SpanInfo,
+    StepDetail,
+    StepsAnswer,
+    TimelineAnswer,
+    WorkerInfo,
+)
 from ..reading.discovery import Run
-from .store import LOADING, PENDING, TraceStore
+from .store import LOADING, PENDING, READY, TraceStore
 
 PLUGIN_NAME = "phaseprof"
 _STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "static")
@@ -35,6 +54,17 @@ _CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".map": "applica
                   ".svg": "image/svg+xml", ".png": "image/png", ".woff2": "font/woff2", ".txt": "text/plain"}
 #: Scalars per tag asked of the data provider: all it kept (TensorBoard keeps 1,000 by default).
 _ALL_SAMPLES = 10**9
+#: An integer parameter: ASCII digits with an optional leading minus, nothing else.
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+class Target(NamedTuple):
+    """What a request's ``run`` / ``worker`` / ``step`` parameters name."""
+
+    run: Run
+    worker: Worker | None = None
+    step: int | None = None  # the step number asked for
+    rows: list[int] | None = None  # the worker's rows of that step
 
 
 class PhaseprofPlugin(base_plugin.TBPlugin):
@@ -43,8 +73,6 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
     def __init__(self, context: base_plugin.TBContext):
         self._data_provider = context.data_provider
         self._store = TraceStore(context.logdir or "")
-        self._summaries: dict[tuple, dict] = {}
-        self._summaries_lock = threading.Lock()
         self._static = _static_files()
         self._store.refresh_soon(force=True)
 
@@ -95,128 +123,122 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         self._store.refresh()
         return _json(request, self.runs_impl())
 
-    def runs_impl(self) -> dict:
+    def runs_impl(self) -> RunsAnswer:
         out, problems = [], []
         for run in self._store.runs():
             workers = []
             for worker, files in run.workers.items():
                 spans = [self._store.span(f) for f in files]
-                for s in spans:
-                    if s.error:
-                        problems.append({"path": os.path.join(run.name, s.file.name), "error": s.error})
-                workers.append({
-                    "worker": worker,
-                    "rank": rank_of(worker, [s.analysis for s in spans if s.analysis is not None]),
-                    "state": LOADING if any(s.state in (PENDING, LOADING) for s in spans) else "ready",
-                    "spans": [{"file": s.file.name, "size": s.file.size, "state": s.state,
-                               "steps": len(s.analysis.steps) if s.analysis else None, "error": s.error}
-                              for s in spans],
-                })
-            out.append({"run": run.name, "has_scalars": run.has_scalars, "workers": workers})
-        return {"runs": out, "loading": self._store.progress(), "errors": problems}
+                problems += [FileError(path=os.path.join(run.name, s.file.name), error=s.error)
+                             for s in spans if s.error]
+                workers.append(WorkerInfo(
+                    worker=worker,
+                    rank=rank_of(worker, [s.analysis for s in spans if s.analysis is not None]),
+                    state=LOADING if any(s.state in (PENDING, LOADING) for s in spans) else READY,
+                    spans=[SpanInfo(file=s.file.name, size=s.file.size, state=s.state,
+                                    steps=len(s.analysis.steps) if s.analysis else None, error=s.error)
+                           for s in spans],
+                ))
+            out.append(RunInfo(run=run.name, has_scalars=run.has_scalars, workers=workers))
+        return RunsAnswer(runs=out, loading=self._store.progress(), errors=problems,
+                          phases=[PhaseStyle(name=p.name, colour=p.colour) for p in PHASE_REGISTRY],
+                          user_phase_colours=list(USER_PHASE_COLOURS))
 
     @wrappers.Request.application
     def _serve_steps(self, request):
-        self._store.refresh()
-        run = self._run(request.args.get("run"))
-        worker = self._worker(run, request.args.get("worker"))
-        return _json(request, self.steps_impl(run, worker))
+        return _json(request, self.steps_impl(self._resolve(request.args, worker=True)))
 
-    def steps_impl(self, run: Run, worker: str) -> dict:
-        spans = self._store.analyses(run, worker)
-        return {
-            "run": run.name,
-            "worker": worker,
-            "workers": list(run.workers),
-            "phases": phase_names(spans),
-            "gpu": any(s.has_gpu for s in spans),
-            "steps": step_rows(spans),
-            "summary": self._summary(run, worker),
-        }
+    def steps_impl(self, target: Target) -> StepsAnswer:
+        run, w = target.run, target.worker
+        return StepsAnswer(
+            run=run.name,
+            worker=w.name,
+            workers=list(run.workers),
+            phases=w.phases,
+            gpu=w.has_gpu,
+            steps=self._store.derived(run, w.name, step_rows),
+            summary=self._store.derived(run, w.name, summarize),
+        )
 
     @wrappers.Request.application
     def _serve_step(self, request):
-        run = self._run(request.args.get("run"))
-        worker = self._worker(run, request.args.get("worker"))
-        number = _int_arg(request, "step", required=True)
-        spans = self._store.analyses(run, worker)
-        ref = find_step(spans, number)
-        if ref is None:
-            raise errors.NotFoundError(f"worker {worker!r} of run {run.name!r} has no step {number}")
-        detail = step_detail(ref, phase_names(spans))
-        detail.update(run=run.name, worker=worker)
-        return _json(request, detail)
+        return _json(request, self.step_impl(self._resolve(request.args, worker=True, step="required")))
+
+    def step_impl(self, target: Target) -> StepDetail:
+        return step_detail(target.worker, target.rows[0], target.run.name)
 
     @wrappers.Request.application
     def _serve_timeline(self, request):
-        run = self._run(request.args.get("run"))
-        return _json(request, self.timeline_impl(request, run))
+        return _json(request, self.timeline_impl(request.environ, self._resolve(request.args)))
 
-    def timeline_impl(self, request, run: Run) -> dict:
-        series = self._phase_scalars(request.environ, run.name)
+    def timeline_impl(self, environ, target: Target) -> TimelineAnswer:
+        run = target.run
+        series = self._phase_scalars(environ, run.name)
         if not series:
             raise errors.NotFoundError(f"run {run.name!r} has no phaseprof scalars (yet)")
         dense = max(series.values(), key=len)
         kept_all = not dense or len(dense) >= dense[-1][0] - dense[0][0] + 1
-        profiled = [ref.number for worker in run.workers for ref in step_refs(self._store.analyses(run, worker))
-                    if not ref.empty]
-        out = timeline(series, profiled, kept_all)
-        out["run"] = run.name
-        return out
+        profiled = []
+        for name in run.workers:
+            w = self._store.worker(run, name)
+            profiled += [w.numbers[k] for k in w.full().tolist()]
+        return timeline(run.name, series, profiled, kept_all)
 
     @wrappers.Request.application
     def _serve_compare(self, request):
-        a = self._side(request, "a")
-        b = self._side(request, "b")
-        phases = phase_names(a[1] + b[1])
-        result = compare(a[2], b[2], phases)
-        result["a"]["label"], result["b"]["label"] = a[0], b[0]
-        result["phases"] = phases
-        return _json(request, result)
+        a = self._resolve(request.args, worker=True, step="optional", side="a")
+        b = self._resolve(request.args, worker=True, step="optional", side="b")
+        return _json(request, self.compare_impl(a, b))
 
-    def _side(self, request, side: str):
-        """(label, the worker's analyses, the chosen steps) of one side of a comparison."""
-        run = self._run(request.args.get(f"run_{side}"), param=f"run_{side}")
-        worker = self._worker(run, request.args.get(f"worker_{side}"), param=f"worker_{side}")
-        spans = self._store.analyses(run, worker)
-        refs = step_refs(spans)
-        number = _int_arg(request, f"step_{side}")
-        label = f"{run.name} · {worker}"
-        if number is not None:
-            refs = [r for r in refs if r.number == number]
-            if not refs:
-                raise errors.NotFoundError(f"worker {worker!r} of run {run.name!r} has no step {number}")
-            label += f" · step {number}"
-        return label, spans, refs
+    def compare_impl(self, a: Target, b: Target) -> CompareAnswer:
+        phases = phase_names(a.worker.spans + b.worker.spans)
+        return compare(_side(a), _side(b), phases, labels=(_label(a), _label(b)))
 
     @wrappers.Request.application
     def _serve_ranks(self, request):
-        run = self._run(request.args.get("run"))
-        workers = {w: self._store.analyses(run, w) for w in run.workers}
-        out = ranks({w: spans for w, spans in workers.items() if spans})
-        out["run"] = run.name
-        return _json(request, out)
+        return _json(request, self.ranks_impl(self._resolve(request.args)))
 
-    # --- argument checks --------------------------------------------------------------------------
+    def ranks_impl(self, target: Target) -> RanksAnswer:
+        run = target.run
+        workers = [self._store.worker(run, name) for name in run.workers]
+        return ranks(run.name, [w for w in workers if w.spans])
 
-    def _run(self, name: str | None, *, param: str = "run") -> Run:
-        if not name:
-            raise errors.InvalidArgumentError(f"missing parameter {param!r}")
-        run = self._store.run(name)
+    # --- arguments --------------------------------------------------------------------------------
+
+    def _resolve(self, args, *, worker: bool = False, step: str | None = None, side: str = "") -> Target:
+        """The run (always), worker (``worker``) and step (``step``: ``"required"`` or ``"optional"``)
+        that the parameters ``run``, ``worker``, ``step`` name, or ``run_a``, … for ``side="a"``.
+
+        The worker defaults to the run's lowest rank, else its first worker. Malformed or missing
+        parameters are a 400, names not discovered under the logdir a 404. The logdir is rescanned
+        first (at most every half second), so that any route sees new files and starts loading them.
+        """
+        suffix = f"_{side}" if side else ""
+        number = _int_arg(args, "step" + suffix, required=step == "required") if step else None
+        self._store.refresh()
+        run_name = args.get("run" + suffix)
+        if not run_name:
+            raise errors.InvalidArgumentError(f"missing parameter {'run' + suffix!r}")
+        run = self._store.run(run_name)
         if run is None:
-            raise errors.NotFoundError(f"no run named {name!r}")
-        return run
-
-    def _worker(self, run: Run, name: str | None, *, param: str = "worker") -> str:
-        """The named worker of ``run``, or by default its lowest rank (else its first worker)."""
+            raise errors.NotFoundError(f"no run named {run_name!r}")
+        if not worker:
+            return Target(run)
         workers = run.workers
         if not workers:
             raise errors.NotFoundError(f"run {run.name!r} has no trace files (yet)")
+        name = args.get("worker" + suffix)
         if not name:
-            return min(workers, key=lambda w: rank_order(rank_of(w, self._store.analyses(run, w)), w))
-        if name not in workers:
+            name = min(workers, key=lambda w: rank_order(rank_of(w, self._store.analyses(run, w)), w))
+        elif name not in workers:
             raise errors.NotFoundError(f"run {run.name!r} has no worker {name!r}")
-        return name
+        w = self._store.worker(run, name)
+        if number is None:
+            return Target(run, w)
+        rows = [k for k, n in enumerate(w.numbers) if n == number]
+        if not rows:
+            raise errors.NotFoundError(f"worker {name!r} of run {run.name!r} has no step {number}")
+        return Target(run, w, number, rows)
 
     # --- scalars ----------------------------------------------------------------------------------
 
@@ -246,32 +268,32 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
             return False
         return any(t.startswith(SCALAR_PREFIX) for tags in listing.values() for t in tags)
 
-    def _summary(self, run: Run, worker: str) -> dict:
-        key = (run.name, worker, self._store.version(run, worker))
-        with self._summaries_lock:
-            cached = self._summaries.get(key)
-        if cached is None:
-            cached = summarize(self._store.analyses(run, worker))
-            with self._summaries_lock:
-                self._summaries = {k: v for k, v in self._summaries.items() if k[:2] != key[:2]}
-                self._summaries[key] = cached
-        return cached
+
+def _json(request, answer: msgspec.Struct):
+    return http_util.Respond(request, msgspec.json.encode(answer), "application/json")
 
 
-def _json(request, body: dict):
-    return http_util.Respond(request, msgspec.json.encode(body), "application/json")
-
-
-def _int_arg(request, name: str, required: bool = False) -> int | None:
-    value = request.args.get(name)
+def _int_arg(args, name: str, required: bool = False) -> int | None:
+    """An integer parameter: ASCII digits with an optional leading ``-``; anything else is a 400."""
+    value = args.get(name)
     if value is None or value == "":
         if required:
             raise errors.InvalidArgumentError(f"missing parameter {name!r}")
         return None
-    try:
-        return int(value)
-    except ValueError:
-        raise errors.InvalidArgumentError(f"parameter {name!r} must be an integer, not {value!r}") from None
+    if not _INTEGER.fullmatch(value):
+        raise errors.InvalidArgumentError(f"parameter {name!r} must be an integer, not {value!r}")
+    return int(value)
+
+
+def _side(target: Target) -> tuple[Worker, np.ndarray]:
+    """One side of a comparison: the worker and its rows (the step asked for, else all)."""
+    rows = target.rows if target.rows is not None else range(len(target.worker.refs))
+    return target.worker, np.array(rows, dtype=np.int64)
+
+
+def _label(target: Target) -> str:
+    label = f"{target.run.name} · {target.worker.name}"
+    return label if target.step is None else f"{label} · step {target.step}"
 
 
 def _static_files() -> dict[str, str]:

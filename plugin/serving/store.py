@@ -16,10 +16,14 @@ import multiprocessing
 import os
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import msgspec
 
 from ..analysis.model import SpanAnalysis
+from ..analysis.worker import Worker
+from ..answers import Loading
 from ..reading.decode import TraceError
 from ..reading.discovery import Run, TraceFile, discover
 from ..report import analyze_file, problems_of
@@ -27,6 +31,8 @@ from ..report import analyze_file, problems_of
 logger = logging.getLogger(__name__)
 
 PENDING, LOADING, READY, ERROR = "pending", "loading", "ready", "error"
+
+T = TypeVar("T")
 
 
 class Span(msgspec.Struct):
@@ -59,6 +65,8 @@ class TraceStore:
         self._pending: set[cf.Future] = set()
         self._closed = False
         self._scanning = False  # a background scan is running
+        #: (run, worker, what) -> (the worker's version, a result derived from its analyses)
+        self._derived: dict[tuple, tuple[tuple, object]] = {}
 
     # --- scanning ---------------------------------------------------------------------------------
 
@@ -168,12 +176,31 @@ class TraceStore:
             return tuple((f.path, *(s.stamp if (s := self._spans.get(f.path)) else ()),
                           s.state if s else None) for f in run.workers.get(worker, []))
 
-    def progress(self) -> dict:
+    def worker(self, run: Run, worker: str) -> Worker:
+        """The analysis of a worker's loaded spans as one `Worker`, built once per version."""
+        return self.derived(run, worker, None)
+
+    def derived(self, run: Run, worker: str, compute: Callable[[Worker], T] | None) -> T:
+        """``compute(the worker's analysis)``, cached until the worker's version changes, so that a
+        request derives its answer from one analysis computed once."""
+        key = (run.name, worker, compute)
+        with self._lock:
+            version = self.version(run, worker)
+            hit = self._derived.get(key)
+            if hit is not None and hit[0] == version:
+                return hit[1]
+            analyses = self.analyses(run, worker)
+        value = Worker(worker, analyses) if compute is None else compute(self.worker(run, worker))
+        with self._lock:
+            self._derived[key] = (version, value)
+        return value
+
+    def progress(self) -> Loading:
         with self._lock:
             spans = list(self._spans.values())
         done = [s for s in spans if s.state in (READY, ERROR)]
-        return {"files": len(spans), "done": len(done), "bytes": sum(s.file.size for s in spans),
-                "bytes_done": sum(s.file.size for s in done)}
+        return Loading(files=len(spans), done=len(done), bytes=sum(s.file.size for s in spans),
+                       bytes_done=sum(s.file.size for s in done))
 
     def has_traces(self) -> bool:
         return any(r.files for r in self.runs())

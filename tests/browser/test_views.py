@@ -36,7 +36,7 @@ def test_overview_shows_the_steps_route(tab):
         [p, ms(m["cpu_ms"]), pct(m["share"]), ms(m["gpu_ms"]), ms(m["gpu_idle_ms"])] for p, m in s["mean"].items()
     ]
     for finding in s["findings"]:
-        assert finding in text
+        assert finding["text"] in text
     slow = s["slowest"]
     assert (f"Step {slow['step']} took {ms(slow['wall_ms'])} ms, {signed_ms(slow['vs_median_ms'])} ms against "
             f"the median step {slow['median_step']}") in text

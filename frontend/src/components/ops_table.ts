@@ -2,7 +2,7 @@
 
 import { el } from '../dom';
 import { count, ms } from '../format';
-import type { OpRow } from '../types';
+import type { OpFigures } from '../types';
 import { table, type Column } from './table';
 
 export interface OpsTableOptions {
@@ -13,8 +13,8 @@ export interface OpsTableOptions {
   shapes?: boolean;
 }
 
-export function opsTable(ops: OpRow[], options: OpsTableOptions): HTMLElement {
-  const columns: Column<OpRow>[] = [
+export function opsTable(ops: OpFigures[], options: OpsTableOptions): HTMLElement {
+  const columns: Column<OpFigures>[] = [
     { label: 'Op', value: (o) => o.name, cell: (o) => el('span', { class: 'op', title: o.name }, o.name) },
   ];
   if (options.shapes && ops.some((o) => o.shapes)) {

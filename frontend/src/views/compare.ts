@@ -10,7 +10,7 @@ import { table } from '../components/table';
 import { el, replace } from '../dom';
 import { change, count, ms, signedMs } from '../format';
 import type { Side } from '../state';
-import type { ChangedOp, CompareResponse, CompareSide, Device, StepsResponse } from '../types';
+import type { ChangedOp, CompareAnswer, CompareSide, Device, StepsAnswer } from '../types';
 import { defaultWorker, deviceLabel, fetchInto, findRun, onDevice, type View, type ViewContext } from './view';
 
 type SideKey = 'a' | 'b';
@@ -69,7 +69,7 @@ async function defaultSides(ctx: ViewContext): Promise<{ a: Side; b: Side } | nu
   return pair ? { a: { ...whole(current), step: pair[0] }, b: { ...whole(current), step: pair[1] } } : null;
 }
 
-function sidePicker(ctx: ViewContext, key: SideKey, steps: StepsResponse | null): HTMLElement {
+function sidePicker(ctx: ViewContext, key: SideKey, steps: StepsAnswer | null): HTMLElement {
   const side = ctx.state[key];
   const run = findRun(ctx.runs, side.run);
   const set = (patch: Partial<Side>) => ctx.go({ [key]: { ...side, ...patch } });
@@ -101,7 +101,7 @@ function total(side: CompareSide, device: Device): number {
   return device === 'gpu' ? Object.values(side.phases).reduce((sum, p) => sum + p.gpu_ms, 0) : side.wall_ms;
 }
 
-function headline(data: CompareResponse, device: Device): HTMLElement {
+function headline(data: CompareAnswer, device: Device): HTMLElement {
   const a = total(data.a, device);
   const b = total(data.b, device);
   const what = device === 'gpu' ? 'GPU per step' : 'Step (wall)';
@@ -118,7 +118,7 @@ function deltaClass(delta: number): string {
   return delta > 0 ? 'worse' : delta < 0 ? 'better' : '';
 }
 
-function chartCard(ctx: ViewContext, data: CompareResponse, device: Device): HTMLElement {
+function chartCard(ctx: ViewContext, data: CompareAnswer, device: Device): HTMLElement {
   const box = chartBox(150);
   const sides = [data.a, data.b];
   const out = card(`Phases per step (${deviceLabel(device)} time)`, legend(data.phases), box);
@@ -137,7 +137,7 @@ function chartCard(ctx: ViewContext, data: CompareResponse, device: Device): HTM
   return out;
 }
 
-function phasesCard(data: CompareResponse, device: Device): HTMLElement {
+function phasesCard(data: CompareAnswer, device: Device): HTMLElement {
   const rows = [
     ...data.phases.map((phase) => ({
       phase,
@@ -166,7 +166,7 @@ function phasesCard(data: CompareResponse, device: Device): HTMLElement {
   );
 }
 
-function opsCard(data: CompareResponse): HTMLElement {
+function opsCard(data: CompareAnswer): HTMLElement {
   const delta = (value: number) => el('span', { class: deltaClass(value) }, signedMs(value));
   const gpu = data.ops.some((o) => o.a_gpu_ms || o.b_gpu_ms);
   return card(

@@ -12,7 +12,7 @@ import { opsTable } from '../components/ops_table';
 import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { ms, pct, signedMs } from '../format';
-import type { ChangedOp, Device, PhaseMean, StepRow, StepsResponse } from '../types';
+import type { ChangedOp, Device, PhaseMean, StepRow, StepsAnswer } from '../types';
 import { deviceLabel, fetchInto, findRun, noSteps, onDevice, type View, type ViewContext } from './view';
 
 export const overview: View = {
@@ -49,7 +49,7 @@ export const overview: View = {
   },
 };
 
-function headline(data: StepsResponse): HTMLElement {
+function headline(data: StepsAnswer): HTMLElement {
   const s = data.summary;
   const profiled = s.empty_steps.length ? `${s.steps} (${s.empty_steps.length} empty)` : String(s.steps);
   return figures(
@@ -61,7 +61,7 @@ function headline(data: StepsResponse): HTMLElement {
   );
 }
 
-function flags(data: StepsResponse, row: StepRow): HTMLElement[] {
+function flags(data: StepsAnswer, row: StepRow): HTMLElement[] {
   const s = data.summary;
   const out: HTMLElement[] = [];
   if (s.outliers?.includes(row.step)) out.push(badge('outlier', 'danger', 'Much slower than the median step'));
@@ -72,7 +72,7 @@ function flags(data: StepsResponse, row: StepRow): HTMLElement[] {
   return out;
 }
 
-function stepsCard(ctx: ViewContext, data: StepsResponse, device: Device): HTMLElement {
+function stepsCard(ctx: ViewContext, data: StepsAnswer, device: Device): HTMLElement {
   const rows = data.steps;
   const outliers = new Set(data.summary.outliers ?? []);
   const box = chartBox(260);
@@ -112,7 +112,7 @@ function stepsCard(ctx: ViewContext, data: StepsResponse, device: Device): HTMLE
   return out;
 }
 
-function stepTooltip(data: StepsResponse, row: StepRow, device: Device): HTMLElement {
+function stepTooltip(data: StepsAnswer, row: StepRow, device: Device): HTMLElement {
   const lines: TooltipRow[] = [...data.phases]
     .reverse()
     .map((phase) => ({ phase, label: phase, value: `${ms(onDevice(row.phases[phase], device))} ms` }));
@@ -121,7 +121,7 @@ function stepTooltip(data: StepsResponse, row: StepRow, device: Device): HTMLEle
   return tooltipBody(`Step ${row.step}`, lines, notes || 'click to open');
 }
 
-function phasesCard(data: StepsResponse): HTMLElement {
+function phasesCard(data: StepsAnswer): HTMLElement {
   const mean = data.summary.mean ?? {};
   type Row = PhaseMean & { phase: string };
   const rows: Row[] = data.phases.map((phase) => ({ phase, ...mean[phase] }));
@@ -139,17 +139,17 @@ function phasesCard(data: StepsResponse): HTMLElement {
   return card('Mean step by phase', table({ label: 'Mean step by phase', rows, columns }));
 }
 
-function findingsCard(data: StepsResponse): HTMLElement {
+function findingsCard(data: StepsAnswer): HTMLElement {
   const findings = data.summary.findings;
   return card(
     'Findings',
     findings.length
-      ? el('ul', { class: 'findings' }, ...findings.map((f) => el('li', null, f)))
+      ? el('ul', { class: 'findings' }, ...findings.map((f) => el('li', null, f.text)))
       : el('p', { class: 'empty' }, 'Nothing stands out: the phases look balanced.'),
   );
 }
 
-function slowestCard(ctx: ViewContext, data: StepsResponse): HTMLElement {
+function slowestCard(ctx: ViewContext, data: StepsAnswer): HTMLElement {
   const slow = data.summary.slowest;
   if (!slow) return card('Slowest step', el('p', { class: 'empty' }, 'No step holds any work.'));
   const open = button(`Open step ${slow.step}`, () => ctx.go({ view: 'step', step: slow.step }));
@@ -193,7 +193,7 @@ function changedOpsTable(ops: ChangedOp[], a: string, b: string): HTMLElement {
   });
 }
 
-function topOpsCard(data: StepsResponse): HTMLElement {
+function topOpsCard(data: StepsAnswer): HTMLElement {
   const phase = data.summary.dominant_phase;
   const ops = data.summary.top_ops ?? [];
   return card(
@@ -202,7 +202,7 @@ function topOpsCard(data: StepsResponse): HTMLElement {
   );
 }
 
-function stepTableCard(ctx: ViewContext, data: StepsResponse, device: Device): HTMLElement {
+function stepTableCard(ctx: ViewContext, data: StepsAnswer, device: Device): HTMLElement {
   return card(
     `Every profiled step (${deviceLabel(device)} ms)`,
     table({

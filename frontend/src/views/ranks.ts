@@ -8,7 +8,7 @@ import { notice } from '../components/status';
 import { table } from '../components/table';
 import { el, replace } from '../dom';
 import { ms, signedMs } from '../format';
-import type { Device, RankRow, RanksResponse } from '../types';
+import type { Device, RankRow, RanksAnswer } from '../types';
 import { deviceLabel, fetchInto, findRun, onDevice, type View, type ViewContext } from './view';
 
 export const ranks: View = {
@@ -34,7 +34,7 @@ function rankName(r: { rank: number | null; worker: string }): string {
   return r.rank === null ? r.worker : `rank ${r.rank}`;
 }
 
-function stragglerLine(data: RanksResponse): HTMLElement {
+function stragglerLine(data: RanksAnswer): HTMLElement {
   const s = data.straggler;
   if (!s) return notice(`${data.ranks.length === 1 ? 'One worker' : 'Workers without steps'}: no straggler to find.`);
   return el(
@@ -47,7 +47,7 @@ function stragglerLine(data: RanksResponse): HTMLElement {
   );
 }
 
-function chartCard(ctx: ViewContext, data: RanksResponse, device: Device): HTMLElement {
+function chartCard(ctx: ViewContext, data: RanksAnswer, device: Device): HTMLElement {
   const rows = data.ranks;
   const box = chartBox(Math.max(120, rows.length * 28 + 60));
   const out = card(`Mean step per rank (${deviceLabel(device)} time)`, legend(data.phases), box, el('p', { class: 'hint' }, 'Click a rank to open its overview.'));
@@ -73,7 +73,7 @@ function chartCard(ctx: ViewContext, data: RanksResponse, device: Device): HTMLE
   return out;
 }
 
-function tableCard(ctx: ViewContext, data: RanksResponse, device: Device): HTMLElement {
+function tableCard(ctx: ViewContext, data: RanksAnswer, device: Device): HTMLElement {
   const straggler = data.straggler?.worker;
   return card(
     `Ranks (${deviceLabel(device)} ms per step)`,

@@ -9,7 +9,7 @@ import { opsTable } from '../components/ops_table';
 import { table } from '../components/table';
 import { el, replace } from '../dom';
 import { bytes, ms, pct } from '../format';
-import type { StepDetail, StepsResponse } from '../types';
+import type { StepDetail, StepsAnswer } from '../types';
 import { fetchInto, findRun, noSteps, type View, type ViewContext } from './view';
 
 const OPS_SHOWN = 10;
@@ -43,7 +43,7 @@ export const step: View = {
   },
 };
 
-function navigation(ctx: ViewContext, steps: StepsResponse, number: number): HTMLElement {
+function navigation(ctx: ViewContext, steps: StepsAnswer, number: number): HTMLElement {
   const numbers = steps.steps.map((s) => s.step);
   const at = numbers.indexOf(number);
   const goTo = (n: number | undefined) => n !== undefined && ctx.go({ step: n });

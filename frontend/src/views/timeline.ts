@@ -12,7 +12,7 @@ import { notice } from '../components/status';
 import { table } from '../components/table';
 import { el, replace } from '../dom';
 import { ms, pct, thousands } from '../format';
-import type { Device, Series, TimelineResponse } from '../types';
+import type { Device, Series, TimelineAnswer } from '../types';
 import { deviceLabel, findRun, fetchInto, type View, type ViewContext } from './view';
 
 const MISSING = 'missing' as const;
@@ -58,7 +58,7 @@ function hasValues(series: Record<string, Series>): boolean {
   return Object.values(series).some((values) => values.some((v) => v !== null));
 }
 
-function render(ctx: ViewContext, data: TimelineResponse, device: Device): void {
+function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
   performance.mark(DATA_MARK);
   const values = device === 'gpu' ? data.gpu : data.cpu;
   const phases = data.phases.filter((p) => values[p]);
@@ -118,7 +118,7 @@ function render(ctx: ViewContext, data: TimelineResponse, device: Device): void 
   }
 }
 
-function stepTooltip(data: TimelineResponse, phases: string[], values: Record<string, Series>, i: number): HTMLElement {
+function stepTooltip(data: TimelineAnswer, phases: string[], values: Record<string, Series>, i: number): HTMLElement {
   const rows: TooltipRow[] = [...phases].reverse().map((phase) => ({ phase, label: phase, value: `${ms(values[phase][i])} ms` }));
   rows.push({ label: 'step (wall)', value: `${ms(data.wall[i])} ms`, strong: true });
   const step = data.steps[i];
@@ -127,7 +127,7 @@ function stepTooltip(data: TimelineResponse, phases: string[], values: Record<st
 }
 
 /** Per-step totals over the indices [start, end): the wall time on the host, the phase sum on the GPU. */
-function totals(data: TimelineResponse, phases: string[], values: Record<string, Series>, start: number, end: number): number[] {
+function totals(data: TimelineAnswer, phases: string[], values: Record<string, Series>, start: number, end: number): number[] {
   const out: number[] = [];
   for (let i = start; i < end; i++) {
     let sum: number | null = values === data.cpu ? data.wall[i] : null;
@@ -156,7 +156,7 @@ function mean(xs: (number | null)[]): number | null {
 
 function selectionCard(
   chart: Chart,
-  data: TimelineResponse,
+  data: TimelineAnswer,
   phases: string[],
   values: Record<string, Series>,
   range: StepRange,
@@ -187,7 +187,7 @@ function selectionCard(
   );
 }
 
-function windowsCard(ctx: ViewContext, data: TimelineResponse): HTMLElement {
+function windowsCard(ctx: ViewContext, data: TimelineAnswer): HTMLElement {
   if (!data.profiled.length) return card('Profiled windows', el('p', { class: 'empty' }, 'No step of this run was profiled (traced) yet.'));
   return card(
     'Profiled windows',

@@ -5,13 +5,13 @@ import { failure, loading, notice } from '../components/status';
 import { replace } from '../dom';
 import type { Scope } from '../scope';
 import type { State } from '../state';
-import type { Device, RunInfo, RunsResponse } from '../types';
+import type { Device, RunInfo, RunsAnswer } from '../types';
 
 export interface ViewContext {
   /** The pane the view fills. */
   root: HTMLElement;
   state: State;
-  runs: RunsResponse;
+  runs: RunsAnswer;
   api: Api;
   scope: Scope;
   /** Change selections (they go to the URL hash); views listening on them are drawn again. */
@@ -41,7 +41,7 @@ export async function fetchInto<T>(
   }
 }
 
-export function findRun(runs: RunsResponse, name: string): RunInfo | undefined {
+export function findRun(runs: RunsAnswer, name: string): RunInfo | undefined {
   return runs.runs.find((r) => r.run === name);
 }
 

@@ -1,0 +1,145 @@
+"""One worker's profiled steps, analysed once: what every answer about a worker is derived from.
+
+A worker's spans (one `SpanAnalysis` per trace file) are put in step order and their per-phase
+tables aligned on one phase list, once. Step rows, a step's detail, summaries, comparisons and
+the rank table are then pure functions of this `Worker`, and TensorBoard caches it per worker
+until one of its spans changes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import msgspec
+import numpy as np
+
+from phaseprof.contract import PHASES
+
+from .model import SpanAnalysis
+
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
+
+#: Columns of `Worker.op_means`: calls, self host µs, host µs, self GPU µs, GPU µs per step.
+OP_COLUMNS = ("calls", "self_cpu", "cpu", "self_gpu", "gpu")
+
+
+class StepRef(msgspec.Struct, frozen=True):
+    """Where one step of a worker lives: its span and its index there."""
+
+    span: SpanAnalysis
+    index: int
+
+
+class Worker:
+    """A worker's steps in step-number order, with per-phase tables of ``len(refs)`` rows by
+    ``phases`` columns (phases aligned by name across spans)."""
+
+    def __init__(self, name: str, spans: list[SpanAnalysis]):
+        self.name = name
+        self.spans = spans
+        self.phases = phase_names(spans)
+        refs = [StepRef(span, i) for span in spans for i in range(len(span.steps))]
+        refs.sort(key=lambda r: (r.span.steps[r.index].number, r.span.steps[r.index].start))
+        self.refs = refs
+        steps = [r.span.steps[r.index] for r in refs]
+        self.numbers = [s.number for s in steps]
+        self.wall_us = np.array([s.end - s.start for s in steps], dtype=np.float64)
+        self.empty = np.array([s.empty for s in steps], dtype=bool)
+        self.on_gpu = np.array([r.span.has_gpu for r in refs], dtype=bool)
+        self.has_gpu = any(s.has_gpu for s in spans)
+        self.cpu_us = self._gather("cpu_us")
+        self.gpu_us = self._gather("gpu_us")
+        self.gpu_idle_us = self._gather("gpu_idle_us", missing=np.nan)
+        self.launches = self._gather("launches")
+        self.rank = rank_of(name, spans)
+        self.world_size = next((s.world_size for s in spans if s.world_size is not None), None)
+        self.gpu_names = next((s.gpu_names for s in spans if s.gpu_names), [])
+
+    def _gather(self, table: str, missing: float = 0.0) -> np.ndarray:
+        out = np.full((len(self.refs), len(self.phases)), missing, dtype=np.float64)
+        for span, at, index in self._by_span(range(len(self.refs))):
+            columns = [self.phases.index(p) for p in span.phases]
+            out[np.ix_(at, columns)] = getattr(span, table)[index]
+        return out
+
+    def _by_span(self, rows) -> list[tuple[SpanAnalysis, list[int], list[int]]]:
+        """``rows`` grouped by span: (span, the rows, their step indices in the span)."""
+        groups: dict[int, tuple[SpanAnalysis, list[int], list[int]]] = {}
+        for k in rows:
+            ref = self.refs[k]
+            entry = groups.setdefault(id(ref.span), (ref.span, [], []))
+            entry[1].append(k)
+            entry[2].append(ref.index)
+        return list(groups.values())
+
+    def row_of(self, number: int) -> int | None:
+        """The row of step ``number``, or None."""
+        return next((k for k, n in enumerate(self.numbers) if n == number), None)
+
+    def full(self) -> np.ndarray:
+        """The rows of the steps holding work (summaries and comparisons leave empty ones out)."""
+        return np.flatnonzero(~self.empty)
+
+    def columns(self, phases: list[str]) -> np.ndarray:
+        """Column of each of ``phases`` in this worker's tables; -1 where it has no such phase."""
+        return np.array([self.phases.index(p) if p in self.phases else -1 for p in phases], dtype=np.int64)
+
+    def phase_means(self, rows: np.ndarray, phases: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Mean host and GPU µs per phase of ``phases`` over ``rows`` (0 for a phase it lacks)."""
+        n = max(len(rows), 1)
+        cols = self.columns(phases)
+        cpu = np.where(cols >= 0, self.cpu_us[rows].sum(axis=0)[cols] / n, 0.0) if len(phases) else np.zeros(0)
+        gpu = np.where(cols >= 0, self.gpu_us[rows].sum(axis=0)[cols] / n, 0.0) if len(phases) else np.zeros(0)
+        return cpu, gpu
+
+    def op_means(self, rows: np.ndarray) -> dict[tuple[str, str], np.ndarray]:
+        """(phase, op name) -> the `OP_COLUMNS` per step, averaged over ``rows``."""
+        totals: dict[tuple[str, str], np.ndarray] = defaultdict(lambda: np.zeros(len(OP_COLUMNS)))
+        for span, _, indices in self._by_span(rows.tolist()):
+            t = span.ops
+            picked = np.isin(t.step, indices)
+            key = t.phase[picked].astype(np.int64) * len(span.names) + t.name[picked]
+            groups, inverse = np.unique(key, return_inverse=True)
+            sums = np.stack([np.bincount(inverse.ravel(), weights=c[picked], minlength=len(groups))
+                             for c in (t.calls, t.self_us, t.total_us, t.self_gpu_us, t.gpu_us)], axis=1)
+            for g, k in enumerate(groups.tolist()):
+                totals[(span.phases[k // len(span.names)], span.names[k % len(span.names)])] += sums[g]
+        n = max(len(rows), 1)
+        return {k: v / n for k, v in totals.items()}
+
+    def collective_us(self, rows: np.ndarray, phases: list[str], is_collective) -> np.ndarray:
+        """Per phase of ``phases``, the time per step spent in ops ``is_collective(name)`` picks:
+        their host self time, or the device time of the work they launched, whichever is larger."""
+        host = np.zeros(len(phases))
+        device = np.zeros(len(phases))
+        for span, _, indices in self._by_span(rows.tolist()):
+            t = span.ops
+            collective = np.array([bool(is_collective(n)) for n in span.names] or [False])
+            picked = np.isin(t.step, indices) & collective[t.name]
+            to_phase = np.array([phases.index(p) for p in span.phases])[t.phase[picked]]
+            np.add.at(host, to_phase, t.self_us[picked])
+            np.add.at(device, to_phase, t.self_gpu_us[picked])
+        return np.maximum(host, device) / max(len(rows), 1)
+
+
+def phase_names(spans: list[SpanAnalysis]) -> list[str]:
+    """Canonical phases, then user-named phases in order of first appearance."""
+    names = list(PHASES)
+    for span in spans:
+        names += [p for p in span.phases if p not in names]
+    return names
+
+
+def rank_of(worker: str, spans: list[SpanAnalysis]) -> int | None:
+    """The rank the trace records (distributedInfo), else one named in the worker name."""
+    for s in spans:
+        if s.rank is not None:
+            return s.rank
+    m = _RANK_IN_NAME.search(worker)
+    return int(m.group(1)) if m else None
+
+
+def rank_order(rank: int | None, worker: str) -> tuple:
+    """Sort key of workers: by rank, workers without one last, then by name."""
+    return (rank is None, rank if rank is not None else 0, worker)

@@ -1,0 +1,393 @@
+"""What the analysis answers: every JSON answer of the CLI, `analyze()` and the HTTP routes, typed.
+
+This module is the one definition of those answers. The analysis builds these Structs, the routes
+and ``phaseprof report --json`` encode them, the terminal renders them, and the tab's TypeScript
+types are generated from them (``python -m phaseprof.plugin.typescript``). Times are milliseconds
+rounded to the microsecond; memory is bytes. Phases are named keys, canonical ones first (see
+`phaseprof.contract.PHASE_REGISTRY`), then the user's own.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Verdict = Literal["cpu-bound", "balanced", "gpu-bound"]
+SpanState = Literal["pending", "loading", "ready", "error"]
+WorkerState = Literal["loading", "ready"]
+
+
+class Answer(msgspec.Struct, forbid_unknown_fields=True):
+    """Base of every answer. Answers declared ``omit_defaults`` leave a field whose default is
+    ``None`` out of the JSON while it has nothing to say (e.g. a summary without any step holding
+    work); those fields are optional in the generated TypeScript. Decoding an answer (the examples
+    of http_api.md, in a test) refuses fields it does not define."""
+
+
+# --- errors and loading ---------------------------------------------------------------------------
+
+
+class FileError(Answer):
+    """A file (or path) that could not be read or analysed, and why, in one line."""
+
+    path: str
+    error: str
+
+
+class SpanInfo(Answer):
+    """One trace file of a worker and where its loading stands."""
+
+    file: str
+    size: int
+    state: SpanState
+    steps: int | None
+    error: str | None
+
+
+class WorkerInfo(Answer):
+    """A worker (a rank) of a run: ``ready`` once all its spans are ready or failed."""
+
+    worker: str
+    rank: int | None
+    state: WorkerState
+    spans: list[SpanInfo]
+
+
+class RunInfo(Answer):
+    """A run under the logdir; one with only per-step scalars has no workers."""
+
+    run: str
+    has_scalars: bool
+    workers: list[WorkerInfo]
+
+
+class Loading(Answer):
+    """How far the background loading of trace files has come."""
+
+    files: int
+    done: int
+    bytes: int
+    bytes_done: int
+
+
+class PhaseStyle(Answer):
+    """A canonical phase as every view shows it: its name and colour, in display order."""
+
+    name: str
+    colour: str
+
+
+class RunsAnswer(Answer):
+    """``GET /runs``: what is under the logdir, loading progress, unreadable files, and how to draw
+    phases (canonical ones in order with their colours; a user's phase takes a colour from
+    ``user_phase_colours`` by a hash of its name)."""
+
+    runs: list[RunInfo]
+    loading: Loading
+    errors: list[FileError]
+    phases: list[PhaseStyle]
+    user_phase_colours: list[str]
+
+
+# --- steps ----------------------------------------------------------------------------------------
+
+
+class PhaseTimes(Answer):
+    """One phase of one step. ``gpu_ms``: device time of the work launched in the phase;
+    ``gpu_idle_ms``: the phase's host time with no device activity (null without GPU)."""
+
+    cpu_ms: float
+    gpu_ms: float
+    gpu_idle_ms: float | None
+    launches: int
+    verdict: Verdict | None
+    inferred: bool
+
+
+class StepRow(Answer):
+    """One step: wall time and every phase of its worker; host phase times add up to ``wall_ms``.
+    ``empty``: a step holding no work (a loop that ended inside the active window)."""
+
+    step: int
+    span: str
+    start_ms: float
+    wall_ms: float
+    gpu_ms: float
+    gpu_idle_ms: float | None
+    inferred: bool
+    inferred_phases: list[str]
+    empty: bool
+    phases: dict[str, PhaseTimes]
+
+
+class OpRow(Answer):
+    """An op of one step and phase, aggregated by name and input shapes. ``self_*``: without its
+    children (host) or of the work it launched itself (GPU)."""
+
+    name: str
+    shapes: str | None
+    calls: int
+    self_cpu_ms: float
+    cpu_ms: float
+    self_gpu_ms: float
+    gpu_ms: float
+
+
+class MeanOp(Answer):
+    """An op of a phase, mean per step over a worker's non-empty steps."""
+
+    name: str
+    calls: float
+    self_cpu_ms: float
+    cpu_ms: float
+    self_gpu_ms: float
+    gpu_ms: float
+
+
+class MemoryFigures(Answer):
+    """Allocated bytes in a phase on one device: the peak seen (null if none) and the net change."""
+
+    peak_bytes: int | None
+    delta_bytes: int
+
+
+#: ``[lane, start_ms, end_ms, phase]``, times relative to the step's start.
+Band = tuple[int, float, float, str]
+
+
+class Lanes(Answer):
+    """A step's swimlanes: lane 0 is the loop's thread, then other threads, then GPU streams."""
+
+    labels: list[str]
+    bands: list[Band]
+
+
+class StepDetail(StepRow):
+    """``GET /step``: one step in full: its row, the ops and memory of each phase, its swimlanes."""
+
+    run: str
+    worker: str
+    ops: dict[str, list[OpRow]]
+    memory: dict[str, dict[str, MemoryFigures]]
+    lanes: Lanes
+    gpu_names: list[str]
+
+
+# --- comparisons ----------------------------------------------------------------------------------
+
+
+class Times(Answer):
+    """Host and device time of a phase."""
+
+    cpu_ms: float
+    gpu_ms: float
+
+
+class CompareSide(Answer):
+    """One side of a comparison: the mean of its (non-empty) steps."""
+
+    label: str
+    steps: list[int]
+    wall_ms: float
+    phases: dict[str, Times]
+
+
+class Delta(Answer):
+    """Side B minus side A."""
+
+    wall_ms: float
+    phases: dict[str, Times]
+
+
+class ChangedOp(Answer):
+    """A (phase, op name) on both sides of a comparison, per step; deltas are B - A."""
+
+    phase: str
+    name: str
+    a_calls: float
+    b_calls: float
+    a_self_cpu_ms: float
+    b_self_cpu_ms: float
+    delta_self_cpu_ms: float
+    a_cpu_ms: float
+    b_cpu_ms: float
+    delta_cpu_ms: float
+    a_self_gpu_ms: float
+    b_self_gpu_ms: float
+    delta_self_gpu_ms: float
+    a_gpu_ms: float
+    b_gpu_ms: float
+    delta_gpu_ms: float
+
+
+class CompareAnswer(Answer):
+    """``GET /compare``: two sides, the per-phase deltas, the ops whose self time changed most."""
+
+    a: CompareSide
+    b: CompareSide
+    delta: Delta
+    ops: list[ChangedOp]
+    phases: list[str]
+
+
+# --- a worker's summary ---------------------------------------------------------------------------
+
+
+class PhaseMean(Answer):
+    """A phase's mean per step; ``share``: of the mean step's wall time."""
+
+    cpu_ms: float
+    gpu_ms: float
+    gpu_idle_ms: float | None
+    share: float
+
+
+class Slowest(Answer, omit_defaults=True):
+    """The slowest step, and (when a median step differs from it) what grew against the median."""
+
+    step: int
+    wall_ms: float
+    median_step: int | None = None
+    vs_median_ms: float | None = None
+    phase: str | None = None
+    phase_delta_ms: float | None = None
+    ops: list[ChangedOp] | None = None
+
+
+class Finding(Answer):
+    """A conclusion drawn from the figures, and the figures it rests on.
+
+    ``kind``: what it is about (a short slug); ``phase``: the phase concerned, if one; ``saving_ms``:
+    the time per step at stake, where it can be put in one figure; ``share``: that time as a share
+    of the mean step; ``evidence``: the figures and op names behind it; ``text``: the sentence.
+    """
+
+    kind: str
+    phase: str | None
+    saving_ms: float | None
+    share: float | None
+    evidence: dict[str, float | str]
+    text: str
+
+
+class Summary(Answer, omit_defaults=True):
+    """A worker's profiled steps in a few numbers, over its non-empty steps; the figures after
+    ``findings`` are absent when no step holds work."""
+
+    steps: int
+    empty_steps: list[int]
+    gpu: bool
+    phases: list[str]
+    findings: list[Finding]
+    mean_wall_ms: float | None = None
+    median_wall_ms: float | None = None
+    mean: dict[str, PhaseMean] | None = None
+    dominant_phase: str | None = None
+    slowest: Slowest | None = None
+    outliers: list[int] | None = None
+    top_ops: list[MeanOp] | None = None
+    inferred_phases: list[str] | None = None
+
+
+class StepsAnswer(Answer):
+    """``GET /steps``: every step of one worker, and its summary."""
+
+    run: str
+    worker: str
+    workers: list[str]
+    phases: list[str]
+    gpu: bool
+    steps: list[StepRow]
+    summary: Summary
+
+
+# --- ranks and the timeline -----------------------------------------------------------------------
+
+
+class RankRow(Answer):
+    """A worker's mean step; ``comm_ms``: mean time per step in collectives."""
+
+    worker: str
+    rank: int | None
+    steps: int
+    wall_ms: float
+    comm_ms: float
+    phases: dict[str, Times]
+
+
+class Straggler(Answer):
+    """The rank the others wait for (``waited_for``), else the one with the longest steps; ``phase``:
+    where it works longest against the median of the other ranks."""
+
+    worker: str
+    rank: int | None
+    wall_ms: float
+    behind_median_ms: float
+    comm_ms: float
+    median_comm_ms: float
+    waited_for: bool
+    reason: str
+    phase: str
+    phase_behind_ms: float
+
+
+class RanksAnswer(Answer):
+    """``GET /ranks``: each worker of a run side by side, and the straggler (null with fewer than two)."""
+
+    run: str
+    phases: list[str]
+    ranks: list[RankRow]
+    straggler: Straggler | None
+
+
+#: A value per step, aligned with `TimelineAnswer.steps`; null where a step has none.
+Series = list[float | None]
+
+
+class TimelineAnswer(Answer):
+    """``GET /timeline``: every step's phase times from the per-step scalars, and the profiled
+    windows as ``[first, last]`` step pairs."""
+
+    run: str
+    phases: list[str]
+    steps: list[int]
+    cpu: dict[str, Series]
+    gpu: dict[str, Series]
+    wall: Series
+    wall_gpu: Series
+    profiled: list[tuple[int, int]]
+    downsampled: bool
+
+
+# --- the report (CLI and `analyze()`) -------------------------------------------------------------
+
+
+class WorkerReport(Answer, omit_defaults=True):
+    """A worker in the report: its steps and summary; ``detail`` when one step was asked for."""
+
+    worker: str
+    rank: int | None
+    world_size: int | None
+    gpu: bool
+    gpu_names: list[str]
+    spans: list[str]
+    steps: list[StepRow]
+    summary: Summary
+    detail: StepDetail | None = None
+
+
+class RunReport(Answer):
+    run: str
+    workers: list[WorkerReport]
+
+
+class Report(Answer):
+    """``phaseprof report --json`` and `phaseprof.analyze`: runs, workers, steps, summaries, errors."""
+
+    runs: list[RunReport]
+    errors: list[FileError]
+
+
+#: Every answer a client receives, for the generated TypeScript types and the schema checks.
+ANSWERS = (RunsAnswer, StepsAnswer, StepDetail, TimelineAnswer, CompareAnswer, RanksAnswer, Report)

@@ -1,0 +1,117 @@
+"""The answers' one definition (plugin/answers.py) and what follows from it: the tab's generated
+TypeScript types, the examples of plugin/http_api.md, and the phase registry every view reads."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import msgspec
+import pytest
+
+from phaseprof.contract import PHASE_REGISTRY, PHASES, USER_PHASE_COLOURS, phase_colour
+from phaseprof.plugin import answers
+from phaseprof.plugin.analysis.names import range_phase
+from phaseprof.plugin.typescript import typescript
+from tests.conftest import ROOT
+from tests.logdir import write_trace
+from tests.tracebuilder import annotation, op, step
+
+HTTP_API = ROOT / "plugin" / "http_api.md"
+#: The answer of each route section of http_api.md.
+ROUTE_ANSWERS = {
+    "/runs": answers.RunsAnswer,
+    "/steps": answers.StepsAnswer,
+    "/step": answers.StepDetail,
+    "/timeline": answers.TimelineAnswer,
+    "/compare": answers.CompareAnswer,
+    "/ranks": answers.RanksAnswer,
+}
+
+
+def test_committed_typescript_types_are_generated_from_the_answers():
+    committed = (ROOT / "frontend" / "src" / "answers.ts").read_text(encoding="utf-8")
+    assert committed == typescript(), (
+        "frontend/src/answers.ts is not what plugin/answers.py generates: run "
+        "`python -m phaseprof.plugin.typescript`, then rebuild the bundle (cd frontend && npm ci && npm run build)")
+
+
+def test_generated_types_carry_every_field_and_mark_omitted_ones_optional():
+    ts = typescript()
+    changed_op = re.search(r"export interface ChangedOp \{(.*?)\}", ts, re.S).group(1)
+    for field in answers.ChangedOp.__struct_fields__:
+        assert f"  {field}: number;" in changed_op or f"  {field}: string;" in changed_op
+    assert "a_self_gpu_ms: number;" in changed_op
+    summary = re.search(r"export interface Summary \{(.*?)\}", ts, re.S).group(1)
+    assert "  findings: Finding[];" in summary  # always there
+    assert "  mean?: Record<string, PhaseMean>;" in summary  # left out when no step holds work
+    assert "  verdict: 'balanced' | 'cpu-bound' | 'gpu-bound' | null;" in ts
+
+
+def _examples() -> list[tuple[str, str]]:
+    """(route, JSON text) of every ```json block of http_api.md, by the ``## `GET /route…` `` above it."""
+    route, found = None, []
+    for block in re.split(r"^(## .*)$", HTTP_API.read_text(encoding="utf-8"), flags=re.M):
+        heading = re.match(r"## `GET (/\w+)", block)
+        if heading:
+            route = heading.group(1)
+            continue
+        found += [(route, text) for text in re.findall(r"```json\n(.*?)```", block, re.S)]
+    return found
+
+
+def test_http_api_has_an_example_of_every_answer():
+    assert sorted({route for route, _ in _examples()}) == sorted(ROUTE_ANSWERS)
+
+
+@pytest.mark.parametrize(("route", "text"), _examples(), ids=lambda v: v if v in ROUTE_ANSWERS else "")
+def test_http_api_examples_are_answers(route, text):
+    # strict: no ints for strings or the like, no field the answer lacks, every field it requires
+    answer = msgspec.json.decode(text, type=ROUTE_ANSWERS[route], strict=True)
+    assert msgspec.json.decode(msgspec.json.encode(answer)) == msgspec.json.decode(text)
+
+
+def test_answers_refuse_fields_they_do_not_define():
+    with pytest.raises(msgspec.ValidationError, match="unknown field"):
+        msgspec.json.decode(b'{"path": "a", "error": "b", "line": 3}', type=answers.FileError)
+
+
+def test_phase_registry_names_canonical_phases_in_order_with_colours_and_aliases():
+    assert PHASES == ("data", "forward", "backward", "optimizer", "other")
+    assert [phase_colour(p) for p in PHASES] == [p.colour for p in PHASE_REGISTRY]
+    assert len({p.colour for p in PHASE_REGISTRY}) == len(PHASE_REGISTRY)
+    assert phase_colour("loss") in USER_PHASE_COLOURS and phase_colour("loss") == phase_colour("loss")
+    aliases = {
+        "## forward ##": "forward", "##Backward##": "backward", "## zero_grad ##": "optimizer",
+        "## data_load ##": "data", "Forward": "forward", "OPTIMIZER": "optimizer",
+        "[pl][profile][LightningModule]Model.training_step": "forward",
+        "[pl][profile][Strategy]SingleDeviceStrategy.backward": "backward",
+        "[pl][profile][LightningModule]Model.optimizer_step": "optimizer",
+        "[pl][profile][_TrainingEpochLoop].train_dataloader_next": "data",
+        "Optimizer.step#SGD.step": "optimizer", "Optimizer.zero_grad#Adam.zero_grad": "optimizer",
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__": "data",
+        "DistributedDataParallel.forward": "forward", "phaseprof::loss": "loss",
+        "[pl][profile]forward": None, "aten::forward": None, "forward\n": None, "ProfilerStep#3": None,
+    }
+    assert {name: range_phase(name) for name in aliases} == aliases
+
+
+def test_a_phase_added_to_the_registry_is_analysed_in_its_place(tmp_path):
+    # One entry in the registry: the analysis finds its ranges and orders it with the canonical phases.
+    trace = write_trace(tmp_path / "w.1.pt.trace.json", [
+        step(1, 0, 1_000), annotation("## forward ##", 0, 400), annotation("## loss ##", 400, 100),
+        annotation("## backward ##", 500, 400), op("aten::mm", 10, 50),
+    ])
+    code = f"""
+import json, phaseprof.contract as c
+c.PHASE_REGISTRY = c.PHASE_REGISTRY[:3] + (c.Phase("loss", "#ff0000", (r"(?i:##\\s*loss\\s*##)",)),) + c.PHASE_REGISTRY[3:]
+c.PHASES = tuple(p.name for p in c.PHASE_REGISTRY)
+from phaseprof import analyze
+row = analyze({str(trace)!r})["runs"][0]["workers"][0]["steps"][0]
+print(json.dumps([list(row["phases"]), row["phases"]["loss"]["cpu_ms"]]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    phases, loss_ms = msgspec.json.decode(out)
+    assert phases == ["data", "forward", "backward", "loss", "optimizer", "other"]
+    assert loss_ms == pytest.approx(0.1)

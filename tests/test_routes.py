@@ -1,0 +1,86 @@
+"""Route behaviour every route shares, on hand-built logdirs through TensorBoard's own WSGI app:
+strict parameters, one resolver, and any route starting the loading it needs."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.logdir import settled, write_trace
+from tests.test_plugin import BASE, make_app
+from tests.tracebuilder import annotation, op, step
+
+
+def _rank_trace(path, rank: int, slow_ms: float):
+    events = []
+    for s in range(3):
+        t0 = s * 20_000
+        events += [step(s + 1, t0, 10_000 + slow_ms * 1000), annotation("## forward ##", t0, 4_000),
+                   annotation("## backward ##", t0 + 4_000, 4_000), op("aten::mm", t0 + 100, 3_000)]
+    return write_trace(path, events, distributedInfo={"rank": rank, "world_size": 2, "backend": "gloo"})
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("logdir")
+    for rank in (0, 1):
+        settled(_rank_trace(logdir / "ddp" / f"rank{rank}.1.pt.trace.json", rank, slow_ms=rank * 5))
+    plugin, client = make_app(logdir)
+    assert plugin._store.wait(60)
+    yield client
+    plugin._store.close()
+
+
+@pytest.mark.parametrize("value", ["1_0", "+2", " 2", "2 ", "٣", "2\n", "0x2", "2.0", "²", "--2", "-"])
+@pytest.mark.parametrize("route", ["step?run=ddp&step={}", "compare?run_a=ddp&step_a={}&run_b=ddp",
+                                   "compare?run_a=ddp&run_b=ddp&step_b={}"])
+def test_integer_parameters_are_ascii_digits_only(client, route, value):
+    from urllib.parse import quote
+
+    response = client.get(f"{BASE}/{route.format(quote(value))}")
+    assert response.status_code == 400, (value, response.get_data(as_text=True))
+    assert "must be an integer" in response.get_data(as_text=True)
+
+
+def test_integer_parameters_accept_digits_and_a_minus(client):
+    assert client.get(f"{BASE}/step?run=ddp&step=2").status_code == 200
+    assert client.get(f"{BASE}/step?run=ddp&step=002").status_code == 200
+    assert client.get(f"{BASE}/step?run=ddp&step=-2").status_code == 404  # well-formed: no such step
+
+
+def test_one_resolver_answers_alike_on_every_route(client):
+    for route in ("steps?run=nope", "step?run=nope&step=1", "timeline?run=nope", "ranks?run=nope",
+                  "compare?run_a=nope&run_b=ddp", "compare?run_a=ddp&run_b=nope"):
+        response = client.get(f"{BASE}/{route}")
+        assert response.status_code == 404 and "no run named 'nope'" in response.get_data(as_text=True), route
+    for route in ("steps?run=ddp&worker=nope", "step?run=ddp&worker=nope&step=1",
+                  "compare?run_a=ddp&worker_a=nope&run_b=ddp"):
+        response = client.get(f"{BASE}/{route}")
+        assert response.status_code == 404 and "no worker 'nope'" in response.get_data(as_text=True), route
+    for route in ("steps", "ranks", "timeline", "step?step=1", "compare?run_b=ddp"):
+        assert client.get(f"{BASE}/{route}").status_code == 400, route
+
+
+def test_polling_only_ranks_on_a_fresh_logdir_loads_the_ranks(tmp_path):
+    # Files just written: too fresh to load at start-up. A client that asks only /ranks must see
+    # them load all the same.
+    for rank in (0, 1):
+        _rank_trace(tmp_path / "ddp" / f"rank{rank}.1.pt.trace.json", rank, slow_ms=rank * 5)
+    plugin, client = make_app(tmp_path)
+    plugin._store._settle_s = 0.5
+    try:
+        deadline = time.monotonic() + 60
+        body = {}
+        while time.monotonic() < deadline:
+            response = client.get(f"{BASE}/ranks?run=ddp")
+            assert response.status_code in (200, 404)  # 404 until the first scan has found the run
+            body = json.loads(response.get_data()) if response.status_code == 200 else {"ranks": []}
+            if len(body["ranks"]) == 2:
+                break
+            time.sleep(0.2)
+        assert [r["rank"] for r in body["ranks"]] == [0, 1]
+        assert body["straggler"]["rank"] == 1  # the longer steps, with no collectives to wait at
+    finally:
+        plugin._store.close()
