@@ -255,6 +255,30 @@ class Slowest(Answer, omit_defaults=True):
     ops: list[ChangedOp] | None = None
 
 
+class Evidence(Answer, omit_defaults=True):
+    """The figures a finding rests on: only those it uses are present. Times are per step (means
+    over the worker's non-empty steps unless ``step`` names one); shares are of ``wall_ms`` unless
+    named otherwise."""
+
+    wall_ms: float | None = None  # the mean step's wall time
+    phase_ms: float | None = None  # the phase's mean host time
+    phase_share: float | None = None  # the phase's host time over the mean step
+    ops: list[str] | None = None  # the ops behind the finding, most important first
+    op_ms: float | None = None  # the first op's own time per step
+    op_time: Literal["gpu", "self_cpu"] | None = None  # which time `op_ms` is
+    gpu_idle_ms: float | None = None
+    idle_share: float | None = None  # GPU idle over the phase's host time
+    busy_share: float | None = None  # GPU busy over the mean step
+    launches: float | None = None  # device events launched per step
+    mean_launch_us: float | None = None  # their mean device time
+    step: int | None = None
+    step_wall_ms: float | None = None
+    median_wall_ms: float | None = None
+    phase_delta_ms: float | None = None  # how much the phase grew against the median step
+    phases: list[str] | None = None
+    steps: int | None = None
+
+
 class Finding(Answer):
     """A conclusion drawn from the figures, and the figures it rests on.
 
@@ -267,7 +291,7 @@ class Finding(Answer):
     phase: str | None
     saving_ms: float | None
     share: float | None
-    evidence: dict[str, float | str]
+    evidence: Evidence
     text: str
 
 

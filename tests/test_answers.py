@@ -105,7 +105,8 @@ def test_a_phase_added_to_the_registry_is_analysed_in_its_place(tmp_path):
     ])
     code = f"""
 import json, phaseprof.contract as c
-c.PHASE_REGISTRY = c.PHASE_REGISTRY[:3] + (c.Phase("loss", "#ff0000", (r"(?i:##\\s*loss\\s*##)",)),) + c.PHASE_REGISTRY[3:]
+loss = c.Phase("loss", "#ff0000", (r"(?i:##\\s*loss\\s*##)",))
+c.PHASE_REGISTRY = c.PHASE_REGISTRY[:3] + (loss,) + c.PHASE_REGISTRY[3:]
 c.PHASES = tuple(p.name for p in c.PHASE_REGISTRY)
 from phaseprof import analyze
 row = analyze({str(trace)!r})["runs"][0]["workers"][0]["steps"][0]

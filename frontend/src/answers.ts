@@ -44,6 +44,31 @@ export interface Delta {
   phases: Record<string, Times>;
 }
 
+/**
+ * The figures a finding rests on: only those it uses are present. Times are per step (means
+ * over the worker's non-empty steps unless `step` names one); shares are of `wall_ms` unless
+ * named otherwise.
+ */
+export interface Evidence {
+  wall_ms?: number;
+  phase_ms?: number;
+  phase_share?: number;
+  ops?: string[];
+  op_ms?: number;
+  op_time?: 'gpu' | 'self_cpu';
+  gpu_idle_ms?: number;
+  idle_share?: number;
+  busy_share?: number;
+  launches?: number;
+  mean_launch_us?: number;
+  step?: number;
+  step_wall_ms?: number;
+  median_wall_ms?: number;
+  phase_delta_ms?: number;
+  phases?: string[];
+  steps?: number;
+}
+
 /** A file (or path) that could not be read or analysed, and why, in one line. */
 export interface FileError {
   path: string;
@@ -62,7 +87,7 @@ export interface Finding {
   phase: string | null;
   saving_ms: number | null;
   share: number | null;
-  evidence: Record<string, number | string>;
+  evidence: Evidence;
   text: string;
 }
 
