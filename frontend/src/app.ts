@@ -9,7 +9,7 @@ import { segmented, select } from './components/controls';
 import { failure, loading, notice } from './components/status';
 import { el, replace } from './dom';
 import { bytes } from './format';
-import { usePhaseColours } from './phases';
+import { usePhaseColours } from './phase_colours';
 import { Scope } from './scope';
 import { Store, VIEWS, type State, type View as ViewName } from './state';
 import { onTensorBoardReload } from './tensorboard';

@@ -3,7 +3,7 @@
  * the phase's colour. A click anywhere in a bar's column picks it, however thin its segments.
  */
 
-import { phaseColour } from '../phases';
+import { phaseColour } from '../phase_colours';
 import { chartColours } from '../theme';
 import { axisStyle, baseOption, type Chart, type ChartOption } from './echarts';
 

@@ -6,7 +6,7 @@
 import { graphic } from 'echarts/core';
 
 import { ms } from '../format';
-import { phaseColour } from '../phases';
+import { phaseColour } from '../phase_colours';
 import type { Band } from '../types';
 import { axisStyle, baseOption, type Chart, type ChartOption } from './echarts';
 import { tooltipBody } from './tooltip';

@@ -5,7 +5,7 @@
  * Wheel zooms, the slider pans, a drag brushes a range of steps; profiled windows are shaded.
  */
 
-import { phaseColour } from '../phases';
+import { phaseColour } from '../phase_colours';
 import { chartColours } from '../theme';
 import type { Series } from '../types';
 import { axisStyle, baseOption, type Chart, type ChartOption } from './echarts';

@@ -1,7 +1,7 @@
 /** The building blocks every view is made of: cards, figures, headings, legends. */
 
 import { el, type Child } from '../dom';
-import { phaseColour } from '../phases';
+import { phaseColour } from '../phase_colours';
 
 export function card(title: Child, ...children: Child[]): HTMLElement {
   return el('section', { class: 'card' }, el('h3', null, title), ...children);
