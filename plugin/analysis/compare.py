@@ -10,8 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..answers import ChangedOp, CompareAnswer, CompareSide, Delta, Times
-from .steps import ms
-from .worker import OP_COLUMNS, Worker
+from .worker import OP_COLUMNS, Worker, ms
 
 #: How many changed ops a comparison lists.
 TOP_OPS = 15

@@ -10,17 +10,12 @@ import numpy as np
 
 from ..answers import Lanes, MemoryFigures, OpRow, PhaseTimes, StepDetail, StepRow
 from .model import SpanAnalysis
-from .worker import Worker
+from .worker import Worker, ms
 
 #: A phase whose GPU is idle at least this share of its host time is CPU-bound; at most the lower
 #: share, GPU-bound; in between, balanced.
 CPU_BOUND_IDLE = 0.5
 GPU_BOUND_IDLE = 0.1
-
-
-def ms(us: float) -> float:
-    """µs -> ms rounded to the µs."""
-    return round(float(us) / 1000.0, 3)
 
 
 def verdict(cpu_us: float, idle_us: float, has_gpu: bool) -> str | None:

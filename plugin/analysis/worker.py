@@ -123,6 +123,11 @@ class Worker:
         return np.maximum(host, device) / max(len(rows), 1)
 
 
+def ms(us: float) -> float:
+    """µs -> ms rounded to the µs (the unit and resolution of every answer)."""
+    return round(float(us) / 1000.0, 3)
+
+
 def phase_names(spans: list[SpanAnalysis]) -> list[str]:
     """Canonical phases, then user-named phases in order of first appearance."""
     names = list(PHASES)

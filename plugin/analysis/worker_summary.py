@@ -14,8 +14,7 @@ from phaseprof.contract import OTHER
 from ..answers import MeanOp, PhaseMean, Slowest, Summary
 from .compare import compare, grew_most, median_row
 from .findings import findings
-from .steps import ms
-from .worker import Worker
+from .worker import Worker, ms
 
 #: A step this many times slower than the median is an outlier.
 OUTLIER_FACTOR = 1.5
