@@ -116,3 +116,26 @@ print(json.dumps([list(row["phases"]), row["phases"]["loss"]["cpu_ms"]]))
     phases, loss_ms = msgspec.json.decode(out)
     assert phases == ["data", "forward", "backward", "loss", "optimizer", "other"]
     assert loss_ms == pytest.approx(0.1)
+
+
+def test_findings_are_typed_with_the_figures_their_sentence_uses(tmp_path):
+    from phaseprof.plugin.report import report
+
+    events = []
+    for s in range(3):  # data loading takes 3 of each 10 ms step
+        t0 = s * 10_000
+        events += [step(s + 1, t0, 10_000), annotation("## data ##", t0, 3_000),
+                   annotation("## forward ##", t0 + 3_000, 4_000), op("aten::mm", t0 + 3_100, 3_000)]
+    trace = write_trace(tmp_path / "w.1.pt.trace.json", events)
+    summary = report(str(trace)).runs[0].workers[0].summary
+    by_kind = {f.kind: f for f in summary.findings}
+    data = by_kind["data-loading"]
+    assert data.phase == "data" and data.saving_ms == pytest.approx(3.0) and data.share == pytest.approx(0.3)
+    assert data.evidence.phase_ms == pytest.approx(3.0) and data.evidence.wall_ms == pytest.approx(10.0)
+    assert data.text.startswith("data loading is 30% of the step (3.00 ms of 10.00 ms)")
+    top = by_kind["dominant-phase"]
+    assert top.phase == "forward" and top.evidence.ops == ["aten::mm"] and top.saving_ms == pytest.approx(3.0)
+    assert "no-gpu" in by_kind
+    # the JSON leaves out the figures a finding does not use
+    assert msgspec.json.decode(msgspec.json.encode(data.evidence)) == {"wall_ms": 10.0, "phase_ms": 3.0,
+                                                                       "phase_share": 0.3}
