@@ -136,3 +136,7 @@ JSON_FILE_RE = re.compile(r"^(?P<worker>.+?)\.json(?:\.gz)?$")
 
 #: Event file of the per-step scalars (TensorBoard's own naming).
 EVENT_FILE_MARKER = "tfevents"
+
+#: Folder inside a run directory holding each trace's analysis (``<trace file name>.analysis``), written
+#: beside the traces by the training side (at the source) or by the first reader; never a run itself.
+ANALYSIS_DIR = ".phaseprof"

@@ -18,14 +18,14 @@ from typing import Protocol
 
 import msgspec
 
+from . import cache
 from .analysis.model import SpanAnalysis
-from .analysis.span import analyze_trace
 from .analysis.steps import step_detail, step_rows
 from .analysis.worker import Worker
 from .analysis.worker_summary import summarize
 from .answers import FileError, Report, RunReport, WorkerReport
-from .reading.decode import TraceError, read_trace
 from .reading.discovery import Run, TraceFile, discover
+from .reading.errors import TraceError
 
 
 class Progress(Protocol):
@@ -39,9 +39,21 @@ class Progress(Protocol):
 
 
 def analyze_file(f: TraceFile, shapes: bool = True) -> SpanAnalysis:
-    """Read and analyse one trace file; raises `TraceError` if it cannot be read. ``shapes=False``:
-    op tables without input shapes (cheaper; for reports that do not show them)."""
-    return analyze_trace(read_trace(f.path, shapes=shapes), worker=f.worker)
+    """The analysis of one trace file, from the cache (`cache`) when it holds a valid entry, else read,
+    analysed and cached; raises `TraceError` if it cannot be read. ``shapes=False``: op tables
+    without input shapes (cheaper; for reports that do not show them)."""
+    caching = cache.enabled()
+    analysis = cache.load(f) if caching else None
+    if analysis is None:
+        # imported here: a report answered from the cache never loads the decoder
+        from .analysis.span import analyze_trace
+        from .reading.decode import read_trace
+
+        # an entry serves every reader, so what is cached keeps the input shapes
+        analysis = analyze_trace(read_trace(f.path, shapes=shapes or caching), worker=f.worker)
+        if caching:
+            cache.store(f, analysis)
+    return analysis
 
 
 def problems_of(span: SpanAnalysis) -> str | None:

@@ -12,7 +12,7 @@ from tests.tracebuilder import op, step
 
 def report(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "phaseprof.cli", "report", *args], capture_output=True, text=True,
-                          cwd=cwd, env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"})
+                          cwd=cwd, env={"COLUMNS": "160", "PATH": "/usr/bin:/bin", "PHASEPROF_CACHE": "off"})
 
 
 def test_gpu_trace_shows_forward_backward_optimizer_cpu_and_gpu_per_step(traces):
@@ -117,7 +117,8 @@ def test_progress_bar_only_when_stderr_is_a_terminal(tmp_path):
     assert plain.returncode == 0 and plain.stderr == ""  # stderr is a pipe here: no bar
     leader, follower = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "phaseprof.cli", "report", "--json", str(trace)],
-                            stdout=subprocess.PIPE, stderr=follower, env={"PATH": "/usr/bin:/bin", "TERM": "xterm"})
+                            stdout=subprocess.PIPE, stderr=follower,
+                            env={"PATH": "/usr/bin:/bin", "TERM": "xterm", "PHASEPROF_CACHE": "off"})
     os.close(follower)
     out, _ = proc.communicate(timeout=120)
     drawn = b""

@@ -27,6 +27,7 @@ import msgspec
 import numpy as np
 from msgspec import field
 
+from .errors import TraceError
 from .events import (
     ANNOTATION,
     KERNEL,
@@ -41,19 +42,6 @@ from .events import (
     Trace,
     memory_device_label,
 )
-
-
-class TraceError(Exception):
-    """A trace file that cannot be read; ``str()`` is one line naming the file and the reason."""
-
-    def __init__(self, path: str, reason: str):
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
-
-    def __reduce__(self):  # survives the trip back from a worker process
-        return (TraceError, (self.path, self.reason))
-
 
 # --- what is decoded ------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import zlib
 
 import msgspec
 
-from phaseprof.contract import EVENT_FILE_MARKER, JSON_FILE_RE, TRACE_FILE_RE
+from phaseprof.contract import ANALYSIS_DIR, EVENT_FILE_MARKER, JSON_FILE_RE, TRACE_FILE_RE
 
 #: How much of a JSON file without the trace suffix is read to decide whether it is a trace.
 _SNIFF_BYTES = 4096
@@ -59,7 +59,7 @@ def discover(root: str) -> list[Run]:
         return [Run(name=".", path=directory, files=[f] if f else [])]
     runs: dict[str, Run] = {}
     for directory, subdirs, files in os.walk(root, followlinks=False):
-        subdirs.sort()
+        subdirs[:] = sorted(d for d in subdirs if d != ANALYSIS_DIR)
         rel = os.path.relpath(directory, root)
         run = None
         for name in sorted(files):

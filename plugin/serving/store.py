@@ -5,7 +5,9 @@ each file is read and analysed in a worker process (a bounded pool, started on d
 when idle): TensorBoard itself only ever holds the compact `SpanAnalysis`. Entries are keyed by path
 and revalidated by size and modification time, so a span added or rewritten while TensorBoard runs
 is picked up on the next scan; a file modified within the last moments may still be being written
-and waits for the next scan.
+and waits for the next scan. A span whose analysis is on disk already (`phaseprof.plugin.cache`:
+written by an earlier reader, or at the source by the training job) loads from there, with no
+worker process; the workers write what they analyse to that cache.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from typing import TypeVar
 
 import msgspec
 
+from .. import cache
 from ..analysis.model import SpanAnalysis
 from ..analysis.worker import Worker
 from ..answers import Loading
-from ..reading.decode import TraceError
 from ..reading.discovery import Run, TraceFile, discover
+from ..reading.errors import TraceError
 from ..report import analyze_file, problems_of
 
 logger = logging.getLogger(__name__)
@@ -83,6 +86,7 @@ class TraceStore:
             logger.warning("phaseprof: cannot scan %s: %s", self.logdir, e)
             return
         now_ns = time.time_ns()
+        due: list[Span] = []
         with self._lock:
             self._runs = runs
             seen = set()
@@ -95,10 +99,20 @@ class TraceStore:
                             continue  # rewritten while loading: rescanned once that load ends
                         span = self._spans[f.path] = Span(file=f)
                     if span.state == PENDING and now_ns - f.mtime_ns >= self._settle_s * 1e9:
-                        self._submit(span)
+                        span.state = LOADING
+                        due.append(span)
             for path in list(self._spans):
                 if path not in seen and self._spans[path].state != LOADING:
                     del self._spans[path]
+        # Spans with a cached analysis (beside the run, or written at the source by the training job)
+        # load here in a moment each; only the others go to a worker process to be read.
+        for span in due:
+            analysis = cache.load(span.file)
+            with self._lock:
+                if analysis is not None:
+                    span.state, span.analysis, span.error = READY, analysis, problems_of(analysis)
+                elif not self._closed:
+                    self._submit(span)
 
     def refresh_soon(self, force: bool = False) -> None:
         """`refresh` on a thread of its own, for callers that must not wait (TensorBoard's plugin
@@ -121,7 +135,6 @@ class TraceStore:
     def _submit(self, span: Span) -> None:
         if self._pool is None:
             self._pool = cf.ProcessPoolExecutor(self._processes, mp_context=multiprocessing.get_context("spawn"))
-        span.state = LOADING
         try:
             future = self._pool.submit(analyze_file, span.file)
         except RuntimeError as e:  # the pool broke (a worker died) or is shutting down

@@ -1,0 +1,206 @@
+"""The cache of trace analyses: a trace read once is never decoded again while it is unchanged.
+
+An entry holds one span's `SpanAnalysis` as msgpack (msgspec, arrays as raw bytes), behind a header
+naming what it was made from: the trace's path, size and modification time, and the analysis
+version (a digest of the reading and analysis code, so any change to them retires every entry).
+An entry is used only when all of these match the trace as it is now; a stale, foreign or corrupt
+entry is ignored (and overwritten by the next analysis), never trusted. Entries keep the ops' input
+shapes, so that one entry serves every reader (the report, the step detail, TensorBoard).
+
+Where entries live, first found first used:
+
+* beside the run: ``<run>/.phaseprof/<trace file name>.analysis``, when that directory is writable.
+  The entry sits next to its trace, so its key is the trace's file name (the logdir may be moved or
+  mounted elsewhere); the training side writes these too, at the source;
+* the user's cache directory (``$XDG_CACHE_HOME/phaseprof``, ``~/Library/Caches/phaseprof``,
+  ``%LOCALAPPDATA%\\phaseprof\\Cache``) for logdirs the user cannot write, keyed by the trace's
+  real path.
+
+``PHASEPROF_CACHE=off`` turns the cache off (nothing read, nothing written); ``PHASEPROF_CACHE=<dir>``
+uses ``<dir>`` instead of the user's cache directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sys
+
+import msgspec
+import numpy as np
+
+from phaseprof.contract import ANALYSIS_DIR
+
+from .analysis.model import SpanAnalysis
+from .reading.discovery import TraceFile
+
+SUFFIX = ".analysis"
+_MAGIC = b"phaseprof-analysis\n"
+_ARRAY = 1  # msgpack extension code of a numpy array
+
+
+class Key(msgspec.Struct, frozen=True):
+    """What an entry was computed from; the entry is valid only for exactly this."""
+
+    path: str  # the trace's file name beside the run, its real path in the user's cache directory
+    size: int
+    mtime_ns: int
+    version: str
+
+
+class Entry(msgspec.Struct):
+    key: Key
+    analysis: SpanAnalysis
+
+
+def enabled() -> bool:
+    return os.environ.get("PHASEPROF_CACHE", "").lower() not in ("off", "0", "no", "false")
+
+
+def load(f: TraceFile) -> SpanAnalysis | None:
+    """The cached analysis of ``f``, or None when there is no valid entry."""
+    if not enabled():
+        return None
+    for path, key_path in _places(f):
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        try:
+            entry = _decode(data)
+        except (msgspec.DecodeError, ValueError, TypeError):
+            continue  # corrupt, truncated or from another layout: ignored
+        k = entry.key
+        if (k.path, k.size, k.mtime_ns, k.version) != (key_path, f.size, f.mtime_ns, version()):
+            continue
+        if _still(f):
+            entry.analysis.file = f.name
+            entry.analysis.worker = f.worker
+            return entry.analysis
+    return None
+
+
+def store(f: TraceFile, analysis: SpanAnalysis) -> str | None:
+    """Write ``analysis`` (read with input shapes) as the entry of ``f``: beside the run when writable,
+    else in the user's cache directory. Returns where, or None; never raises (no cache, no harm)."""
+    if not enabled() or not _still(f):
+        return None  # changed while it was being analysed: the analysis is of neither version
+    for path, key_path in _places(f):
+        data = _encode(Entry(Key(key_path, f.size, f.mtime_ns, version()), analysis))
+        if _write(path, data):
+            return path
+    return None
+
+
+def _write(path: str, data: bytes) -> bool:
+    """Write ``path`` whole or not at all (readers never see half an entry)."""
+    part = f"{path}.{os.getpid()}.part"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(part, "wb") as fh:
+            fh.write(data)
+        os.replace(part, path)
+        return True
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        return False
+
+
+def _places(f: TraceFile) -> list[tuple[str, str]]:
+    """(entry path, key path) where ``f``'s entry may be: beside the run, then the user's cache."""
+    directory = os.path.dirname(f.path)
+    out = [(os.path.join(directory, ANALYSIS_DIR, f.name + SUFFIX), f.name)]
+    user = user_cache_dir()
+    if user:
+        digest = hashlib.blake2b(f.path.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
+        out.append((os.path.join(user, "analyses", digest + SUFFIX), f.path))
+    return out
+
+
+def user_cache_dir() -> str | None:
+    """The per-user cache directory of the platform (or ``PHASEPROF_CACHE`` when it names one)."""
+    chosen = os.environ.get("PHASEPROF_CACHE", "")
+    if chosen and enabled():
+        return os.path.abspath(os.path.expanduser(chosen))
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA")
+        return os.path.join(base, "phaseprof", "Cache") if base else None
+    if sys.platform == "darwin":
+        return os.path.expanduser("~/Library/Caches/phaseprof")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(base, "phaseprof") if os.path.isabs(base) else None
+
+
+def _still(f: TraceFile) -> bool:
+    """Whether the trace is still the one described by ``f`` (same size and modification time)."""
+    try:
+        st = os.stat(f.path)
+    except OSError:
+        return False
+    return (st.st_size, st.st_mtime_ns) == (f.size, f.mtime_ns)
+
+
+_version: str | None = None
+
+
+def version() -> str:
+    """The analysis version: a digest of the source of the code that reads and analyses traces."""
+    global _version
+    if _version is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        digest = hashlib.blake2b(digest_size=12)
+        for folder in ("reading", "analysis"):
+            for name in sorted(os.listdir(os.path.join(here, folder))):
+                if name.endswith(".py"):
+                    digest.update(name.encode())
+                    with open(os.path.join(here, folder, name), "rb") as fh:
+                        digest.update(fh.read())
+        _version = digest.hexdigest()
+    return _version
+
+
+# --- encoding ---------------------------------------------------------------------------------------
+
+
+def _enc_hook(obj):
+    if isinstance(obj, np.ndarray):
+        array = np.ascontiguousarray(obj)
+        header = msgspec.msgpack.encode((array.dtype.str, array.shape))
+        return msgspec.msgpack.Ext(_ARRAY, len(header).to_bytes(4, "little") + header + array.tobytes())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise NotImplementedError(f"cannot cache a {type(obj).__name__}")
+
+
+def _ext_hook(code: int, data: memoryview):
+    if code != _ARRAY:
+        raise ValueError(f"unknown extension {code}")
+    n = int.from_bytes(data[:4], "little")
+    dtype, shape = msgspec.msgpack.decode(data[4:4 + n], type=tuple[str, tuple[int, ...]])
+    dtype = np.dtype(dtype)
+    if dtype.hasobject:
+        raise ValueError("object arrays are never cached")
+    return np.frombuffer(data[4 + n:], dtype=dtype).reshape(shape).copy()
+
+
+def _dec_hook(kind, obj):
+    if kind is np.ndarray and isinstance(obj, np.ndarray):
+        return obj
+    raise NotImplementedError(f"expected {kind}, got {type(obj).__name__}")
+
+
+_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+_decoder = msgspec.msgpack.Decoder(Entry, ext_hook=_ext_hook, dec_hook=_dec_hook)
+
+
+def _encode(entry: Entry) -> bytes:
+    return _MAGIC + _encoder.encode(entry)
+
+
+def _decode(data: bytes) -> Entry:
+    if not data.startswith(_MAGIC):
+        raise ValueError("not a phaseprof analysis")
+    return _decoder.decode(memoryview(data)[len(_MAGIC):])

@@ -1,0 +1,156 @@
+"""The analysis cache: a trace read once is answered from its entry while unchanged; a stale, corrupt
+or foreign entry is never trusted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from phaseprof import analyze
+from phaseprof.contract import ANALYSIS_DIR
+from phaseprof.plugin import cache
+from phaseprof.plugin.reading.discovery import discover
+from phaseprof.plugin.serving.store import READY, TraceStore
+from tests.logdir import settled, write_trace
+from tests.tracebuilder import annotation, op, step
+
+
+@pytest.fixture(autouse=True)
+def cache_on(monkeypatch, tmp_path):
+    monkeypatch.setenv("PHASEPROF_CACHE", "")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+
+
+def _trace(path, forward_us=300.0):
+    events = []
+    for s in range(4):
+        t0 = s * 1000.0
+        events += [step(s, t0, 1000), annotation("phaseprof::forward", t0 + 10, forward_us),
+                   op("aten::mm", t0 + 20, forward_us - 20, **{"Input Dims": [[8, 8], [8, 8]]})]
+    return write_trace(path, events)
+
+
+def _forward_ms(report) -> list[float]:
+    return [r["phases"]["forward"]["cpu_ms"] for r in report["runs"][0]["workers"][0]["steps"]]
+
+
+def _entry(trace) -> str:
+    return os.path.join(os.path.dirname(trace), ANALYSIS_DIR, os.path.basename(trace) + cache.SUFFIX)
+
+
+def _replace_keeping_stamp(trace, data: bytes) -> None:
+    """Rewrite ``trace`` with ``data`` of the same size and restore its modification time: to the
+    cache it is the same file, so only a cached answer can still describe the old content."""
+    st = os.stat(trace)
+    assert len(data) == st.st_size
+    with open(trace, "wb") as fh:
+        fh.write(data)
+    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_second_read_comes_from_the_entry_beside_the_run(tmp_path):
+    trace = _trace(tmp_path / "run" / "w.1.pt.trace.json")
+    first = analyze(str(tmp_path))
+    assert os.path.isfile(_entry(trace))
+    _replace_keeping_stamp(trace, b" " * trace.stat().st_size)  # no longer a trace at all
+    assert analyze(str(tmp_path)) == first
+
+
+def test_a_changed_trace_is_read_again(tmp_path):
+    trace = _trace(tmp_path / "w.1.pt.trace.json", forward_us=300)
+    assert _forward_ms(analyze(str(trace))) == [0.3] * 4
+    _trace(trace, forward_us=500)
+    os.utime(trace, ns=(1, trace.stat().st_mtime_ns + 10**9))
+    assert _forward_ms(analyze(str(trace))) == [0.5] * 4
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+def test_a_corrupt_entry_is_ignored_and_replaced(tmp_path, damage):
+    trace = _trace(tmp_path / "w.1.pt.trace.json")
+    first = analyze(str(trace))
+    entry = _entry(trace)
+    with open(entry, "rb") as fh:
+        data = fh.read()
+    broken = {"garbage": os.urandom(len(data)), "truncated": data[: len(data) // 2], "empty": b""}[damage]
+    with open(entry, "wb") as fh:
+        fh.write(broken)
+    assert analyze(str(trace)) == first
+    with open(entry, "rb") as fh:
+        assert fh.read() == data  # rewritten whole
+
+
+def test_an_entry_of_another_analysis_version_is_not_trusted(tmp_path, monkeypatch):
+    trace = _trace(tmp_path / "w.1.pt.trace.json")
+    analyze(str(trace))
+    _replace_keeping_stamp(trace, trace.read_bytes().replace(b'"dur": 300', b'"dur": 400'))
+    monkeypatch.setattr(cache, "_version", "another version")
+    assert _forward_ms(analyze(str(trace))) == [0.4] * 4
+
+
+def test_an_entry_copied_from_another_trace_is_not_trusted(tmp_path):
+    a = _trace(tmp_path / "a.1.pt.trace.json", forward_us=300)
+    b = _trace(tmp_path / "b.1.pt.trace.json", forward_us=500)
+    analyze(str(a))
+    os.makedirs(os.path.dirname(_entry(b)), exist_ok=True)
+    with open(_entry(a), "rb") as src, open(_entry(b), "wb") as dst:
+        dst.write(src.read())
+    os.utime(b, ns=(1, a.stat().st_mtime_ns))  # same size and time: only the name tells them apart
+    assert _forward_ms(analyze(str(b))) == [0.5] * 4
+
+
+def test_the_entry_of_a_report_serves_a_step_detail_with_shapes(tmp_path):
+    trace = _trace(tmp_path / "w.1.pt.trace.json")
+    analyze(str(trace))  # a report, which shows no input shapes, fills the cache
+    _replace_keeping_stamp(trace, b" " * trace.stat().st_size)
+    detail = analyze(str(trace), step=1)["runs"][0]["workers"][0]["detail"]
+    assert detail["ops"]["forward"][0]["shapes"] == "[[8, 8], [8, 8]]"
+
+
+def test_unwritable_run_directory_uses_the_user_cache(tmp_path):
+    trace = _trace(tmp_path / "run" / "w.1.pt.trace.json")
+    (tmp_path / "run" / ANALYSIS_DIR).write_text("in the way")  # the entry folder cannot be made
+    first = analyze(str(trace))
+    entries = list((tmp_path / "user-cache" / "phaseprof").rglob("*" + cache.SUFFIX))
+    assert len(entries) == 1
+    _replace_keeping_stamp(trace, b" " * trace.stat().st_size)
+    assert analyze(str(trace)) == first
+
+
+def test_cache_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("PHASEPROF_CACHE", "off")
+    trace = _trace(tmp_path / "w.1.pt.trace.json")
+    analyze(str(trace))
+    assert not os.path.exists(os.path.dirname(_entry(trace)))
+    assert not (tmp_path / "user-cache").exists()
+
+
+def test_entries_are_not_runs(tmp_path):
+    _trace(tmp_path / "run" / "w.1.pt.trace.json")
+    analyze(str(tmp_path))
+    assert [r.name for r in discover(str(tmp_path))] == ["run"]
+
+
+def test_the_cli_fills_the_cache_and_tensorboard_reuses_it(tmp_path):
+    trace = _trace(tmp_path / "run" / "w.1.pt.trace.json")
+    env = {**os.environ, "PHASEPROF_CACHE": ""}
+    out = subprocess.run([sys.executable, "-m", "phaseprof.cli", "report", "--json", str(tmp_path)],
+                         capture_output=True, text=True, env=env, check=True)
+    shown = json.loads(out.stdout)
+    _replace_keeping_stamp(trace, b" " * trace.stat().st_size)
+    settled_stamp = trace.stat().st_mtime_ns
+    settled(trace)  # the store waits for files still being written; keep the entry's key by restoring it
+    os.utime(trace, ns=(settled_stamp, settled_stamp))
+    store = TraceStore(str(tmp_path), settle_s=0.0)
+    try:
+        assert store.wait(30)
+        (run,) = store.runs()
+        (span,) = [store.span(f) for f in run.files]
+        assert span.state == READY and span.error is None
+        assert [s.number for s in span.analysis.steps] == [r["step"] for r in shown["runs"][0]["workers"][0]["steps"]]
+        assert store._pool is None  # nothing was sent to a worker process to be decoded
+    finally:
+        store.close()
