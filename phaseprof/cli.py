@@ -1,4 +1,4 @@
-"""The ``phaseprof`` command: ``report`` (no torch needed) and ``demo`` (runs a profiled model)."""
+"""The ``phaseprof`` command: ``report`` and ``compare`` (no torch needed), ``demo`` (runs a profiled model)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,23 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--step", type=int, help="only this step, with its ops per phase and memory")
     report.add_argument("--json", action="store_true", help="print the report as JSON")
 
+    compare = sub.add_parser(
+        "compare", help="regression gate: exit 1 when NEW is slower than BASE in a phase or the step",
+        description="Compare the time per step of every phase of NEW against BASE, with a confidence interval "
+                    "from the steps of each side. Exit status: 1 when a phase (or the step) got slower than "
+                    "--threshold with confidence, 0 otherwise, 2 when an input cannot be compared.")
+    compare.add_argument("base", metavar="BASE", help="a logdir, a run directory or a trace file")
+    compare.add_argument("new", metavar="NEW", help="the same, for the code under test")
+    compare.add_argument("--threshold", type=_share, default=0.05,
+                         help="slower than this fraction counts (default 0.05: 5%%; '5%%' also accepted)")
+    compare.add_argument("--confidence", type=_share, default=0.95,
+                         help="confidence of the intervals, jointly over all phases (default 0.95)")
+    compare.add_argument("--min-share", type=_share, default=0.01,
+                         help="changes smaller than this fraction of the base step are never counted (default 0.01)")
+    compare.add_argument("--source", choices=("scalars", "traces"),
+                         help="every-step scalars or traced steps (default: scalars when both sides have them)")
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
     demo = sub.add_parser("demo", help="profile the MNIST CNN (synthetic data) and a small inference run")
     demo.add_argument("--logdir", default="./profile")
     demo.add_argument("--steps", type=int, default=30, help="training steps (default 30)")
@@ -26,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "report":
         return _report(args)
+    if args.command == "compare":
+        return _compare(args)
     from phaseprof.training_hooks.demo import run_demo
 
     return run_demo(logdir=args.logdir, steps=args.steps, device=args.device)
@@ -54,6 +73,45 @@ def _report(args: argparse.Namespace) -> int:
         render(report, Console())
     gc.freeze()  # the process ends now: spare the interpreter's final pass over every object
     return 0 if readable else 1
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from phaseprof.plugin.gate import UnusableInput, compare_paths
+
+    if not 0 < args.confidence < 1:
+        print(f"phaseprof compare: --confidence must lie between 0 and 1, not {args.confidence}", file=sys.stderr)
+        return 2
+    try:
+        result = compare_paths(args.base, args.new, threshold=args.threshold, confidence=args.confidence,
+                               min_share=args.min_share, source=args.source)
+    except UnusableInput as e:
+        if args.json:
+            sys.stdout.buffer.write(msgspec.json.encode({"errors": [{"error": str(e)}]}) + b"\n")
+        print(f"phaseprof compare: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(result), indent=1) + b"\n")
+        sys.stdout.flush()
+    else:
+        from rich.console import Console
+
+        from phaseprof.compare_table import render
+
+        render(result, Console())
+    return 1 if result.slower else 0
+
+
+def _share(text: str) -> float:
+    """A fraction, given as ``0.05`` or ``5%``."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0 or (value >= 1 and not text.endswith("%")):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a fraction (0.05) or a percentage (5%)")
+    return value
 
 
 class _ProgressBar:

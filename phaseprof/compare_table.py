@@ -1,0 +1,63 @@
+"""Render a `phaseprof compare` answer for a terminal: each figure on both sides with its change and
+interval, the ops that changed most, and the verdict in one line."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+#: Ops listed under the table.
+OPS_SHOWN = 8
+
+
+def render(result, console: Console) -> None:
+    base, new = result.base, result.new
+    console.print(Text(f"base {base.path}: {base.steps} steps of {base.workers} worker(s)\n"
+                       f"new  {new.path}: {new.steps} steps of {new.workers} worker(s)", style="dim"))
+    source = "every step (scalars)" if result.source == "scalars" else "the traced steps"
+    table = Table(show_edge=False, pad_edge=False, header_style="bold",
+                  caption=f"median ms per step over {source}; interval: {result.confidence:.0%} confidence, "
+                          "joint over all rows")
+    for name, justify in (("phase", "left"), ("clock", "left"), ("base ms", "right"), ("new ms", "right"),
+                          ("change", "right"), ("interval", "right"), ("", "left")):
+        table.add_column(name, justify=justify)
+    for c in result.changes:
+        if not (c.base_ms or c.new_ms):
+            continue
+        style = "bold red" if c.slower else ("green" if c.faster else None)
+        mark = "slower" if c.slower else ("faster" if c.faster else "")
+        interval = "-" if c.low is None else f"{c.low:+.1%} … {c.high:+.1%}"
+        change = "-" if c.change is None else f"{c.change:+.1%}"
+        table.add_row(c.phase, c.clock, f"{c.base_ms:,.3f}", f"{c.new_ms:,.3f}", change, interval, mark, style=style)
+    console.print(table)
+    slower_phases = {c.phase for c in result.changes if c.slower and c.phase != "step"}
+    ops = [o for o in result.ops if not slower_phases or o["phase"] in slower_phases][:OPS_SHOWN]
+    if ops:
+        t = Table(title="ops that changed most (self time per step)", show_edge=False, pad_edge=False,
+                  header_style="bold")
+        for name, justify in (("phase", "left"), ("op", "left"), ("calls", "right"), ("host ms", "right"),
+                              ("GPU ms", "right")):
+            t.add_column(name, justify=justify)
+        for o in ops:
+            t.add_row(o["phase"], o["name"], f"{o['a_calls']:g} → {o['b_calls']:g}",
+                      f"{o['a_self_cpu_ms']:,.3f} → {o['b_self_cpu_ms']:,.3f} ({o['delta_self_cpu_ms']:+,.3f})",
+                      f"{o['delta_self_gpu_ms']:+,.3f}")
+        console.print(t)
+    for e in result.errors:
+        console.print(Text(f"{e['path']}: {e['error']}", style="red"))
+    threshold = f"{result.threshold:.0%}" if result.threshold * 100 == round(result.threshold * 100) \
+        else f"{result.threshold:.1%}"
+    if result.slower:
+        worst = ", ".join(_said(c) for c in result.changes if c.slower)
+        console.print(Text(f"SLOWER by more than {threshold}: {worst}", style="bold red"))
+    else:
+        console.print(Text(f"no phase slower by more than {threshold} with {result.confidence:.0%} confidence",
+                           style="bold green"))
+
+
+def _said(c) -> str:
+    name = c.phase + (" (GPU)" if c.clock == "gpu" else "")
+    if c.change is None:
+        return f"{name} +{c.delta_ms:,.3f} ms"
+    return f"{name} {c.change:+.1%} ({c.base_ms:,.3f} → {c.new_ms:,.3f} ms, interval {c.low:+.1%} … {c.high:+.1%})"

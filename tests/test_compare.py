@@ -1,0 +1,199 @@
+"""`phaseprof compare BASE NEW` as CI runs it: a subprocess, its exit status, its table and JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from phaseprof.plugin.analysis.regression import median_draws
+from tests.logdir import write_scalars, write_trace
+from tests.tracebuilder import annotation, op, step
+
+
+def compare(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "phaseprof.cli", "compare", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, env={**os.environ, "COLUMNS": "200"})
+
+
+def traced_run(path, forward_us=2000.0, backward_us=3000.0, seed=0, steps=12, noise=0.05):
+    """A run's trace with ``steps`` steps of a forward (one aten::mm) and a backward, each
+    jittered by ``noise`` (relative, normal)."""
+    rng = np.random.default_rng(seed)
+    events = []
+    for s in range(steps):
+        t0 = s * 20_000.0
+        f = forward_us * (1 + noise * rng.standard_normal())
+        b = backward_us * (1 + noise * rng.standard_normal())
+        events += [step(s, t0, 300 + f + b), annotation("phaseprof::forward", t0 + 100, f),
+                   op("aten::mm", t0 + 110, f - 20), annotation("phaseprof::backward", t0 + 100 + f, b),
+                   op("autograd::engine::evaluate_function: MmBackward0", t0 + 110 + f, b - 20)]
+    return write_trace(path / "w.1.pt.trace.json", events)
+
+
+# --- the statistics ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [5, 6, 11, 40])
+def test_exact_bootstrap_of_the_median_matches_resampling(n):
+    x = np.random.default_rng(n).lognormal(size=n)
+    exact = median_draws(x, np.random.default_rng(0), 40_000)
+    rng = np.random.default_rng(1)
+    resampled = np.median(x[rng.integers(0, n, (40_000, n))], axis=1)
+    q = [0.025, 0.25, 0.5, 0.75, 0.975]
+    assert np.allclose(np.quantile(exact, q), np.quantile(resampled, q), rtol=0.05)
+
+
+# --- traced steps ------------------------------------------------------------------------------
+
+
+def test_same_code_passes_with_several_seeds(tmp_path):
+    for seed in range(5):
+        traced_run(tmp_path / f"base{seed}", seed=seed)
+        traced_run(tmp_path / f"new{seed}", seed=100 + seed)
+        out = compare(tmp_path / f"base{seed}", tmp_path / f"new{seed}")
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "no phase slower by more than 5% with 95% confidence" in out.stdout
+
+
+def test_slower_forward_fails_naming_forward_and_its_op(tmp_path):
+    traced_run(tmp_path / "base", forward_us=2000, seed=1)
+    traced_run(tmp_path / "new", forward_us=2600, seed=2)
+    out = compare(tmp_path / "base", tmp_path / "new")
+    assert out.returncode == 1, out.stdout + out.stderr
+    verdict = out.stdout.strip().splitlines()[-1]
+    assert verdict.startswith("SLOWER by more than 5%") and "forward +" in out.stdout
+    assert "backward" not in out.stdout.split("SLOWER")[1]
+    ops = out.stdout.split("ops that changed most")[1]
+    assert "aten::mm" in ops
+
+
+def test_threshold(tmp_path):
+    traced_run(tmp_path / "base", forward_us=2000, seed=1)
+    traced_run(tmp_path / "new", forward_us=2400, seed=2)  # forward +20%, the step about +8%
+    strict = json.loads(compare(tmp_path / "base", tmp_path / "new", "--threshold", "0.05", "--json").stdout)
+    assert "forward" in strict["slower"]
+    out = compare(tmp_path / "base", tmp_path / "new", "--threshold", "50%")
+    assert out.returncode == 0
+    assert "no phase slower by more than 50%" in out.stdout
+
+
+def test_json(tmp_path):
+    traced_run(tmp_path / "base", forward_us=2000, seed=1)
+    traced_run(tmp_path / "new", forward_us=3000, seed=2)
+    out = compare(tmp_path / "base", tmp_path / "new", "--json")
+    assert out.returncode == 1
+    data = json.loads(out.stdout)
+    assert data["source"] == "traces" and data["threshold"] == 0.05 and data["confidence"] == 0.95
+    assert data["base"]["steps"] == data["new"]["steps"] == 12
+    assert data["slower"] == ["step", "forward"]
+    changes = {(c["phase"], c["clock"]): c for c in data["changes"]}
+    fwd = changes[("forward", "host")]
+    assert fwd["slower"] and fwd["low"] > 0.05 and fwd["low"] <= fwd["change"] <= fwd["high"]
+    assert fwd["change"] == pytest.approx(fwd["new_ms"] / fwd["base_ms"] - 1, abs=1e-3)
+    assert fwd["change"] == pytest.approx(0.5, abs=0.1)
+    assert not changes[("backward", "host")]["slower"]
+    assert data["ops"][0]["name"] == "aten::mm" and data["ops"][0]["delta_self_cpu_ms"] > 0.5
+
+
+def test_faster_is_not_a_failure(tmp_path):
+    traced_run(tmp_path / "base", forward_us=3000, seed=1)
+    traced_run(tmp_path / "new", forward_us=2000, seed=2)
+    out = compare(tmp_path / "base", tmp_path / "new", "--json")
+    assert out.returncode == 0
+    changes = {(c["phase"], c["clock"]): c for c in json.loads(out.stdout)["changes"]}
+    assert changes[("forward", "host")]["faster"]
+
+
+def test_unusable_input_exits_2(tmp_path):
+    traced_run(tmp_path / "base")
+    out = compare(tmp_path / "base", tmp_path / "missing")
+    assert out.returncode == 2 and "missing: no such file or directory" in out.stderr
+    (tmp_path / "empty").mkdir()
+    out = compare(tmp_path / "base", tmp_path / "empty", "--json")
+    assert out.returncode == 2 and "no readable trace files" in json.loads(out.stdout)["errors"][0]["error"]
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "w.1.pt.trace.json").write_text("{")
+    out = compare(tmp_path / "base", tmp_path / "bad")
+    assert out.returncode == 2 and "not valid JSON" in out.stderr
+    traced_run(tmp_path / "short", steps=3)
+    out = compare(tmp_path / "base", tmp_path / "short")
+    assert out.returncode == 2 and "3 step(s) to compare; at least 5" in out.stderr
+    out = compare(tmp_path / "base", tmp_path / "base", "--source", "scalars")
+    assert out.returncode == 2 and "no phaseprof scalars" in out.stderr
+    out = compare(tmp_path / "base", tmp_path / "base", "--threshold", "five")
+    assert out.returncode == 2
+
+
+def test_scalars_are_preferred_when_both_sides_have_them(tmp_path):
+    for side in ("base", "new"):
+        traced_run(tmp_path / side)
+        write_scalars(tmp_path / side, range(40))
+    data = json.loads(compare(tmp_path / "base", tmp_path / "new", "--json").stdout)
+    assert data["source"] == "scalars" and data["base"]["steps"] == 40
+    assert data["slower"] == []
+    assert {c["phase"] for c in data["changes"]} >= {"step", "data", "forward", "backward", "optimizer", "other"}
+
+
+# --- real training runs ----------------------------------------------------------------------------
+
+TRAIN = textwrap.dedent("""
+    import sys, time
+    import torch
+    import torch.nn.functional as F
+    from phaseprof import PhaseProfiler
+
+    logdir, steps, sleep_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    torch.set_num_threads(1)
+    for run in sys.argv[4:]:
+        seed = int(run.rsplit("-", 1)[1])
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+        if sleep_ms:
+            model.register_forward_hook(lambda *_: time.sleep(sleep_ms / 1000))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        batches = [(torch.randn(64, 256), torch.randint(0, 10, (64,))) for _ in range(steps)]
+        prof = PhaseProfiler(logdir=logdir, run=run, wait=1, warmup=1, active=5)
+        prof.attach(model, optimizer)
+        for x, y in prof.data(batches):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        prof.close()
+""")
+
+
+def _train_side_by_side(logdir, *sides: tuple[float, list[str]], steps: int = 200) -> None:
+    """Train each side's runs in its own process, the sides at once: a busy machine slows both alike."""
+    procs = [subprocess.Popen([sys.executable, "-c", TRAIN, str(logdir), str(steps), str(sleep_ms), *runs],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for sleep_ms, runs in sides]
+    for p in procs:
+        assert p.wait(600) == 0, p.stderr.read()
+
+
+@pytest.mark.slow
+def test_real_runs_same_code_passes_and_a_sleep_in_forward_fails(tmp_path):
+    seeds = [0, 1, 2]
+    _train_side_by_side(tmp_path, (0.0, [f"base-{s}" for s in seeds]), (0.0, [f"new-{s}" for s in seeds]))
+    for s in seeds:
+        out = compare(tmp_path / f"base-{s}", tmp_path / f"new-{s}", "--json")
+        assert out.returncode == 0, out.stdout + out.stderr
+        data = json.loads(out.stdout)
+        assert data["source"] == "scalars" and data["base"]["steps"] >= 200 and data["slower"] == []
+
+    _train_side_by_side(tmp_path, (0.0, ["ref-7"]), (3.0, ["slow-7"]))  # a 3 ms sleep in forward
+    out = compare(tmp_path / "ref-7", tmp_path / "slow-7", "--json")
+    assert out.returncode == 1, out.stdout + out.stderr
+    data = json.loads(out.stdout)
+    assert "forward" in data["slower"]
+    phases = [c for c in data["changes"] if c["phase"] != "step" and c["clock"] == "host"]
+    grew = max(phases, key=lambda c: c["delta_ms"])
+    assert grew["phase"] == "forward" and grew["delta_ms"] >= 2.5
+    text = compare(tmp_path / "ref-7", tmp_path / "slow-7").stdout
+    assert "forward +" in text.split("SLOWER by more than 5%:")[1]
