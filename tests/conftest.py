@@ -13,7 +13,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # Tests read their traces afresh: no analysis cache is read or written beside fixtures (the cache's
 # own tests turn it on). Subprocesses (the CLI, TensorBoard) inherit this.
 os.environ["PHASEPROF_CACHE"] = "off"
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
 DATA = ROOT / "tests" / "data"
 
 
