@@ -59,7 +59,7 @@ def _report(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.close()
-    readable = any(r.workers for r in report.runs)
+    readable = any(r.workers or r.whole_run for r in report.runs)
     if args.json:
         import msgspec
 
@@ -88,7 +88,7 @@ def _compare(args: argparse.Namespace) -> int:
                                min_share=args.min_share, source=args.source)
     except UnusableInput as e:
         if args.json:
-            sys.stdout.buffer.write(msgspec.json.encode({"errors": [{"error": str(e)}]}) + b"\n")
+            sys.stdout.buffer.write(msgspec.json.encode({"errors": [{"path": e.path, "error": e.reason}]}) + b"\n")
         print(f"phaseprof compare: {e}", file=sys.stderr)
         return 2
     if args.json:

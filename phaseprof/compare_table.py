@@ -3,15 +3,20 @@ interval, the ops that changed most, and the verdict in one line."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from phaseprof.plugin.answers import Change, GateReport
 
 #: Ops listed under the table.
 OPS_SHOWN = 8
 
 
-def render(result, console: Console) -> None:
+def render(result: GateReport, console: Console) -> None:
     base, new = result.base, result.new
     console.print(Text(f"base {base.path}: {base.steps} steps of {base.workers} worker(s)\n"
                        f"new  {new.path}: {new.steps} steps of {new.workers} worker(s)", style="dim"))
@@ -32,7 +37,7 @@ def render(result, console: Console) -> None:
         table.add_row(c.phase, c.clock, f"{c.base_ms:,.3f}", f"{c.new_ms:,.3f}", change, interval, mark, style=style)
     console.print(table)
     slower_phases = {c.phase for c in result.changes if c.slower and c.phase != "step"}
-    ops = [o for o in result.ops if not slower_phases or o["phase"] in slower_phases][:OPS_SHOWN]
+    ops = [o for o in result.ops if not slower_phases or o.phase in slower_phases][:OPS_SHOWN]
     if ops:
         t = Table(title="ops that changed most (self time per step)", show_edge=False, pad_edge=False,
                   header_style="bold")
@@ -40,12 +45,12 @@ def render(result, console: Console) -> None:
                               ("GPU ms", "right")):
             t.add_column(name, justify=justify)
         for o in ops:
-            t.add_row(o["phase"], o["name"], f"{o['a_calls']:g} → {o['b_calls']:g}",
-                      f"{o['a_self_cpu_ms']:,.3f} → {o['b_self_cpu_ms']:,.3f} ({o['delta_self_cpu_ms']:+,.3f})",
-                      f"{o['delta_self_gpu_ms']:+,.3f}")
+            t.add_row(o.phase, o.name, f"{o.a_calls:g} → {o.b_calls:g}",
+                      f"{o.a_self_cpu_ms:,.3f} → {o.b_self_cpu_ms:,.3f} ({o.delta_self_cpu_ms:+,.3f})",
+                      f"{o.delta_self_gpu_ms:+,.3f}")
         console.print(t)
     for e in result.errors:
-        console.print(Text(f"{e['path']}: {e['error']}", style="red"))
+        console.print(Text(f"{e.path}: {e.error}", style="red"))
     threshold = f"{result.threshold:.0%}" if result.threshold * 100 == round(result.threshold * 100) \
         else f"{result.threshold:.1%}"
     if result.slower:
@@ -56,7 +61,7 @@ def render(result, console: Console) -> None:
                            style="bold green"))
 
 
-def _said(c) -> str:
+def _said(c: Change) -> str:
     name = c.phase + (" (GPU)" if c.clock == "gpu" else "")
     if c.change is None:
         return f"{name} +{c.delta_ms:,.3f} ms"

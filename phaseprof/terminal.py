@@ -12,7 +12,16 @@ from rich.text import Text
 from phaseprof.contract import phase_colour
 
 if TYPE_CHECKING:
-    from phaseprof.plugin.answers import PhaseMean, PhaseTimes, Report, StepDetail, StepRow, Summary, WorkerReport
+    from phaseprof.plugin.answers import (
+        PhaseMean,
+        PhaseTimes,
+        Report,
+        StepDetail,
+        StepRow,
+        Summary,
+        WholeRun,
+        WorkerReport,
+    )
 
 #: With more steps than this, the table shows the first and last ones, outliers and the slowest.
 MAX_ROWS = 40
@@ -23,6 +32,8 @@ def render(report: Report, console: Console) -> None:
     for run in report.runs:
         for worker in run.workers:
             _worker(run.run, worker, console)
+        for whole in run.whole_run:
+            _whole_run(run.run, whole, console)
     if report.errors:
         console.print(Text("Errors", style="bold red"))
         for e in report.errors:
@@ -82,6 +93,29 @@ def _worker(run: str, w: WorkerReport, console: Console) -> None:
         _overview(summary, console)
     for finding in summary.findings:
         console.print(Text("  • " + finding.text))
+    console.print()
+
+
+def _whole_run(run: str, w: WholeRun, console: Console) -> None:
+    """Every timed step of the run (its scalars): spread per phase, slowest steps, profiler time."""
+    who = f" · rank {w.rank}" if w.rank is not None else ""
+    console.print(Text(f"run {run}{who} · whole run: {w.steps:,} steps timed (steps {w.first_step}–{w.last_step})",
+                       style="bold"))
+    t = Table(show_edge=False, pad_edge=False, header_style="bold", caption="ms per step, every step of the run")
+    for col in ("phase", "median", "p90", "p99", "max", "mean"):
+        t.add_column(col, justify="left" if col == "phase" else "right")
+    for p in w.phases:
+        t.add_row(p.phase + (" (GPU)" if p.clock == "gpu" else ""),
+                  *(_fmt(v) for v in (p.median_ms, p.p90_ms, p.p99_ms, p.max_ms, p.mean_ms)),
+                  style="bold" if p.phase == "step" else None)
+    console.print(t)
+    if w.slowest:
+        console.print("  slowest steps: " + ", ".join(
+            f"{s.step} ({_fmt(s.wall_ms)} ms; {s.phase} +{_fmt(s.phase_over_median_ms)})" for s in w.slowest))
+    if w.profiler:
+        p = w.profiler
+        console.print(f"  profiler's own time: {_fmt(p.total_ms)} ms in all ({p.share:.2%} of the run), "
+                      f"at most {_fmt(p.max_ms)} ms after step {p.max_step}")
     console.print()
 
 

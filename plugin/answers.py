@@ -401,9 +401,60 @@ class WorkerReport(Answer, omit_defaults=True):
     detail: StepDetail | None = None
 
 
+# --- the whole run, from the every-step scalars ----------------------------------------------------
+
+
+class PhaseSpread(Answer):
+    """One phase's (or the step's) time per step over every timed step of the run."""
+
+    phase: str  # a phase, or "step"
+    clock: Literal["host", "gpu"]
+    steps: int  # steps with a value
+    mean_ms: float
+    median_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+    total_s: float
+
+
+class SlowStep(Answer):
+    """One of the slowest steps of the run: its host time per phase, and the phase furthest above
+    its own median."""
+
+    step: int
+    wall_ms: float
+    phases: dict[str, float]
+    phase: str
+    phase_over_median_ms: float
+
+
+class ProfilerTime(Answer):
+    """What profiling itself cost the run, outside every step's time; ``share`` of the run's wall time."""
+
+    total_ms: float
+    steps: int
+    max_ms: float
+    max_step: int
+    share: float
+
+
+class WholeRun(Answer):
+    """Every timed step of one writer of scalars: the run, or one of its ranks."""
+
+    rank: int | None
+    steps: int
+    first_step: int
+    last_step: int
+    phases: list[PhaseSpread]
+    slowest: list[SlowStep]
+    profiler: ProfilerTime | None
+
+
 class RunReport(Answer):
     run: str
     workers: list[WorkerReport]
+    whole_run: list[WholeRun]  # from the run's scalars; one entry per rank that wrote them
 
 
 class Report(Answer):
@@ -413,5 +464,54 @@ class Report(Answer):
     errors: list[FileError]
 
 
+# --- the regression gate (``phaseprof compare``) ---------------------------------------------------
+
+
+class Change(Answer):
+    """One figure (a phase's time per step, or the step's) on both sides: medians per step, the
+    change and its confidence interval; ``slower``/``faster``: by more than the threshold, with
+    confidence. Where the base is 0, ``change`` is null and the interval is of the delta as a share
+    of the base step."""
+
+    phase: str
+    clock: Literal["host", "gpu"]
+    base_ms: float
+    new_ms: float
+    delta_ms: float
+    change: float | None
+    low: float | None
+    high: float | None
+    base_steps: int
+    new_steps: int
+    slower: bool
+    faster: bool
+
+
+class GateSide(Answer):
+    """What one side of ``phaseprof compare`` was made of."""
+
+    path: str
+    runs: list[str]
+    workers: int
+    steps: int
+    has_scalars: bool
+    has_traces: bool
+
+
+class GateReport(Answer):
+    """``phaseprof compare --json``: exit status 1 when ``slower`` names any figure."""
+
+    base: GateSide
+    new: GateSide
+    source: Literal["scalars", "traces"]
+    threshold: float
+    confidence: float
+    min_share: float
+    changes: list[Change]
+    slower: list[str]
+    ops: list[ChangedOp]
+    errors: list[FileError]
+
+
 #: Every answer a client receives, for the generated TypeScript types and the schema checks.
-ANSWERS = (RunsAnswer, StepsAnswer, StepDetail, TimelineAnswer, CompareAnswer, RanksAnswer, Report)
+ANSWERS = (RunsAnswer, StepsAnswer, StepDetail, TimelineAnswer, CompareAnswer, RanksAnswer, Report, GateReport)

@@ -2,7 +2,8 @@
 
 An entry holds one span's `SpanAnalysis` as msgpack (msgspec, arrays as raw bytes), behind a header
 naming what it was made from: the trace's path, size and modification time, and the analysis
-version (a digest of the reading and analysis code, so any change to them retires every entry).
+version (a digest of the reading and analysis code and of the file contract, so any change to them
+retires every entry).
 An entry is used only when all of these match the trace as it is now; a stale, foreign or corrupt
 entry is ignored (and overwritten by the next analysis), never trusted. Entries keep the ops' input
 shapes, so that one entry serves every reader (the report, the step detail, TensorBoard).
@@ -30,6 +31,7 @@ import sys
 import msgspec
 import numpy as np
 
+from phaseprof import contract
 from phaseprof.contract import ANALYSIS_DIR
 
 from .analysis.model import SpanAnalysis
@@ -147,17 +149,19 @@ _version: str | None = None
 
 
 def version() -> str:
-    """The analysis version: a digest of the source of the code that reads and analyses traces."""
+    """The analysis version: a digest of the source of the code that reads and analyses traces (and
+    of the file contract, which names the phases)."""
     global _version
     if _version is None:
         here = os.path.dirname(os.path.abspath(__file__))
+        sources = [os.path.join(here, folder, name) for folder in ("reading", "analysis")
+                   for name in sorted(os.listdir(os.path.join(here, folder))) if name.endswith(".py")]
+        sources.append(os.path.abspath(contract.__file__))
         digest = hashlib.blake2b(digest_size=12)
-        for folder in ("reading", "analysis"):
-            for name in sorted(os.listdir(os.path.join(here, folder))):
-                if name.endswith(".py"):
-                    digest.update(name.encode())
-                    with open(os.path.join(here, folder, name), "rb") as fh:
-                        digest.update(fh.read())
+        for path in sources:
+            digest.update(os.path.basename(path).encode())
+            with open(path, "rb") as fh:
+                digest.update(fh.read())
         _version = digest.hexdigest()
     return _version
 

@@ -11,79 +11,66 @@ from __future__ import annotations
 
 import os
 
-import msgspec
 import numpy as np
 
-from phaseprof.contract import PHASES, SCALAR_PREFIX, STEP_GPU_TAG, STEP_TAG, parse_tag
+from phaseprof.contract import PHASES, STEP_GPU_TAG, STEP_TAG, parse_tag
 
-from .analysis.compare import changed_ops, op_means
+from .analysis.compare import changed_ops
 from .analysis.model import SpanAnalysis
-from .analysis.regression import MIN_STEPS, Change, compare_figures
-from .analysis.steps import phase_names, phase_table, step_refs
+from .analysis.regression import MIN_STEPS, compare_figures
+from .analysis.whole_run import OUT_OF_STEP_TAGS
+from .analysis.worker import Worker
+from .answers import Change, ChangedOp, FileError, GateReport, GateSide
 from .reading.discovery import discover
 from .reading.errors import TraceError
 from .reading.scalars import Scalars, read_scalars
 from .report import analyze_file
 
 SCALARS, TRACES = "scalars", "traces"
-#: Scalars under the prefix that time no phase of a step: the profiler's own time, evaluation passes.
-_OUT_OF_STEP_TAGS = (SCALAR_PREFIX + "profiler_ms", SCALAR_PREFIX + "eval_ms")
 #: Changed ops listed.
 TOP_OPS = 15
 
 
 class UnusableInput(Exception):
-    """A side that cannot be compared; the message names the path and why."""
+    """A side that cannot be compared; ``str()`` names the path and why."""
 
-
-class Side(msgspec.Struct):
-    """What one side of the comparison was made of."""
-
-    path: str
-    runs: list[str]  # run names relative to the path
-    workers: int  # workers (ranks) pooled
-    steps: int  # steps compared
-    has_scalars: bool
-    has_traces: bool
-
-
-class GateReport(msgspec.Struct):
-    """The answer of ``phaseprof compare``: exit status 1 when `slower` is not empty."""
-
-    base: Side
-    new: Side
-    source: str  # "scalars" (every step of the runs) or "traces" (the traced steps)
-    threshold: float
-    confidence: float
-    min_share: float
-    changes: list[Change]  # the step first, then each phase; host, then GPU figures
-    slower: list[str]  # figures slower than the threshold with confidence: "forward", "step (gpu)", …
-    ops: list[dict]  # the ops whose time per step changed most (both sides traced), biggest change first
-    errors: list[dict]  # files that could not be read (the rest was compared)
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class _Side:
     def __init__(self, path: str) -> None:
         if not os.path.exists(path):
-            raise UnusableInput(f"{path}: no such file or directory")
+            raise UnusableInput(path, "no such file or directory")
         self.path = path
         self.runs = discover(path)
-        self.errors: list[dict] = []
+        self.errors: list[FileError] = []
         self.spans: list[SpanAnalysis] = []
+        self.keys: list[tuple[str, str]] = []  # (run, worker) of each span
         self.workers: set[tuple[str, str]] = set()
         for run in self.runs:
             for f in run.files:
                 try:
                     self.spans.append(analyze_file(f, shapes=False))
+                    self.keys.append((run.name, f.worker))
                     self.workers.add((run.name, f.worker))
                 except TraceError as e:
-                    self.errors.append({"path": f.path, "error": e.reason})
+                    self.errors.append(FileError(path=f.path, error=e.reason))
         self.scalars: list[Scalars] = [s for run in self.runs if run.has_scalars
                                        if (s := read_scalars(run.path)) is not None]
 
-    def describe(self, steps: int, source: str) -> Side:
+    def workers_of(self) -> list[Worker]:
+        """The spans as workers (a run's worker is not another run's)."""
+        by: dict[tuple[str, str], list[SpanAnalysis]] = {}
+        for key, span in zip(self.keys, self.spans):
+            by.setdefault(key, []).append(span)
+        return [Worker(name, spans) for (_, name), spans in by.items()]
+
+    def describe(self, steps: int, source: str) -> GateSide:
         workers = len(self.workers) if source == TRACES else len(self.scalars)
-        return Side(path=self.path, runs=[r.name for r in self.runs], workers=workers, steps=steps,
+        return GateSide(path=self.path, runs=[r.name for r in self.runs], workers=workers, steps=steps,
                     has_scalars=bool(self.scalars), has_traces=bool(self.spans))
 
 
@@ -96,15 +83,15 @@ def compare_paths(base: str, new: str, *, threshold: float = 0.05, confidence: f
         source = SCALARS if a.scalars and b.scalars else TRACES
     for side in (a, b):
         if source == SCALARS and not side.scalars:
-            raise UnusableInput(f"{side.path}: no phaseprof scalars (events.out.tfevents.* with phaseprof/ tags)")
+            raise UnusableInput(side.path, "no phaseprof scalars (events.out.tfevents.* with phaseprof/ tags)")
         if source == TRACES and not side.spans:
-            what = "; ".join(f"{e['path']}: {e['error']}" for e in side.errors[:3])
-            raise UnusableInput(f"{side.path}: no readable trace files" + (f" ({what})" if what else ""))
-    fa, fb = (_scalar_figures(s.scalars) if source == SCALARS else _traced_figures(s.spans) for s in (a, b))
+            what = "; ".join(f"{e.path}: {e.error}" for e in side.errors[:3])
+            raise UnusableInput(side.path, "no readable trace files" + (f" ({what})" if what else ""))
+    fa, fb = (_scalar_figures(s.scalars) if source == SCALARS else _traced_figures(s.workers_of()) for s in (a, b))
     steps_a, steps_b = len(fa[("step", "host")]), len(fb[("step", "host")])
     for side, steps in ((a, steps_a), (b, steps_b)):
         if steps < MIN_STEPS:
-            raise UnusableInput(f"{side.path}: {steps} step(s) to compare; at least {MIN_STEPS} are needed")
+            raise UnusableInput(side.path, f"{steps} step(s) to compare; at least {MIN_STEPS} are needed")
     figures = []
     for key in _order(fa.keys() | fb.keys()):
         empty = np.zeros(0)
@@ -114,9 +101,9 @@ def compare_paths(base: str, new: str, *, threshold: float = 0.05, confidence: f
         figures.append((key[0], key[1], va, vb))
     changes = compare_figures(figures, base_step_ms=float(np.median(fa[("step", "host")])), threshold=threshold,
                               confidence=confidence, min_share=min_share)
-    ops = []
+    ops: list[ChangedOp] = []
     if a.spans and b.spans:
-        ops = changed_ops(op_means(step_refs(a.spans)), op_means(step_refs(b.spans)))[:TOP_OPS]
+        ops = changed_ops(_op_means(a.workers_of()), _op_means(b.workers_of()))[:TOP_OPS]
     return GateReport(
         base=a.describe(steps_a, source), new=b.describe(steps_b, source), source=source, threshold=threshold,
         confidence=confidence, min_share=min_share, changes=changes,
@@ -144,7 +131,7 @@ def _scalar_figures(sets: list[Scalars]) -> dict[tuple[str, str], np.ndarray]:
             continue
         has_step = ~np.isnan(timed)
         for tag, column in s.values.items():
-            if tag in _OUT_OF_STEP_TAGS:
+            if tag in OUT_OF_STEP_TAGS:
                 continue
             if tag in (STEP_TAG, STEP_GPU_TAG):
                 key = ("step", "gpu" if tag == STEP_GPU_TAG else "host")
@@ -161,24 +148,23 @@ def _scalar_figures(sets: list[Scalars]) -> dict[tuple[str, str], np.ndarray]:
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
-def _traced_figures(spans: list[SpanAnalysis]) -> dict[tuple[str, str], np.ndarray]:
+def _traced_figures(workers: list[Worker]) -> dict[tuple[str, str], np.ndarray]:
     """Per (phase, clock), the per-step ms of the traced steps of every worker pooled (empty steps
     left out)."""
-    phases = phase_names(spans)
-    out: dict[tuple[str, str], np.ndarray] = {}
-    by_worker: dict[str, list[SpanAnalysis]] = {}
-    for s in spans:
-        by_worker.setdefault(s.worker, []).append(s)
+    phases = list(PHASES)
+    for w in workers:
+        phases += [p for p in w.phases if p not in phases]
     host, gpu, wall, step_gpu = [], [], [], []
-    for worker_spans in by_worker.values():
-        refs = [r for r in step_refs(worker_spans) if not r.empty]
-        host.append(phase_table(refs, phases, "cpu_us") / 1000.0)
-        wall.append(np.array([r.wall_us for r in refs]) / 1000.0)
-        on_gpu = [r for r in refs if r.span.has_gpu]
-        gpu.append(phase_table(on_gpu, phases, "gpu_us") / 1000.0)
-        step_gpu.append(np.array([r.span.step_gpu_us[r.index] for r in on_gpu]) / 1000.0)
+    for w in workers:
+        rows = w.full()
+        cols = w.columns(phases)
+        host.append(np.where(cols >= 0, w.cpu_us[rows][:, cols], 0.0) / 1000.0)
+        wall.append(w.wall_us[rows] / 1000.0)
+        on_gpu = rows[w.on_gpu[rows]]
+        gpu.append(np.where(cols >= 0, w.gpu_us[on_gpu][:, cols], 0.0) / 1000.0)
+        step_gpu.append(w.gpu_us[on_gpu].sum(axis=1) / 1000.0)
     host_t, gpu_t = np.concatenate(host), np.concatenate(gpu)
-    out[("step", "host")] = np.concatenate(wall)
+    out = {("step", "host"): np.concatenate(wall)}
     for j, p in enumerate(phases):
         out[(p, "host")] = host_t[:, j]
     if len(gpu_t):
@@ -186,3 +172,15 @@ def _traced_figures(spans: list[SpanAnalysis]) -> dict[tuple[str, str], np.ndarr
         for j, p in enumerate(phases):
             out[(p, "gpu")] = gpu_t[:, j]
     return out
+
+
+def _op_means(workers: list[Worker]) -> dict[tuple[str, str], np.ndarray]:
+    """(phase, op) -> mean per step of the `Worker.op_means` columns, over all steps of all workers."""
+    totals: dict[tuple[str, str], np.ndarray] = {}
+    steps = 0
+    for w in workers:
+        rows = w.full()
+        for key, v in w.op_means(rows).items():
+            totals[key] = totals.get(key, 0.0) + v * len(rows)
+        steps += len(rows)
+    return {k: v / max(steps, 1) for k, v in totals.items()}

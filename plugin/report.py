@@ -6,6 +6,7 @@ JSON); `analyze` gives the same as plain dicts and lists, for notebook users::
     from phaseprof import analyze
     report = analyze("./profile")
     report["runs"][0]["workers"][0]["steps"][0]["phases"]["backward"]["gpu_ms"]
+    report["runs"][0]["whole_run"][0]["phases"]   # every step of the run, from its scalars
 
 One file that cannot be read becomes an entry in ``errors`` naming it and the reason; the other
 files are still analysed.
@@ -23,7 +24,7 @@ from .analysis.model import SpanAnalysis
 from .analysis.steps import step_detail, step_rows
 from .analysis.worker import Worker
 from .analysis.worker_summary import summarize
-from .answers import FileError, Report, RunReport, WorkerReport
+from .answers import FileError, Report, RunReport, WholeRun, WorkerReport
 from .reading.discovery import Run, TraceFile, discover
 from .reading.errors import TraceError
 
@@ -69,7 +70,8 @@ def analyze(path: str, run: str | None = None, step: int | None = None, *, progr
 
 
 def report(path: str, run: str | None = None, step: int | None = None, *, progress: Progress | None = None) -> Report:
-    """The report on ``path``: runs, workers (ranks), their steps and summaries, and errors.
+    """The report on ``path``: runs, workers (ranks), their steps and summaries, every timed step of
+    each run from its scalars (``whole_run``), and errors.
 
     ``run`` keeps one run (its name relative to ``path``); ``step`` keeps one step and adds its
     detail (ops per phase, memory, swimlanes) as the worker's ``detail``.
@@ -85,7 +87,7 @@ def report(path: str, run: str | None = None, step: int | None = None, *, progre
     if progress:
         progress.start([f for r in runs for f in r.files])
     out_runs = [_run_report(path, r, step, errors, progress) for r in runs]
-    if not any(r.workers for r in out_runs) and not errors:
+    if not any(r.workers or r.whole_run for r in out_runs) and not errors:
         errors.append(FileError(path=path, error="no trace files found (*.pt.trace.json[.gz])"))
     return Report(runs=out_runs, errors=errors)
 
@@ -128,7 +130,19 @@ def _run_report(root: str, run: Run, step: int | None, errors: list[FileError],
             else:
                 entry.detail = step_detail(w, row, run.name)
         workers.append(entry)
-    return RunReport(run=run.name, workers=workers)
+    return RunReport(run=run.name, workers=workers, whole_run=_whole_run(run))
+
+
+def _whole_run(run: Run) -> list[WholeRun]:
+    """Every timed step of the run, from its scalars (empty without scalars)."""
+    if not run.has_scalars:
+        return []
+    from .analysis.whole_run import whole_run
+    from .reading.scalars import read_scalars
+
+    scalars = read_scalars(run.path)
+    figures = whole_run(scalars) if scalars is not None else None
+    return [figures] if figures is not None else []
 
 
 def _display_path(root: str, f: TraceFile) -> str:

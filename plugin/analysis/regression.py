@@ -17,31 +17,15 @@ load) is not in the interval: that is what the threshold is for.
 
 from __future__ import annotations
 
-import msgspec
 import numpy as np
+
+from ..answers import Change
 
 #: Draws of the bootstrap per figure.
 DRAWS = 20_000
 SEED = 0
 #: Fewer steps than this on a side give no interval (the figure is shown, never gated).
 MIN_STEPS = 5
-
-
-class Change(msgspec.Struct):
-    """One figure (a phase's time per step, or the step's) on both sides."""
-
-    phase: str  # a phase, or "step" for the whole step
-    clock: str  # "host" (wall-clock time on the loop's thread) or "gpu" (device time)
-    base_ms: float  # median per step
-    new_ms: float
-    delta_ms: float  # new - base
-    change: float | None  # new / base - 1; None where base is 0
-    low: float | None  # the confidence interval of `change` (of `delta_ms` / base step where base is 0)
-    high: float | None
-    base_steps: int
-    new_steps: int
-    slower: bool  # slower than the threshold, with confidence
-    faster: bool  # faster than the threshold, with confidence
 
 
 def median_draws(values: np.ndarray, rng: np.random.Generator, draws: int = DRAWS) -> np.ndarray:

@@ -1,0 +1,127 @@
+"""The whole run in `phaseprof report`: every timed step, read from the run's event files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from phaseprof import PhaseProfiler, analyze
+from phaseprof.contract import SCALAR_PREFIX, STEP_TAG, cpu_tag, parse_tag
+from phaseprof.plugin.reading.scalars import read_scalars
+
+
+def report(*args):
+    return subprocess.run([sys.executable, "-m", "phaseprof.cli", "report", *map(str, args)], capture_output=True,
+                          text=True, env={**os.environ, "COLUMNS": "200"})
+
+
+def tensorboard_scalars(run_dir) -> dict[str, dict[int, float]]:
+    """Every phaseprof scalar of a run as TensorBoard's own reader reads it: tag -> {step: value}."""
+    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]
+            if tag.startswith(SCALAR_PREFIX)}
+
+
+def write_events(run_dir, rows: list[tuple[int, dict[str, float]]]) -> None:
+    writer = EventFileWriter(str(run_dir))
+    for step, values in rows:
+        summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=t, simple_value=v)
+                                             for t, v in values.items()])
+        writer.add_event(event_pb2.Event(step=step, wall_time=time.time(), summary=summary))
+    writer.close()
+
+
+def test_whole_run_figures_equal_those_of_the_event_files(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [(torch.randn(16, 32), torch.randint(0, 4, (16,))) for _ in range(60)]
+    prof = PhaseProfiler(logdir=str(tmp_path), run="train", wait=1, warmup=1, active=3)
+    prof.attach(model, optimizer)
+    for i, (x, y) in enumerate(prof.data(batches)):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        if i == 37:
+            time.sleep(1.0)  # one slow step, in "other": between forward and backward
+        loss.backward()
+        optimizer.step()
+    prof.close()
+
+    out = report(tmp_path, "--json")
+    assert out.returncode == 0, out.stderr
+    (run,) = json.loads(out.stdout)["runs"]
+    (whole,) = run["whole_run"]
+    expected = tensorboard_scalars(tmp_path / "train")
+    steps = sorted(expected[STEP_TAG])
+    assert whole["steps"] == len(steps) == 60
+    assert (whole["first_step"], whole["last_step"]) == (steps[0], steps[-1])
+    spreads = {(p["phase"], p["clock"]): p for p in whole["phases"]}
+    assert {k for k in spreads if k[1] == "host"} == {("step", "host")} | {
+        (parse_tag(t)[0], "host") for t in expected if t != STEP_TAG and not parse_tag(t)[1]}
+    for tag, values in expected.items():
+        parsed = parse_tag(tag)
+        if parsed is None or parsed[0] == "profiler":
+            continue
+        key = ("step", "host") if tag == STEP_TAG else (parsed[0], "gpu" if parsed[1] else "host")
+        v = np.array([values.get(s, 0.0) for s in steps])
+        median, p90, p99 = np.percentile(v, [50, 90, 99])
+        got = spreads[key]
+        assert got["steps"] == len(v)
+        for field, want in (("median_ms", median), ("p90_ms", p90), ("p99_ms", p99), ("max_ms", v.max()),
+                            ("mean_ms", v.mean()), ("total_s", v.sum() / 1000)):
+            assert got[field] == pytest.approx(want, abs=1e-4), (key, field)
+    slowest = whole["slowest"][0]
+    assert slowest["step"] == max(steps, key=lambda s: expected[STEP_TAG][s]) == 37
+    assert slowest["wall_ms"] == pytest.approx(expected[STEP_TAG][37], abs=1e-4) and slowest["wall_ms"] >= 1000
+    assert slowest["phase"] == "other" and slowest["phase_over_median_ms"] >= 900
+    assert [s["wall_ms"] for s in whole["slowest"]] == sorted((s["wall_ms"] for s in whole["slowest"]), reverse=True)
+
+    text = report(tmp_path).stdout
+    assert "run train · whole run: 60 steps timed (steps 0–59)" in text
+    assert "slowest steps: 37 (" in text
+
+
+def test_profiler_time_and_phases_that_start_later(tmp_path):
+    rows = []
+    for s in range(10):
+        values = {STEP_TAG: 10.0 + s, cpu_tag("forward"): 4.0, SCALAR_PREFIX + "profiler_ms": 0.0}
+        if s >= 5:
+            values[cpu_tag("loss")] = 1.0  # a phase of the user's, first run at step 5
+        if s == 6:
+            values[SCALAR_PREFIX + "profiler_ms"] = 300.0  # the trace was written after step 6
+        rows.append((s, values))
+    write_events(tmp_path / "r", rows)
+    (whole,) = analyze(str(tmp_path))["runs"][0]["whole_run"]
+    spreads = {p["phase"]: p for p in whole["phases"]}
+    assert "profiler" not in spreads
+    assert spreads["loss"]["steps"] == 10 and spreads["loss"]["median_ms"] == 0.5  # 0 before it ran
+    assert whole["profiler"] == {"total_ms": 300.0, "steps": 1, "max_ms": 300.0, "max_step": 6,
+                                 "share": round(300 / (sum(10.0 + s for s in range(10)) + 300), 5)}
+    out = report(tmp_path)
+    assert out.returncode == 0  # a run with scalars and no trace is a readable run
+    assert "profiler's own time: 300.00 ms in all" in out.stdout
+
+
+def test_scalar_reader_stops_at_a_record_cut_short_and_later_files_win(tmp_path):
+    write_events(tmp_path, [(s, {STEP_TAG: 1.0}) for s in range(5)])
+    time.sleep(0.01)
+    write_events(tmp_path, [(s, {STEP_TAG: 2.0}) for s in range(3, 8)])  # resumed at step 3
+    first, second = sorted(p for p in tmp_path.iterdir() if "tfevents" in p.name)
+    data = second.read_bytes()
+    second.write_bytes(data[:-10])  # the last record is still being written
+    s = read_scalars(str(tmp_path))
+    assert s.steps.tolist() == [0, 1, 2, 3, 4, 5, 6]
+    assert s.values[STEP_TAG].tolist() == [1, 1, 1, 2, 2, 2, 2]
+    assert s.files == [str(first), str(second)]
