@@ -46,23 +46,24 @@ def tree_kib(pid: int, field: str = "Pss:") -> int:
     return total
 
 
-def _env() -> dict:
+def _env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.update(extra or {})
     return env
 
 
-def timed(cmd: list[str], cwd: str | None = None) -> tuple[float, subprocess.CompletedProcess]:
-    """Run ``cmd``; (seconds, result)."""
+def timed(cmd: list[str], cwd: str | None = None, env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    """Run ``cmd`` (``env``: variables set on top of this process's); (seconds, result)."""
     start = time.perf_counter()
-    result = subprocess.run(cmd, capture_output=True, env=_env(), cwd=cwd)
+    result = subprocess.run(cmd, capture_output=True, env=_env(env), cwd=cwd)
     return time.perf_counter() - start, result
 
 
-def peak_mib(cmd: list[str], cwd: str | None = None, every: float = 0.01) -> float:
+def peak_mib(cmd: list[str], cwd: str | None = None, every: float = 0.01, env: dict | None = None) -> float:
     """Run ``cmd``; the peak PSS of its process tree in MiB."""
     peak = 0
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=cwd)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(env), cwd=cwd)
     done = threading.Event()
 
     def sample() -> None:
