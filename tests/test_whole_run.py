@@ -116,7 +116,7 @@ def test_profiler_time_and_phases_that_start_later(tmp_path):
 
 def test_scalar_reader_stops_at_a_record_cut_short_and_later_files_win(tmp_path):
     write_events(tmp_path, [(s, {STEP_TAG: 1.0}) for s in range(5)])
-    time.sleep(0.01)
+    time.sleep(1.1)  # event files are named by the second they were opened in: the resumed one sorts last
     write_events(tmp_path, [(s, {STEP_TAG: 2.0}) for s in range(3, 8)])  # resumed at step 3
     first, second = sorted(p for p in tmp_path.iterdir() if "tfevents" in p.name)
     data = second.read_bytes()
