@@ -66,16 +66,20 @@ with opener(sys.argv[1], "rb") as fh:
 """
 
 
-def measure(label: str, cmd: list[str], size_mb: float, repeat: int) -> dict:
-    cwd = os.path.dirname(cmd[-1])  # not the checkout, whose phaseprof/ folder would shadow the install
+#: The first read of a trace: the analysis cache neither read nor written.
+NO_CACHE = {"PHASEPROF_CACHE": "off"}
+
+
+def measure(label: str, cmd: list[str], size_mb: float, repeat: int, env: dict | None = None) -> dict:
+    cwd = os.path.dirname(cmd[-1])  # not the checkout, whose package metadata would leak into the peer's environment
     times = []
     for _ in range(repeat):
-        seconds, result = timed(cmd, cwd)
+        seconds, result = timed(cmd, cwd, env)
         if result.returncode != 0:
             raise SystemExit(f"{label} failed: {result.stderr.decode()[-2000:]}")
         times.append(seconds)
     t = median(times)
-    return {"label": label, "seconds": t, "mb_per_s": size_mb / t, "peak_mib": peak_mib(cmd, cwd)}
+    return {"label": label, "seconds": t, "mb_per_s": size_mb / t, "peak_mib": peak_mib(cmd, cwd, env=env)}
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from phaseprof.contract import PHASES, STEP_GPU_TAG, STEP_TAG, parse_tag
 
 from .analysis.compare import changed_ops
 from .analysis.model import SpanAnalysis
-from .analysis.regression import MIN_STEPS, compare_figures
+from .analysis.regression import MIN_STEPS, compare_figures, side_figure
 from .analysis.whole_run import OUT_OF_STEP_TAGS
 from .analysis.worker import Worker
 from .answers import Change, ChangedOp, FileError, GateReport, GateSide
@@ -87,20 +87,18 @@ def compare_paths(base: str, new: str, *, threshold: float = 0.05, confidence: f
         if source == TRACES and not side.spans:
             what = "; ".join(f"{e.path}: {e.error}" for e in side.errors[:3])
             raise UnusableInput(side.path, "no readable trace files" + (f" ({what})" if what else ""))
-    fa, fb = (_scalar_figures(s.scalars) if source == SCALARS else _traced_figures(s.workers_of()) for s in (a, b))
-    steps_a, steps_b = len(fa[("step", "host")]), len(fb[("step", "host")])
+    runs_a, runs_b = ([_scalar_figures(x) for x in side.scalars] if source == SCALARS
+                      else [_traced_figures(w) for w in side.workers_of()] for side in (a, b))
+    steps_a, steps_b = (sum(len(r[("step", "host")]) for r in runs) for runs in (runs_a, runs_b))
     for side, steps in ((a, steps_a), (b, steps_b)):
         if steps < MIN_STEPS:
             raise UnusableInput(side.path, f"{steps} step(s) to compare; at least {MIN_STEPS} are needed")
-    figures = []
-    for key in _order(fa.keys() | fb.keys()):
-        empty = np.zeros(0)
-        # a phase one side never ran took no time there
-        va = fa.get(key, np.zeros(steps_a) if key[1] == "host" else empty)
-        vb = fb.get(key, np.zeros(steps_b) if key[1] == "host" else empty)
-        figures.append((key[0], key[1], va, vb))
-    changes = compare_figures(figures, base_step_ms=float(np.median(fa[("step", "host")])), threshold=threshold,
-                              confidence=confidence, min_share=min_share)
+    keys = _order({k for r in runs_a + runs_b for k in r})
+    figures = [(phase, clock, _per_run(runs_a, (phase, clock)), _per_run(runs_b, (phase, clock)))
+               for phase, clock in keys]
+    base_step = side_figure([r[("step", "host")] for r in runs_a])
+    changes = compare_figures(figures, base_step_ms=base_step, threshold=threshold, confidence=confidence,
+                              min_share=min_share)
     ops: list[ChangedOp] = []
     if a.spans and b.spans:
         ops = changed_ops(_op_means(a.workers_of()), _op_means(b.workers_of()))[:TOP_OPS]
@@ -122,13 +120,17 @@ def _order(keys) -> list[tuple[str, str]]:
     return sorted(keys, key=lambda k: (k[1] == "gpu", rank.get(k[0], len(PHASES)), k[0]))
 
 
-def _scalar_figures(sets: list[Scalars]) -> dict[tuple[str, str], np.ndarray]:
-    """Per (phase, clock), the per-step ms of every step of every run pooled."""
-    parts: dict[tuple[str, str], list[np.ndarray]] = {}
-    for s in sets:
-        timed = s.values.get(STEP_TAG)
-        if timed is None:
-            continue
+def _per_run(runs: list[dict[tuple[str, str], np.ndarray]], key: tuple[str, str]) -> list[np.ndarray]:
+    """Each run's per-step ms of one figure; a phase a run never ran took no time in its steps."""
+    empty = np.zeros(0)
+    return [r.get(key, np.zeros(len(r[("step", "host")])) if key[1] == "host" else empty) for r in runs]
+
+
+def _scalar_figures(s: Scalars) -> dict[tuple[str, str], np.ndarray]:
+    """Per (phase, clock), the per-step ms of every timed step of one run (or rank)."""
+    out: dict[tuple[str, str], np.ndarray] = {("step", "host"): np.zeros(0)}
+    timed = s.values.get(STEP_TAG)
+    if timed is not None:
         has_step = ~np.isnan(timed)
         for tag, column in s.values.items():
             if tag in OUT_OF_STEP_TAGS:
@@ -141,36 +143,23 @@ def _scalar_figures(sets: list[Scalars]) -> dict[tuple[str, str], np.ndarray]:
                     continue
                 key = (parsed[0], "gpu" if parsed[1] else "host")
             if key[1] == "host":  # a phase first seen later in the run took no time in earlier steps
-                values = np.nan_to_num(column[has_step], nan=0.0)
+                out[key] = np.nan_to_num(column[has_step], nan=0.0)
             else:  # GPU times exist only where CUDA events were read
-                values = column[has_step & ~np.isnan(column)]
-            parts.setdefault(key, []).append(values)
-    return {k: np.concatenate(v) for k, v in parts.items()}
+                out[key] = column[has_step & ~np.isnan(column)]
+    return out
 
 
-def _traced_figures(workers: list[Worker]) -> dict[tuple[str, str], np.ndarray]:
-    """Per (phase, clock), the per-step ms of the traced steps of every worker pooled (empty steps
-    left out)."""
-    phases = list(PHASES)
-    for w in workers:
-        phases += [p for p in w.phases if p not in phases]
-    host, gpu, wall, step_gpu = [], [], [], []
-    for w in workers:
-        rows = w.full()
-        cols = w.columns(phases)
-        host.append(np.where(cols >= 0, w.cpu_us[rows][:, cols], 0.0) / 1000.0)
-        wall.append(w.wall_us[rows] / 1000.0)
-        on_gpu = rows[w.on_gpu[rows]]
-        gpu.append(np.where(cols >= 0, w.gpu_us[on_gpu][:, cols], 0.0) / 1000.0)
-        step_gpu.append(w.gpu_us[on_gpu].sum(axis=1) / 1000.0)
-    host_t, gpu_t = np.concatenate(host), np.concatenate(gpu)
-    out = {("step", "host"): np.concatenate(wall)}
-    for j, p in enumerate(phases):
-        out[(p, "host")] = host_t[:, j]
-    if len(gpu_t):
-        out[("step", "gpu")] = np.concatenate(step_gpu)
-        for j, p in enumerate(phases):
-            out[(p, "gpu")] = gpu_t[:, j]
+def _traced_figures(w: Worker) -> dict[tuple[str, str], np.ndarray]:
+    """Per (phase, clock), the per-step ms of the traced steps of one worker (empty steps left out)."""
+    rows = w.full()
+    on_gpu = rows[w.on_gpu[rows]]
+    out = {("step", "host"): w.wall_us[rows] / 1000.0}
+    for j, p in enumerate(w.phases):
+        out[(p, "host")] = w.cpu_us[rows, j] / 1000.0
+    if len(on_gpu):
+        out[("step", "gpu")] = w.gpu_us[on_gpu].sum(axis=1) / 1000.0
+        for j, p in enumerate(w.phases):
+            out[(p, "gpu")] = w.gpu_us[on_gpu, j] / 1000.0
     return out
 
 

@@ -143,22 +143,23 @@ def test_scalars_are_preferred_when_both_sides_have_them(tmp_path):
 # --- real training runs ----------------------------------------------------------------------------
 
 TRAIN = textwrap.dedent("""
-    import sys, time
+    import os, sys, time
     import torch
     import torch.nn.functional as F
     from phaseprof import PhaseProfiler
 
-    logdir, steps, sleep_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    logdir, steps = sys.argv[1], int(sys.argv[2])
     torch.set_num_threads(1)
-    for run in sys.argv[4:]:
-        seed = int(run.rsplit("-", 1)[1])
-        torch.manual_seed(seed)
+    for spec in sys.argv[3:]:  # <side>/<run>:<seed>:<sleep in forward, ms>
+        run, seed, sleep_ms = spec.split(":")
+        torch.manual_seed(int(seed))
         model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
-        if sleep_ms:
-            model.register_forward_hook(lambda *_: time.sleep(sleep_ms / 1000))
+        if float(sleep_ms):
+            model.register_forward_hook(lambda *_, s=float(sleep_ms) / 1000: time.sleep(s))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         batches = [(torch.randn(64, 256), torch.randint(0, 10, (64,))) for _ in range(steps)]
-        prof = PhaseProfiler(logdir=logdir, run=run, wait=1, warmup=1, active=5)
+        prof = PhaseProfiler(logdir=os.path.join(logdir, os.path.dirname(run)), run=os.path.basename(run),
+                             wait=1, warmup=1, active=2)
         prof.attach(model, optimizer)
         for x, y in prof.data(batches):
             optimizer.zero_grad()
@@ -167,33 +168,41 @@ TRAIN = textwrap.dedent("""
         prof.close()
 """)
 
+#: Each side of a comparison is several runs, the two sides' runs taking turns in one process (ABBA…):
+#: the load of a shared machine drifts, and taking turns lets the drift fall on both sides alike (what a
+#: CI job gets from training base and new on one runner a few times each, in turns).
+TURNS = 4
 
-def _train_side_by_side(logdir, *sides: tuple[float, list[str]], steps: int = 200) -> None:
-    """Train each side's runs in its own process, the sides at once: a busy machine slows both alike."""
-    procs = [subprocess.Popen([sys.executable, "-c", TRAIN, str(logdir), str(steps), str(sleep_ms), *runs],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for sleep_ms, runs in sides]
-    for p in procs:
-        assert p.wait(600) == 0, p.stderr.read()
+
+def _train_in_turns(logdir, pairs: list[tuple[str, str, int, float, float]], steps: int = 60) -> None:
+    """``pairs``: (base side, new side, seed, base sleep ms, new sleep ms); each side gets `TURNS` runs."""
+    specs = []
+    for base, new, seed, sleep_base, sleep_new in pairs:
+        for turn in range(TURNS):  # base first, then new first, …: what comes second does not always
+            order = ((base, sleep_base), (new, sleep_new))
+            specs += [f"{side}/{turn}:{seed}:{sleep}" for side, sleep in (order if turn % 2 == 0 else order[::-1])]
+    out = subprocess.run([sys.executable, "-c", TRAIN, str(logdir), str(steps), *specs], capture_output=True,
+                         text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
 
 
 @pytest.mark.slow
 def test_real_runs_same_code_passes_and_a_sleep_in_forward_fails(tmp_path):
     seeds = [0, 1, 2]
-    _train_side_by_side(tmp_path, (0.0, [f"base-{s}" for s in seeds]), (0.0, [f"new-{s}" for s in seeds]))
+    _train_in_turns(tmp_path, [(f"base-{s}", f"new-{s}", s, 0.0, 0.0) for s in seeds]
+                    + [("ref", "slow", 7, 0.0, 3.0)])  # a 3 ms sleep in forward
     for s in seeds:
         out = compare(tmp_path / f"base-{s}", tmp_path / f"new-{s}", "--json")
         assert out.returncode == 0, out.stdout + out.stderr
         data = json.loads(out.stdout)
-        assert data["source"] == "scalars" and data["base"]["steps"] >= 200 and data["slower"] == []
+        assert data["source"] == "scalars" and data["base"]["steps"] >= TURNS * 60 and data["slower"] == []
 
-    _train_side_by_side(tmp_path, (0.0, ["ref-7"]), (3.0, ["slow-7"]))  # a 3 ms sleep in forward
-    out = compare(tmp_path / "ref-7", tmp_path / "slow-7", "--json")
+    out = compare(tmp_path / "ref", tmp_path / "slow", "--json")
     assert out.returncode == 1, out.stdout + out.stderr
     data = json.loads(out.stdout)
     assert "forward" in data["slower"]
     phases = [c for c in data["changes"] if c["phase"] != "step" and c["clock"] == "host"]
     grew = max(phases, key=lambda c: c["delta_ms"])
     assert grew["phase"] == "forward" and grew["delta_ms"] >= 2.5
-    text = compare(tmp_path / "ref-7", tmp_path / "slow-7").stdout
+    text = compare(tmp_path / "ref", tmp_path / "slow").stdout
     assert "forward +" in text.split("SLOWER by more than 5%:")[1]

@@ -1,18 +1,22 @@
 """Did NEW get slower than BASE? Per phase, the change of the median step time with a confidence
 interval, from the per-step times of each side.
 
-The interval is a bootstrap of the ratio of medians (NEW / BASE - 1), drawn exactly rather than by
-resampling: the median of a resample of n values is the empirical quantile at the k-th order
-statistic of n uniforms, which is Beta(k, n + 1 - k) distributed, so each draw costs O(1) for any
-number of steps (100,000 steps cost what 10 do). The seed is fixed: the same inputs always give the
-same verdict.
+A side is one or more runs (or ranks). Its figure is the median time per step of each run, averaged
+over its runs (weighted by their steps): for one run, the median. The interval is a bootstrap of the
+ratio NEW / BASE - 1 in two stages, as the data came: the runs are resampled (runs differ from one
+another — another moment's load, another node — more than their steps suggest), then each run's
+steps. The median of a run's resampled steps is drawn exactly rather than by resampling: the median
+of a resample of n values is the empirical quantile at the k-th order statistic of n uniforms,
+which is Beta(k, n + 1 - k) distributed, so each draw costs O(1) for any number of steps (100,000
+steps cost what 10 do). The seed is fixed: the same inputs always give the same verdict.
 
 A figure counts as *slower* only when the whole interval lies above the threshold (NEW is slower by
 more than the threshold with that confidence) and the change is also at least ``min_share`` of the
 base step (a phase of 0.01 ms that doubles is not a regression anyone would act on). Intervals hold
 jointly over all figures compared (Bonferroni), so comparing more phases does not raise the chance
-of a false alarm. Steps are taken as independent draws; run-to-run drift (another machine, another
-load) is not in the interval: that is what the threshold is for.
+of a false alarm. With one run per side, run-to-run drift (another machine, another load) cannot be
+in the interval: that is what the threshold is for, and why several runs per side, taking turns
+on one machine, make the sharper gate.
 """
 
 from __future__ import annotations
@@ -44,22 +48,40 @@ def median_draws(values: np.ndarray, rng: np.random.Generator, draws: int = DRAW
     return (lower + upper) / 2.0
 
 
-def compare_figures(figures: list[tuple[str, str, np.ndarray, np.ndarray]], *, base_step_ms: float,
+def side_draws(runs: list[np.ndarray], rng: np.random.Generator, draws: int = DRAWS) -> np.ndarray:
+    """Bootstrap replicates of a side's figure: runs resampled, then each run's steps."""
+    within = np.stack([median_draws(r, rng, draws) for r in runs])  # (runs, draws)
+    if len(runs) == 1:
+        return within[0]
+    weights = np.array([len(r) for r in runs], dtype=np.float64)
+    pick = rng.integers(0, len(runs), size=(draws, len(runs)))
+    return (within[pick, np.arange(draws)[:, None]] * weights[pick]).sum(axis=1) / weights[pick].sum(axis=1)
+
+
+def side_figure(runs: list[np.ndarray]) -> float:
+    """The median time per step of each run, averaged over the runs weighted by their steps."""
+    steps = sum(len(r) for r in runs)
+    return sum(float(np.median(r)) * len(r) for r in runs) / steps if steps else 0.0
+
+
+def compare_figures(figures: list[tuple[str, str, list[np.ndarray], list[np.ndarray]]], *, base_step_ms: float,
                     threshold: float, confidence: float, min_share: float) -> list[Change]:
-    """A `Change` per (phase, clock, base per-step ms, new per-step ms), intervals joint at ``confidence``."""
-    gated = [f for f in figures if len(f[2]) >= MIN_STEPS and len(f[3]) >= MIN_STEPS]
+    """A `Change` per (phase, clock, base runs' per-step ms, new runs' per-step ms), intervals joint
+    at ``confidence``."""
+    figures = [(p, c, [r for r in a if len(r)], [r for r in b if len(r)]) for p, c, a, b in figures]
+    steps = [(sum(map(len, a)), sum(map(len, b))) for _, _, a, b in figures]
+    gated = [n for n in steps if min(n) >= MIN_STEPS]
     alpha = (1.0 - confidence) / max(len(gated), 1)
     rng = np.random.default_rng(SEED)
     floor = min_share * base_step_ms
     out = []
-    for phase, clock, base, new in figures:
-        base_ms = float(np.median(base)) if len(base) else 0.0
-        new_ms = float(np.median(new)) if len(new) else 0.0
+    for (phase, clock, base, new), (n_base, n_new) in zip(figures, steps):
+        base_ms, new_ms = side_figure(base), side_figure(new)
         delta = new_ms - base_ms
         change = delta / base_ms if base_ms > 0 else None
         low = high = None
-        if len(base) >= MIN_STEPS and len(new) >= MIN_STEPS:
-            a, b = median_draws(base, rng), median_draws(new, rng)
+        if n_base >= MIN_STEPS and n_new >= MIN_STEPS:
+            a, b = side_draws(base, rng), side_draws(new, rng)
             if base_ms > 0:
                 with np.errstate(divide="ignore", invalid="ignore"):
                     ratio = np.where(a > 0, b / a - 1.0, np.inf)
@@ -71,7 +93,7 @@ def compare_figures(figures: list[tuple[str, str, np.ndarray, np.ndarray]], *, b
             phase=phase, clock=clock, base_ms=round(base_ms, 4), new_ms=round(new_ms, 4), delta_ms=round(delta, 4),
             change=None if change is None else round(change, 4),
             low=None if low is None else round(low, 4), high=None if high is None else round(high, 4),
-            base_steps=len(base), new_steps=len(new),
+            base_steps=n_base, new_steps=n_new,
             slower=low is not None and low > threshold and delta > 0 and big_enough,
             faster=high is not None and high < -threshold and delta < 0 and big_enough,
         ))
