@@ -40,7 +40,7 @@ setup(
     extras_require={
         "torch": ["torch>=2.1"],
         "tb-profiler": ["torch-tb-profiler==0.4.3"],
-        "test": ["pytest>=8", "playwright>=1.45", "ruff>=0.6"],
+        "test": ["pytest>=8", "playwright>=1.45", "ruff>=0.6", "hypothesis>=6.100"],
     },
     entry_points={
         "console_scripts": ["phaseprof = phaseprof.cli:main"],

@@ -36,10 +36,14 @@ from phaseprof.contract import ANALYSIS_DIR
 
 from .analysis.model import SpanAnalysis
 from .reading.discovery import TraceFile
+from .reading.errors import TraceError
+from .reading.file_bytes import read_regular
 
 SUFFIX = ".analysis"
 _MAGIC = b"phaseprof-analysis\n"
 _ARRAY = 1  # msgpack extension code of a numpy array
+#: An entry larger than this is not read (real ones are a few hundred KiB to a few MiB).
+_MAX_ENTRY_BYTES = 256 << 20
 
 
 class Key(msgspec.Struct, frozen=True):
@@ -65,10 +69,9 @@ def load(f: TraceFile) -> SpanAnalysis | None:
     if not enabled():
         return None
     for path, key_path in _places(f):
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except OSError:
+        try:  # the logdir is written by others: a FIFO or a huge file here must not stall a reader
+            data = read_regular(path, _MAX_ENTRY_BYTES)
+        except TraceError:
             continue
         try:
             entry = _decode(data)

@@ -25,7 +25,7 @@ from .analysis.steps import step_detail, step_rows
 from .analysis.worker import Worker
 from .analysis.worker_summary import summarize
 from .answers import FileError, Report, RunReport, WholeRun, WorkerReport
-from .reading.discovery import Run, TraceFile, discover
+from .reading.discovery import Run, TraceFile, discover, display
 from .reading.errors import TraceError
 
 
@@ -61,7 +61,7 @@ def problems_of(span: SpanAnalysis) -> str | None:
     """One line on the malformed events a readable file held, if any."""
     if not span.skipped_events:
         return None
-    return f"{span.skipped_events} malformed event(s) skipped; first: {span.first_problem}"
+    return span.first_problem
 
 
 def analyze(path: str, run: str | None = None, step: int | None = None, *, progress: Progress | None = None) -> dict:
@@ -78,17 +78,18 @@ def report(path: str, run: str | None = None, step: int | None = None, *, progre
     """
     errors: list[FileError] = []
     if not os.path.exists(path):
-        return Report(runs=[], errors=[FileError(path=path, error="no such file or directory")])
+        return Report(runs=[], errors=[FileError(path=display(path), error="no such file or directory")])
     runs = discover(path)
     if run is not None:
         runs = [r for r in runs if r.name == run]
         if not runs:
-            errors.append(FileError(path=os.path.join(path, run), error=f"no run named {run!r} under {path}"))
+            errors.append(FileError(path=display(os.path.join(path, run)),
+                                    error=f"no run named {display(run)!r} under {display(path)}"))
     if progress:
         progress.start([f for r in runs for f in r.files])
     out_runs = [_run_report(path, r, step, errors, progress) for r in runs]
     if not any(r.workers or r.whole_run for r in out_runs) and not errors:
-        errors.append(FileError(path=path, error="no trace files found (*.pt.trace.json[.gz])"))
+        errors.append(FileError(path=display(path), error="no trace files found (*.pt.trace.json[.gz])"))
     return Report(runs=out_runs, errors=errors)
 
 
@@ -149,4 +150,4 @@ def _display_path(root: str, f: TraceFile) -> str:
     """The file as the user would name it: relative to what they passed, when inside it."""
     base = root if os.path.isdir(root) else os.path.dirname(root)
     rel = os.path.relpath(f.path, os.path.realpath(base))
-    return os.path.join(base, rel) if not rel.startswith("..") else f.path
+    return display(os.path.join(base, rel) if not rel.startswith("..") else f.path)

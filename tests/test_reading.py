@@ -9,7 +9,7 @@ import os
 import pytest
 
 from phaseprof import analyze
-from phaseprof.plugin.reading import decode
+from phaseprof.plugin.reading import split
 from phaseprof.plugin.reading.decode import TraceError, read_trace
 from phaseprof.plugin.reading.discovery import discover
 from tests.logdir import write_trace
@@ -153,10 +153,10 @@ def test_two_process_decode_equals_one_process_decode(tmp_path, traces, monkeypa
     path = tmp_path / ("t.1.pt.trace.json" + (".gz" if gz else ""))
     path.write_bytes(gzip.compress(data) if gz else data)
     one = read_trace(str(path), parallel=False)
-    monkeypatch.setattr(decode, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(decode, "_fork_is_safe", lambda: True)  # other tests may have left threads
+    monkeypatch.setattr(split, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(split, "fork_is_safe", lambda: True)  # other tests may have left threads
     calls = []
-    monkeypatch.setattr(decode, "_decode_in_two", lambda *a: calls.append(1) or _real_in_two(*a))
+    monkeypatch.setattr(split, "decode_in_two", lambda *a: calls.append(1) or _real_in_two(*a))
     two = read_trace(str(path), parallel=True)
     assert calls and two.names  # the split ran
     for columns in ("host", "device", "memory"):
@@ -165,7 +165,7 @@ def test_two_process_decode_equals_one_process_decode(tmp_path, traces, monkeypa
     assert (one.rank, one.world_size, one.gpu_names) == (two.rank, two.world_size, two.gpu_names)
 
 
-_real_in_two = decode._decode_in_two
+_real_in_two = split.decode_in_two
 
 
 def _rows(trace, columns):
@@ -192,7 +192,7 @@ def test_a_split_that_is_not_between_events_falls_back_to_one_process(tmp_path, 
     names[1000] = "weird},{name" * 50
     events = [step(1, 0, 1e6)] + [op(n, 10 + i, 1) for i, n in enumerate(names)]
     path = write_trace(tmp_path / "t.1.pt.trace.json", events)
-    monkeypatch.setattr(decode, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(split, "PARALLEL_MIN_BYTES", 0)
     text = path.read_bytes()
     middle = len(text) // 2
     assert b"},{" in text[middle: middle + 5000] or b"}, {" in text[middle: middle + 5000]

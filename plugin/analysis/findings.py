@@ -70,9 +70,9 @@ def findings(summary: Summary, w: Worker, full: np.ndarray) -> list[Finding]:
         out.append(Finding(kind="no-gpu", phase=None, saving_ms=None, share=None, evidence=Evidence(),
                            text="no GPU activity in these traces: all figures are host (CPU) time"))
     slow = summary.slowest
-    if slow is not None and slow.phase is not None and slow.wall_ms > SLOW_STEP_FACTOR * summary.median_wall_ms:
-        names = [o.name for o in (slow.ops or [])[:3]]
-        ops = ", ".join(names)
+    median = summary.median_wall_ms
+    if slow is not None and slow.phase is not None and median > 0 and slow.wall_ms > SLOW_STEP_FACTOR * median:
+        ops = ", ".join(o.name for o in (slow.ops or [])[:3])
         over = round(slow.wall_ms - summary.median_wall_ms, 3)
         out.append(Finding(
             kind="slow-step", phase=slow.phase, saving_ms=over, share=_share(over, wall),

@@ -73,6 +73,6 @@ class SpanAnalysis(msgspec.Struct):
     rank: int | None = None
     world_size: int | None = None
     gpu_names: list[str] = msgspec.field(default_factory=list)  # of the GPUs with activity in the trace
-    #: Malformed events skipped while reading: how many, and the first one.
+    #: Malformed events skipped while reading: how many, and one line on how many, why, which first.
     skipped_events: int = 0
     first_problem: str = ""

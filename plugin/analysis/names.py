@@ -14,7 +14,8 @@ from phaseprof.contract import PHASE_REGISTRY, RANGE_PREFIX
 
 #: (phase, one pattern of all its aliases) in registry order; the aliases live in the contract.
 _ALIASES = tuple((p.name, re.compile("|".join(f"(?:{a})" for a in p.aliases))) for p in PHASE_REGISTRY if p.aliases)
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+#: Step numbers are ASCII digits that fit 63 bits (a longer "number" is not a step marker).
+_STEP = re.compile(r"^ProfilerStep#([0-9]{1,18})$")
 _AUTOGRAD = re.compile(
     r"^(autograd::engine::evaluate_function: .*"  # today's traces
     r"|torch::autograd::AccumulateGrad"

@@ -17,6 +17,8 @@ Gradient accumulation gives several forward/backward segments per step.
 
 from __future__ import annotations
 
+import heapq
+
 import msgspec
 import numpy as np
 
@@ -65,6 +67,8 @@ class Partition(msgspec.Struct):
 
     def locate(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(step index, phase code) of each instant in ``ts``; -1 for instants outside every step."""
+        if not len(self.start):  # no step holds any time (all steps zero-length, or none)
+            return np.full(len(ts), -1, np.int32), np.full(len(ts), -1, np.int32)
         seg = np.searchsorted(self.start, ts, side="right") - 1
         inside = (seg >= 0) & (ts < self.end[np.maximum(seg, 0)])
         seg = np.where(inside, seg, -1)
@@ -311,20 +315,27 @@ def _union(intervals: list[Interval]) -> list[Interval]:
 
 def _innermost(a: float, b: float, ranges: list[tuple[float, float, int, int]], other: int) -> list[Segment]:
     """Sweep [a, b): each elementary interval takes the phase of the innermost covering range —
-    the one that started last (ties: the shorter), ranges from the trace before inferred ones."""
+    the one that started last (ties: the shorter), ranges from the trace before inferred ones.
+
+    One pass over the sorted end points with a heap of the ranges open so far, best first; ranges
+    that ended are dropped when they surface at the top: O(n log n) in the number of ranges."""
     points = sorted({a, b, *[s for s, _, _, _ in ranges], *[e for _, e, _, _ in ranges]})
     points = [p for p in points if a <= p <= b]
+    # Heap entries order best first: higher tier, later start, earlier end, then list order.
+    opening = sorted(((-tier, -s, e, i, p) for i, (s, e, p, tier) in enumerate(ranges) if e > s),
+                     key=lambda entry: -entry[1])
+    heap: list[tuple[int, float, float, int, int]] = []
+    j = 0
     segments: list[Segment] = []
     for lo, hi in zip(points, points[1:]):
         if hi <= lo:
             continue
-        best = None
-        for s, e, p, tier in ranges:
-            if s <= lo and e >= hi:
-                key = (tier, s, -e)
-                if best is None or key > best[0]:
-                    best = (key, p)
-        phase = best[1] if best else other
+        while j < len(opening) and -opening[j][1] <= lo:
+            heapq.heappush(heap, opening[j])
+            j += 1
+        while heap and heap[0][2] <= lo:  # ended: no longer covers anything from here on
+            heapq.heappop(heap)
+        phase = heap[0][4] if heap else other
         if segments and segments[-1][2] == phase and segments[-1][1] == lo:
             segments[-1] = (segments[-1][0], hi, phase)
         else:

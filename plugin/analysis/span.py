@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from ..reading.discovery import display
 from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
 from .model import Lanes, OpTable, SpanAnalysis
 from .nesting import Nesting, nest
@@ -30,7 +31,7 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
     flat_size = shape2[0] * shape2[1]
 
     seg_key = part.step.astype(np.int64) * len(phases) + part.phase
-    cpu_us = np.bincount(seg_key, weights=part.end - part.start, minlength=flat_size).reshape(shape2)
+    cpu_us = _sums(seg_key, part.end - part.start, shape2)
 
     launch = _launches(trace, n)
     dev = trace.device
@@ -38,11 +39,11 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
     dev_step, dev_phase = part.locate(launch.ts)
     attributed = dev_step >= 0
     dev_key = dev_step[attributed].astype(np.int64) * len(phases) + dev_phase[attributed]
-    gpu_us = np.bincount(dev_key, weights=dev.dur[attributed], minlength=flat_size).reshape(shape2)
+    gpu_us = _sums(dev_key, dev.dur[attributed], shape2)
     launches = np.bincount(dev_key, minlength=flat_size).reshape(shape2)
     busy = _Busy(dev.ts, dev.ts + dev.dur)
     seg_idle = (part.end - part.start) - busy.within(part.start, part.end)
-    gpu_idle = np.bincount(seg_key, weights=seg_idle, minlength=flat_size).reshape(shape2)
+    gpu_idle = _sums(seg_key, seg_idle, shape2)
     step_start = np.array([s.start for s in steps], dtype=np.float64)
     step_end = np.array([s.end for s in steps], dtype=np.float64)
     step_idle = (step_end - step_start) - busy.within(step_start, step_end)
@@ -55,7 +56,7 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
     ops = _op_table(trace, n, part, launch)
     lanes = _lanes(trace, n, part, launch, dev_step, dev_phase)
     return SpanAnalysis(
-        file=os.path.basename(trace.path),
+        file=display(os.path.basename(trace.path)),
         worker=worker,
         steps=steps,
         phases=phases,
@@ -81,6 +82,12 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
     )
 
 
+def _sums(key: np.ndarray, weights: np.ndarray, shape2: tuple[int, int]) -> np.ndarray:
+    """Sums of ``weights`` per (step, phase) key, as floats even when there is nothing to sum."""
+    flat = np.bincount(key, weights=weights, minlength=shape2[0] * shape2[1]).astype(np.float64)
+    return flat.reshape(shape2)
+
+
 class _Launch:
     """For each device event: the runtime call that launched it (sorted host index, -1 if unknown)
     and that call's start."""
@@ -102,7 +109,9 @@ def _launches(trace: Trace, n: Nesting) -> _Launch:
         pos = np.minimum(np.searchsorted(keys, dev.corr), len(keys) - 1)
         found = (keys[pos] == dev.corr) & (dev.corr >= 0)
         runtime[found] = by_corr[pos[found]]
-    ts = np.where(runtime >= 0, n.ts[np.maximum(runtime, 0)], np.nan) if len(dev) else np.zeros(0)
+    ts = np.full(len(dev), np.nan)
+    found = runtime >= 0
+    ts[found] = n.ts[runtime[found]]
     return _Launch(runtime, ts)
 
 

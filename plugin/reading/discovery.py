@@ -3,12 +3,15 @@
 A run is a directory holding trace files (the logdir itself is run ``.``); a worker is the part of a
 trace file name before the span timestamp; each file is one span (one active cycle of the profiler
 schedule). Nothing outside the root is read: symbolic links that lead out of it are skipped.
+Names are shown as `display` makes them (a name that is not UTF-8 is escaped); the path to open
+keeps the file system's own bytes.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
+import stat
 import zlib
 
 import msgspec
@@ -19,18 +22,30 @@ from phaseprof.contract import ANALYSIS_DIR, EVENT_FILE_MARKER, JSON_FILE_RE, TR
 _SNIFF_BYTES = 4096
 
 
+def display(name: str) -> str:
+    """``name`` as it can be shown and sent anywhere, on one line: bytes that are not UTF-8 (which
+    Python keeps as lone surrogates) and control characters are written as escapes (``\\xff``,
+    ``\\n``)."""
+    if name.isascii() and name.isprintable():
+        return name
+    name = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if name.isprintable():
+        return name
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
+
+
 class TraceFile(msgspec.Struct, frozen=True):
-    run: str  # directory relative to the root, "." for the root itself
-    worker: str
-    path: str  # absolute, real path
-    name: str  # file name
+    run: str  # directory relative to the root, "." for the root itself (displayable)
+    worker: str  # (displayable)
+    path: str  # absolute, real path, to open (may hold undecodable bytes)
+    name: str  # file name (displayable)
     size: int
     mtime_ns: int
 
 
 class Run(msgspec.Struct):
-    name: str
-    path: str
+    name: str  # displayable
+    path: str  # to open
     files: list[TraceFile] = msgspec.field(default_factory=list)
     has_scalars: bool = False  # holds TensorBoard event files (per-step timings)
 
@@ -60,7 +75,7 @@ def discover(root: str) -> list[Run]:
     runs: dict[str, Run] = {}
     for directory, subdirs, files in os.walk(root, followlinks=False):
         subdirs[:] = sorted(d for d in subdirs if d != ANALYSIS_DIR)
-        rel = os.path.relpath(directory, root)
+        rel = display(os.path.relpath(directory, root))
         run = None
         for name in sorted(files):
             full = os.path.join(directory, name)
@@ -89,18 +104,23 @@ def _trace_file(directory: str, name: str, run: str, *, force: bool = False) -> 
             return None
         worker = m.group("worker") if m else name
     try:
-        st = os.stat(path)
+        st = os.stat(path)  # a FIFO or device named like a trace is listed: reading it reports what it is
     except OSError:
         return None
-    return TraceFile(run=run, worker=worker, path=os.path.realpath(path), name=name, size=st.st_size,
-                     mtime_ns=st.st_mtime_ns)
+    return TraceFile(run=run, worker=display(worker), path=os.path.realpath(path), name=display(name),
+                     size=st.st_size, mtime_ns=st.st_mtime_ns)
 
 
 def _looks_like_trace(path: str) -> bool:
     """A JSON file is taken for a trace if its first bytes hold Chrome-trace keys."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(_SNIFF_BYTES)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the scan
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
+            head = os.read(fd, _SNIFF_BYTES)
+        finally:
+            os.close(fd)
         if head[:2] == b"\x1f\x8b":
             head = zlib.decompressobj(wbits=31).decompress(head, _SNIFF_BYTES)
     except (OSError, zlib.error, gzip.BadGzipFile):

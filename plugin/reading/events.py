@@ -55,7 +55,7 @@ class DeviceEvents(msgspec.Struct):
     ts: np.ndarray  # float64 µs
     dur: np.ndarray  # float64 µs
     device: np.ndarray  # int32
-    stream: np.ndarray  # int32
+    stream: np.ndarray  # int64 (ROCm stream ids are 64-bit handles)
     name: np.ndarray  # int32
     kind: np.ndarray  # int8
     corr: np.ndarray  # int64
@@ -98,6 +98,6 @@ class Trace(msgspec.Struct):
     rank: int | None = None
     world_size: int | None = None
     gpu_names: list[str] = msgspec.field(default_factory=list)
-    #: Events skipped as malformed: count and a one-line description of the first.
+    #: Events skipped (or read without a field) as malformed, and one line saying how many, why, and which first.
     skipped: int = 0
     first_problem: str = ""

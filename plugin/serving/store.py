@@ -1,9 +1,8 @@
 """Background loading of trace files for TensorBoard, and the cache of their analyses.
 
-Decoding a large trace needs several times its size in memory for a moment and seconds of CPU, so
-each file is read and analysed in a worker process (a bounded pool, started on demand and shut down
-when idle): TensorBoard itself only ever holds the compact `SpanAnalysis`. Entries are keyed by path
-and revalidated by size and modification time, so a span added or rewritten while TensorBoard runs
+Each file is read and analysed in a worker process (`loading.LoaderPool`: bounded, started on
+demand, stopped when idle, proof against files that hang or kill their reader): TensorBoard itself
+only ever holds the compact `SpanAnalysis`. Entries are keyed by path and revalidated by size and modification time, so a span added or rewritten while TensorBoard runs
 is picked up on the next scan; a file modified within the last moments may still be being written
 and waits for the next scan. A span whose analysis is on disk already (`phaseprof.plugin.cache`:
 written by an earlier reader, or at the source by the training job) loads from there, with no
@@ -12,9 +11,7 @@ worker process; the workers write what they analyse to that cache.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import logging
-import multiprocessing
 import os
 import threading
 import time
@@ -28,8 +25,8 @@ from ..analysis.model import SpanAnalysis
 from ..analysis.worker import Worker
 from ..answers import Loading
 from ..reading.discovery import Run, TraceFile, discover
-from ..reading.errors import TraceError
-from ..report import analyze_file, problems_of
+from ..report import problems_of
+from .loading import LoaderPool
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +61,7 @@ class TraceStore:
         self._runs: list[Run] = []
         self._spans: dict[str, Span] = {}  # by real path
         self._scanned_at = float("-inf")
-        self._pool: cf.ProcessPoolExecutor | None = None
-        self._pending: set[cf.Future] = set()
+        self._pool: LoaderPool | None = None
         self._closed = False
         self._scanning = False  # a background scan is running
         #: (run, worker, what) -> (the worker's version, a result derived from its analyses)
@@ -134,34 +130,16 @@ class TraceStore:
 
     def _submit(self, span: Span) -> None:
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self._processes, mp_context=multiprocessing.get_context("spawn"))
-        try:
-            future = self._pool.submit(analyze_file, span.file)
-        except RuntimeError as e:  # the pool broke (a worker died) or is shutting down
-            self._pool = None
-            span.state, span.error = ERROR, f"could not start loading: {e}"
-            return
-        self._pending.add(future)
-        future.add_done_callback(lambda fut, span=span: self._done(span, fut))
+            self._pool = LoaderPool(self._done, self._processes)
+        span.state = LOADING
+        self._pool.submit(span, span.file)
 
-    def _done(self, span: Span, future: cf.Future) -> None:
+    def _done(self, span: Span, state: str, result) -> None:
         with self._lock:
-            self._pending.discard(future)
-            try:
-                analysis = future.result()
-            except TraceError as e:
-                span.state, span.error = ERROR, e.reason
-            except cf.process.BrokenProcessPool:
-                span.state, span.error = ERROR, "the loading process died (out of memory?)"
-                self._pool = None
-            except Exception as e:  # noqa: BLE001 - one bad file must not stop the others
-                logger.exception("phaseprof: analysing %s failed", span.file.path)
-                span.state, span.error = ERROR, f"internal error while analysing: {type(e).__name__}: {e}"
+            if state == READY:
+                span.state, span.analysis, span.error = READY, result, problems_of(result)
             else:
-                span.state, span.analysis, span.error = READY, analysis, problems_of(analysis)
-            if not self._pending and self._pool is not None:
-                self._pool.shutdown(wait=False)  # give the workers' memory back while idle
-                self._pool = None
+                span.state, span.error = ERROR, result
 
     # --- queries ----------------------------------------------------------------------------------
 
@@ -235,4 +213,4 @@ class TraceStore:
             self._closed = True
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.close()

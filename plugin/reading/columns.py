@@ -1,0 +1,258 @@
+"""Decoded events into columns: host, device and memory events as numpy arrays, names as codes.
+
+One Python loop groups events by category (`trace_schema`); every column is then pulled out of a
+group by C-level iteration. Values that decoded but cannot be held (integers past 64 bits,
+impossible times, numbers written as text) are caught here, column by column, and counted.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+
+import numpy as np
+
+from .events import OP, RUNTIME
+from .lenient import to_int
+from .problems import Problems
+from .trace_fields import Event
+from .trace_schema import DEVICE_KINDS, HOST_KINDS, INSTANT_CATEGORIES, KNOWN_PHASES, MEMORY_EVENT
+
+#: Timestamps and durations beyond this (µs; ~3,000 years) are not times.
+MAX_US = 1e17
+_INT64_MAX = (1 << 63) - 1
+
+
+class Part:
+    """Columns decoded from one part of a file, with the part's own string tables."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}
+        self.shapes: dict[bytes, int] = {b"": 0}
+        self.threads: dict[tuple, int] = {}
+        self.thread_labels: dict[tuple, str] = {}
+        self.memory_devices: dict[tuple[int, int], int] = {}
+        self.rank: int | None = None
+        self.world_size: int | None = None
+        self.gpu_names: list[str] = []
+        self.problems = Problems()
+        self.host: dict[str, np.ndarray] = {}
+        self.device: dict[str, np.ndarray] = {}
+        self.memory: dict[str, np.ndarray] = {}
+
+
+_CAT = attrgetter("cat")
+_PH = attrgetter("ph")
+_TS = attrgetter("ts")
+_DUR = attrgetter("dur")
+_NAME = attrgetter("name")
+_PID = attrgetter("pid")
+_TID = attrgetter("tid")
+_CORRELATION = attrgetter("args.correlation")
+_INPUT_DIMS = attrgetter("args.input_dims")
+_NBYTES = attrgetter("args.nbytes")
+_TOTAL = attrgetter("args.total_allocated")
+_DEVICE_TYPE = attrgetter("args.device_type")
+_DEVICE_ID = attrgetter("args.device_id")
+_STREAM = attrgetter("args.stream")
+
+
+def fill_columns(part: Part, events: list[Event], positions: list[int] | None, shapes: bool = True) -> None:
+    """Sort the decoded events into host, device and memory columns.
+
+    One Python loop groups events by category; every column is then pulled out of a group by
+    C-level iteration (``map`` + ``attrgetter`` into ``np.fromiter``), several times cheaper than
+    appending field by field in a loop over hundreds of thousands of events.
+    """
+    groups: dict[str, list[Event]] = {}
+    get = groups.get
+    for e in events:
+        group = get(e.cat)
+        if group is None:
+            group = groups[e.cat] = []
+        group.append(e)
+
+    problems = part.problems
+    problems.events, problems.positions = events, positions
+    host: list[dict[str, np.ndarray]] = []
+    device: list[dict[str, np.ndarray]] = []
+    memory: list[Event] = []
+    for cat, group in groups.items():
+        phases = set(map(_PH, group))
+        if not phases <= KNOWN_PHASES:
+            bad = phases - KNOWN_PHASES
+            problems.add([e for e in group if e.ph in bad], "has an unknown phase type 'ph'")
+            group = [e for e in group if e.ph not in bad]
+        if "M" in phases:
+            for e in group:
+                if e.ph == "M" and e.name == "thread_name" and e.args.name:
+                    part.thread_labels[(e.pid, _thread_id(e.tid))] = e.args.name
+        if cat in INSTANT_CATEGORIES:
+            memory.extend(e for e in group if e.name == MEMORY_EVENT and e.ph in "XiI" and e.ph)
+        if cat in HOST_KINDS or cat in DEVICE_KINDS:
+            if phases != {"X"}:
+                group = [e for e in group if e.ph == "X" and e.name != MEMORY_EVENT]
+            if cat == "":  # no category: legacy export's operators, or stray span markers
+                group = [e for e in group if not isinstance(e.pid, str) or e.pid == "CPU functions"]
+            group, ts, dur = _valid_complete(group, problems)
+            if group:
+                if cat in HOST_KINDS:
+                    host.append(_host_columns(group, ts, dur, HOST_KINDS[cat], part, shapes))
+                else:
+                    device.append(_device_columns(group, ts, dur, DEVICE_KINDS[cat], part))
+    part.host = _concat(host, _HOST_COLUMNS)
+    part.device = _concat(device, _DEVICE_COLUMNS)
+    part.memory = _memory_columns(memory, part, problems)
+    problems.events = problems.positions = None  # not sent back from a child process
+
+
+def _valid_complete(group: list[Event], problems: Problems) -> tuple[list[Event], np.ndarray, np.ndarray]:
+    """The group without complete events that lack a start or a duration or have a negative or
+    impossible one, with its start and duration columns."""
+    ts = np.fromiter(map(_TS, group), np.float64, len(group))
+    dur = np.fromiter(map(_DUR, group), np.float64, len(group))
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(ts) < MAX_US) | ~(dur < MAX_US) | (dur < 0) | np.isnan(dur)
+    if not bad.any():
+        return group, ts, dur
+    keep = ~bad
+    for what, rows in (
+        ("has no 'ts'", np.isnan(ts)),
+        ("has no 'dur'", np.isnan(dur)),
+        ("has a negative duration", dur < 0),
+        ("has a 'ts' or 'dur' out of range", bad & ~np.isnan(ts) & ~np.isnan(dur) & ~(dur < 0)),
+    ):
+        problems.add([group[i] for i in np.flatnonzero(rows & bad).tolist()], what)
+        bad &= ~rows
+    return [e for e, k in zip(group, keep.tolist()) if k], ts[keep], dur[keep]
+
+
+_HOST_COLUMNS = {"ts": np.float64, "dur": np.float64, "thread": np.int32, "name": np.int32,
+                 "kind": np.int8, "corr": np.int64, "shapes": np.int32}
+_DEVICE_COLUMNS = {"ts": np.float64, "dur": np.float64, "device": np.int32, "stream": np.int64,
+                   "name": np.int32, "kind": np.int8, "corr": np.int64}
+
+
+def _host_columns(group: list[Event], ts, dur, kind: int, part: Part, shapes: bool) -> dict[str, np.ndarray]:
+    n = len(group)
+    return {
+        "ts": ts,
+        "dur": dur,
+        "thread": _thread_codes(group, part.threads),
+        "name": _codes(list(map(_NAME, group)), part.names),
+        "kind": np.full(n, kind, np.int8),
+        "corr": (_int_column(group, _CORRELATION, -1, 0, _INT64_MAX, part.problems, "correlation")
+                 if kind == RUNTIME else np.full(n, -1, np.int64)),
+        "shapes": (_codes(list(map(bytes, map(_INPUT_DIMS, group))), part.shapes) if kind == OP and shapes
+                   else np.zeros(n, np.int32)),
+    }
+
+
+def _device_columns(group: list[Event], ts, dur, kind: int, part: Part) -> dict[str, np.ndarray]:
+    n = len(group)
+    stream = _int_column(group, _STREAM, -1, -1, _INT64_MAX, part.problems, "stream id")
+    for i in np.flatnonzero(stream < 0).tolist():  # no "stream" arg: the tid is the stream (2021: "stream 7")
+        number = to_int(group[i].tid)
+        stream[i] = number if number is not None and number >= 0 else 0
+    return {
+        "ts": ts,
+        "dur": dur,
+        "device": _int_column(group, _PID, 0, 0, (1 << 31) - 1, part.problems, "device id", strings=False),
+        "stream": stream,
+        "name": _codes(list(map(_NAME, group)), part.names),
+        "kind": np.full(n, kind, np.int8),
+        "corr": _int_column(group, _CORRELATION, -1, 0, _INT64_MAX, part.problems, "correlation"),
+    }
+
+
+def _int_column(group: list[Event], get, default: int, lo: int, hi: int, problems: Problems, what: str,
+                strings: bool = True) -> np.ndarray:
+    """One integer field of every event as an int64 column. Values the fast conversion refuses
+    (strings, integers past 64 bits) are read one by one; those outside ``[lo, hi]`` (other than
+    ``default``, meaning "not given") become ``default`` and are counted. ``strings=False``: a
+    string means "not given" too (a device event's process named by a string)."""
+    n = len(group)
+    try:
+        column = np.fromiter(map(get, group), np.int64, n)
+    except (OverflowError, TypeError, ValueError):
+        values = list(map(get, group))
+        unreadable, too_large = [], []
+        out = []
+        for i, v in enumerate(values):
+            number = to_int(v) if strings or not isinstance(v, str) else default
+            if number is None:
+                (too_large if isinstance(v, int) else unreadable).append(group[i])
+                number = default
+            out.append(number)
+        problems.degrade_events(unreadable, f"{what} is not a number")
+        problems.degrade_events(too_large, f"{what} is out of range")
+        column = np.array(out, dtype=np.int64)
+    bad = ((column < lo) | (column > hi)) & (column != default)
+    if bad.any():
+        problems.degrade_events([group[i] for i in np.flatnonzero(bad).tolist()], f"{what} is out of range")
+        column[bad] = default
+    return column
+
+
+def _memory_columns(events: list[Event], part: Part, problems: Problems) -> dict[str, np.ndarray]:
+    n = len(events)
+    ts = np.fromiter(map(_TS, events), np.float64, n)
+    nbytes = np.fromiter(map(_NBYTES, events), np.float64, n)
+    bad = ~(np.abs(ts) < MAX_US) | ~(np.abs(nbytes) < 2.0**62)
+    if bad.any():
+        what = "[memory] event without a usable 'ts' or 'Bytes'"
+        problems.add([events[i] for i in np.flatnonzero(bad).tolist()], what)
+        keep = ~bad
+        events = [e for e, k in zip(events, keep.tolist()) if k]
+        ts, nbytes, n = ts[keep], nbytes[keep], int(keep.sum())
+    device_type = _int_column(events, _DEVICE_TYPE, 0, 0, 65535, problems, "Device Type")
+    device_id = _int_column(events, _DEVICE_ID, -1, -1, 65534, problems, "Device Id")
+    keys, codes = np.unique(device_type * 65536 + device_id + 1, return_inverse=True)
+    local = np.array(
+        [part.memory_devices.setdefault((int(k) // 65536, int(k) % 65536 - 1), len(part.memory_devices)) for k in keys],
+        dtype=np.int32,
+    )
+    total = np.fromiter(map(_TOTAL, events), np.float64, n)
+    total[~(np.abs(total) < 2.0**62)] = -1
+    return {
+        "ts": ts,
+        "nbytes": nbytes.astype(np.int64),
+        "total": total.astype(np.int64),
+        "device": local[codes.ravel()] if n else np.empty(0, np.int32),
+    }
+
+
+def _concat(groups: list[dict[str, np.ndarray]], columns: dict[str, type]) -> dict[str, np.ndarray]:
+    if not groups:
+        return {k: np.empty(0, dtype) for k, dtype in columns.items()}
+    if len(groups) == 1:
+        return groups[0]
+    return {k: np.concatenate([g[k] for g in groups]) for k in columns}
+
+
+def _codes(values: list, table: dict) -> np.ndarray:
+    """Code each value as its index in ``table`` (extended with values not seen before)."""
+    for v in set(values) - table.keys():
+        table[v] = len(table)
+    return np.fromiter(map(table.__getitem__, values), np.int32, len(values))
+
+
+def _thread_id(tid: int | str) -> int | str:
+    if isinstance(tid, str) and tid.isascii() and tid.isdigit() and len(tid) <= 18:
+        return int(tid)  # 2021 writes "25738"
+    return tid
+
+
+def _thread_codes(events: list[Event], table: dict) -> np.ndarray:
+    try:  # the common case: numeric ids, often a single thread
+        pids = np.fromiter(map(_PID, events), np.int64, len(events))
+        tids = np.fromiter(map(_TID, events), np.int64, len(events))
+    except (TypeError, ValueError, OverflowError):
+        keys = list(zip(map(_PID, events), map(_TID, events)))
+        local = {key: table.setdefault((key[0], _thread_id(key[1])), len(table)) for key in set(keys)}
+        return np.fromiter(map(local.__getitem__, keys), np.int32, len(keys))
+    if (pids == pids[0]).all() and (tids == tids[0]).all():
+        return np.full(len(events), table.setdefault((int(pids[0]), int(tids[0])), len(table)), np.int32)
+    pairs = np.stack([pids, tids], axis=1)
+    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    local = np.array([table.setdefault((int(p), int(t)), len(table)) for p, t in unique], dtype=np.int32)
+    return local[inverse.ravel()]

@@ -1,0 +1,61 @@
+"""The fields of a trace file that are decoded, as typed msgspec structs.
+
+msgspec decodes only what is declared here and skips everything else at C speed. Sentinels stand
+for "not given" (instead of None) so that whole columns convert to numpy arrays in one call. Fields
+whose type differs between the schemas in the wild are unions (`trace_schema`).
+"""
+
+from __future__ import annotations
+
+import msgspec
+from msgspec import field
+
+NAN = float("nan")
+
+
+class Args(msgspec.Struct, gc=False, frozen=True):
+    # Sentinels instead of None so whole columns convert to numpy arrays in one call.
+    correlation: int = -1
+    input_dims: msgspec.Raw = field(default=msgspec.Raw(b""), name="Input Dims")
+    total_allocated: float = field(default=-1.0, name="Total Allocated")
+    nbytes: float = field(default=NAN, name="Bytes")
+    device_type: int = field(default=0, name="Device Type")
+    device_id: int = field(default=-1, name="Device Id")
+    stream: int | str = -1  # ROCm writes a string ("0x0")
+    name: str = ""  # metadata events: process / thread names
+
+
+NO_ARGS = Args()
+
+
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = NAN
+    dur: float = NAN
+    args: Args = NO_ARGS
+
+
+class DistributedInfo(msgspec.Struct, gc=False):
+    rank: int | None = None
+    world_size: int | None = None
+
+
+class DeviceProperties(msgspec.Struct, gc=False):
+    name: str = ""
+
+
+class TraceObject(msgspec.Struct, gc=False):
+    traceEvents: list[Event] | None = None
+    distributedInfo: DistributedInfo | None = None
+    deviceProperties: list[DeviceProperties] | None = None
+
+
+OBJECT_DECODER = msgspec.json.Decoder(TraceObject)
+LIST_DECODER = msgspec.json.Decoder(list[Event])
+#: One event at a time (the event-by-event pass).
+EVENT_DECODER = msgspec.json.Decoder(Event)
+ARGS_DECODER = msgspec.json.Decoder(Args)
