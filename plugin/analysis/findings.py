@@ -72,7 +72,8 @@ def findings(summary: Summary, w: Worker, full: np.ndarray) -> list[Finding]:
     slow = summary.slowest
     median = summary.median_wall_ms
     if slow is not None and slow.phase is not None and median > 0 and slow.wall_ms > SLOW_STEP_FACTOR * median:
-        ops = ", ".join(o.name for o in (slow.ops or [])[:3])
+        names = [o.name for o in (slow.ops or [])[:3]]
+        ops = ", ".join(names)
         over = round(slow.wall_ms - summary.median_wall_ms, 3)
         out.append(Finding(
             kind="slow-step", phase=slow.phase, saving_ms=over, share=_share(over, wall),

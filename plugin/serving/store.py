@@ -2,9 +2,10 @@
 
 Each file is read and analysed in a worker process (`loading.LoaderPool`: bounded, started on
 demand, stopped when idle, proof against files that hang or kill their reader): TensorBoard itself
-only ever holds the compact `SpanAnalysis`. Entries are keyed by path and revalidated by size and modification time, so a span added or rewritten while TensorBoard runs
-is picked up on the next scan; a file modified within the last moments may still be being written
-and waits for the next scan. A span whose analysis is on disk already (`phaseprof.plugin.cache`:
+only ever holds the compact `SpanAnalysis`. Entries are keyed by path and revalidated by size and
+modification time, so a span added or rewritten while TensorBoard runs is picked up on the next
+scan; a file modified within the last moments may still be being written and waits for the next
+scan. A span whose analysis is on disk already (`phaseprof.plugin.cache`:
 written by an earlier reader, or at the source by the training job) loads from there, with no
 worker process; the workers write what they analyse to that cache.
 """
