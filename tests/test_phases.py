@@ -204,6 +204,26 @@ def test_events_shorter_than_float_resolution_do_not_nest(tmp_path):
     assert (span.ops.self_us >= 0).all()
 
 
+def test_op_times_come_from_written_durations_so_self_never_exceeds_total(tmp_path):
+    # At epoch timestamps a float64 µs steps by 0.25: ``end - ts`` of a 0.004 µs op is 0, and two
+    # children each rounded to the ns can add up to a hair more than their parent.
+    t0 = 1712195495536782.25
+    span = analyse(tmp_path, [
+        step(1, t0, 1000),
+        annotation("phaseprof::forward", t0, 1000),
+        *[op("aten::result_type", t0 + 2 + k, 0.004) for k in range(5)],
+        op("aten::linear", t0 + 100, 3.001),
+        op("aten::t", t0 + 100, 1.5007),
+        op("aten::addmm", t0 + 101.5, 1.5007),
+    ])
+    t = span.ops
+    rows = {span.names[t.name[k]]: k for k in range(len(t.step))}
+    assert t.total_us[rows["aten::result_type"]] == pytest.approx(5 * 0.004)
+    assert t.total_us[rows["aten::linear"]] == pytest.approx(3.001)
+    assert (t.self_us <= t.total_us).all()
+    assert (t.self_us >= 0).all()
+
+
 def detail_of(span, number):
     """Step ``number`` of a one-span worker in full, as its JSON answer reads."""
     w = Worker("w", [span])

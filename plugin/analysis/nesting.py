@@ -20,13 +20,14 @@ class Nesting(msgspec.Struct):
     order: np.ndarray  # indices into the original HostEvents, in sorted order
     ts: np.ndarray
     end: np.ndarray
+    dur: np.ndarray  # as the trace wrote it: ``end - ts`` loses sub-µs durations at epoch timestamps
     thread: np.ndarray
     name: np.ndarray  # the events' name codes, kinds and input shapes, in this order too
     kind: np.ndarray
     shapes: np.ndarray
     depth: np.ndarray  # 0 = top level on its thread
     parent: np.ndarray  # index into this sorted order, -1 for top level
-    self_us: np.ndarray  # duration minus direct children's durations
+    self_us: np.ndarray  # duration minus direct children's durations, within [0, duration]
 
 
 def nest(host: HostEvents) -> Nesting:
@@ -51,13 +52,16 @@ def nest(host: HostEvents) -> Nesting:
         order=order,
         ts=ts,
         end=end,
+        dur=dur,
         thread=thread,
         name=host.name[order],
         kind=host.kind[order],
         shapes=host.shapes[order],
         depth=depth,
         parent=parent,
-        self_us=dur - children_us,
+        # Children's durations can add up to a hair more than their parent's when the trace rounds
+        # each to the ns on its own: self time stays within [0, duration].
+        self_us=np.clip(dur - children_us, 0.0, dur),
     )
 
 

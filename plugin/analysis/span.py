@@ -202,7 +202,7 @@ def _op_table(trace: Trace, n: Nesting, part: Partition, launch: _Launch) -> OpT
         shapes=(u_combo % ns).astype(np.int32),
         calls=np.bincount(inverse, minlength=count),
         self_us=np.bincount(inverse, weights=n.self_us[keep], minlength=count),
-        total_us=np.bincount(inverse, weights=(n.end - n.ts)[keep], minlength=count),
+        total_us=np.bincount(inverse, weights=n.dur[keep], minlength=count),
         self_gpu_us=np.bincount(inverse, weights=self_gpu[keep], minlength=count),
         gpu_us=np.bincount(inverse, weights=gpu[keep], minlength=count),
     )
