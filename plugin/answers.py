@@ -117,6 +117,8 @@ class StepRow(Answer):
     gpu_idle_ms: float | None
     inferred: bool
     inferred_phases: list[str]
+    #: The step's window was inferred from the loop's repeated marks (the trace marks no steps).
+    inferred_step: bool
     empty: bool
     phases: dict[str, PhaseTimes]
 

@@ -51,14 +51,16 @@ def test_2021_schema_run_gets_inferred_forward_and_backward_with_gpu_time(traces
         assert row["phases"]["data"]["cpu_ms"] > 1  # 2021's DataLoader annotation is read too
 
 
-def test_legacy_exports_give_one_step_with_ops(traces):
-    legacy = traces.files("cpu", "legacy")
+def test_legacy_exports_give_one_inferred_step_per_iteration_with_ops(traces):
+    legacy = traces.files("cpu", "legacy")  # three iterations of the seed's loop, no ProfilerStep
     assert [p.name for p in legacy] == ["legacy_eventlist.json.gz", "legacy_kineto.json.gz", "legacy_pyexport.json.gz"]
     for path in legacy:
+        assert [s["step"] for s in analyze(str(path))["runs"][0]["workers"][0]["steps"]] == [0, 1, 2]
         report = analyze(str(path), step=0)
         assert report["errors"] == []
         worker = report["runs"][0]["workers"][0]
         assert [s["step"] for s in worker["steps"]] == [0]
+        assert worker["steps"][0]["inferred_step"]
         ops = worker["detail"]["ops"]
         assert sum(len(rows) for rows in ops.values()) > 10, path.name
         assert any(r["name"] == "aten::conv2d" for rows in ops.values() for r in rows)

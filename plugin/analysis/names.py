@@ -24,6 +24,18 @@ _AUTOGRAD = re.compile(
 #: The gradient seed `loss.backward()` creates on the calling thread just before the engine starts.
 GRAD_SEED = "aten::ones_like"
 
+#: Marks torch writes once per iteration of a training loop, even with no ``ProfilerStep#N``
+#: (``torch.autograd.profiler.profile()`` around the loop): what inferred steps are cut from.
+LOOP_DATA = "data"
+LOOP_ZERO_GRAD = "zero_grad"
+LOOP_STEP = "step"
+LOOP_SEED = "seed"  # the gradient seed of ``loss.backward()``, found from the ops, not by name alone
+_LOOP_MARKERS = (
+    (re.compile(r"^enumerate\(DataLoader\)#"), LOOP_DATA),
+    (re.compile(r"^Optimizer\.zero_grad#"), LOOP_ZERO_GRAD),
+    (re.compile(r"^Optimizer\.step#"), LOOP_STEP),
+)
+
 
 def range_phase(name: str) -> str | None:
     """The phase a range of this name marks, or None."""
@@ -39,6 +51,14 @@ def step_number(name: str) -> int | None:
     """N for a ``ProfilerStep#N`` range, else None."""
     m = _STEP.match(name)
     return int(m.group(1)) if m else None
+
+
+def loop_marker(name: str) -> str | None:
+    """Which once-per-iteration mark of a training loop a range of this name is, or None."""
+    for pattern, kind in _LOOP_MARKERS:
+        if pattern.match(name):
+            return kind
+    return None
 
 
 def is_autograd(name: str) -> bool:

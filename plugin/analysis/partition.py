@@ -13,6 +13,11 @@ process; where a step has no forward or backward range, those phases are inferre
   step's last backward segment (in steps without backward, all of it).
 
 Gradient accumulation gives several forward/backward segments per step.
+
+Steps are the ``ProfilerStep#N`` ranges. A trace without them (``torch.autograd.profiler.profile()``
+around a loop) that repeats the loop's own marks (``enumerate(DataLoader)#…``,
+``Optimizer.zero_grad#…``, ``Optimizer.step#…``, the gradient seed of ``loss.backward()``) is cut
+into one inferred step per iteration; with neither, the whole trace is one step.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import heapq
 import msgspec
 import numpy as np
 
+from collections import Counter
+
 from phaseprof.contract import BACKWARD, FORWARD, OTHER, PHASES
 
-from ..reading.events import Trace
-from .names import GRAD_SEED, is_autograd, range_phase, step_number
+from ..reading.events import OP, Trace
+from .names import GRAD_SEED, LOOP_DATA, LOOP_SEED, LOOP_STEP, is_autograd, loop_marker, range_phase, step_number
 from .nesting import Nesting
 
 Interval = tuple[float, float]  # (start, end) µs
@@ -46,6 +53,8 @@ class Step(msgspec.Struct):
     events: int = 0
     #: Phases of this step that were inferred from ops rather than marked by ranges.
     inferred: set[str] = msgspec.field(default_factory=set)
+    #: The step's window was inferred from the loop's repeated marks (the trace marks no steps).
+    inferred_step: bool = False
 
     @property
     def empty(self) -> bool:
@@ -100,13 +109,18 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
     event_step = name_step[name_sorted] if len(name_sorted) else np.zeros(0, np.int64)
     event_autograd = (name_autograd[name_sorted] if len(name_sorted) else np.zeros(0, bool)) & (kind_sorted == 0)
 
-    main_thread = _main_thread(trace, nest, event_step)
+    name_loop = [loop_marker(n) for n in names]
+    main_thread = _main_thread(trace, nest, event_step, name_loop)
     process = trace.threads[main_thread].pid if trace.threads else 0
     process_threads = np.array([t.pid == process for t in trace.threads], dtype=bool)
     in_process = process_threads[nest.thread] if len(nest.thread) else np.zeros(0, bool)
 
     step_idx = np.flatnonzero((event_step >= 0) & (nest.thread == main_thread))
-    steps = _steps(nest, step_idx, event_step, in_process)
+    if len(step_idx):
+        steps = _steps(nest, step_idx, event_step, in_process)
+    else:
+        loop = _Loop(names, nest, main_thread, in_process, name_loop, name_autograd)
+        steps = loop.steps() or _whole_trace(nest, in_process)
     is_step_event = np.zeros(len(nest.ts), dtype=bool)
     is_step_event[step_idx] = True
     top = (nest.parent < 0) | is_step_event[np.maximum(nest.parent, 0)] & (nest.parent >= 0)
@@ -149,9 +163,13 @@ def _code_of(names: list[str], name: str) -> int:
         return -1
 
 
-def _main_thread(trace: Trace, nest: Nesting, event_step: np.ndarray) -> int:
-    """The thread that runs the training loop: the one with the step markers, else the busiest."""
+def _main_thread(trace: Trace, nest: Nesting, event_step: np.ndarray, name_loop: list[str | None]) -> int:
+    """The thread that runs the training loop: the one with the step markers, else the one with
+    the loop's marks (DataLoader, optimizer), else the busiest."""
     marked = nest.thread[event_step >= 0]
+    if not len(marked) and len(nest.name):
+        is_loop = np.array([k is not None for k in name_loop] or [False])
+        marked = nest.thread[is_loop[nest.name]]
     if len(marked):
         return int(np.bincount(marked).argmax())
     if not len(nest.thread):
@@ -161,14 +179,18 @@ def _main_thread(trace: Trace, nest: Nesting, event_step: np.ndarray) -> int:
     return int(busy.argmax())
 
 
-def _steps(nest: Nesting, step_idx: np.ndarray, event_step: np.ndarray, in_process: np.ndarray) -> list[Step]:
-    """Step windows from the ``ProfilerStep#N`` markers; with none, the whole trace is one step."""
+def _whole_trace(nest: Nesting, in_process: np.ndarray) -> list[Step]:
+    """The whole trace as one step (a trace that marks no steps and repeats no loop marks)."""
     process_ts = nest.ts[in_process]
-    if not len(step_idx):
-        if not len(process_ts):
-            return []
-        return [Step(number=0, start=float(process_ts.min()), end=float(nest.end[in_process].max()),
-                     events=int(len(process_ts)))]
+    if not len(process_ts):
+        return []
+    return [Step(number=0, start=float(process_ts.min()), end=float(nest.end[in_process].max()),
+                 events=int(len(process_ts)))]
+
+
+def _steps(nest: Nesting, step_idx: np.ndarray, event_step: np.ndarray, in_process: np.ndarray) -> list[Step]:
+    """Step windows from the ``ProfilerStep#N`` markers."""
+    process_ts = nest.ts[in_process]
     order = step_idx[np.argsort(nest.ts[step_idx], kind="stable")]
     start, end = nest.ts[order], nest.end[order]
     sorted_ts = np.sort(process_ts)
@@ -176,6 +198,112 @@ def _steps(nest: Nesting, step_idx: np.ndarray, event_step: np.ndarray, in_proce
     inside = np.searchsorted(sorted_ts, end, "left") - np.searchsorted(sorted_ts, start, "left") - 1
     return [Step(number=int(k), start=float(a), end=float(b), events=max(int(c), 0))
             for k, a, b, c in zip(event_step[order].tolist(), start.tolist(), end.tolist(), inside.tolist())]
+
+
+class _Loop:
+    """Steps inferred from the marks a training loop leaves once per iteration.
+
+    The optimizer step ends an iteration: with two or more, an iteration starts at the first mark
+    after an optimizer step of the loop's head kind (the DataLoader's next batch, else the kind that
+    follows an optimizer step: ``zero_grad`` or the gradient seed) and runs to the next iteration's start; a head with no optimizer step after it
+    (the ``__next__`` that ends the loop) only closes the previous step. Without optimizer steps
+    (hand-written updates, inference), each repeat of the first repeated mark starts a step; with the
+    gradient seed as that mark, a step starts at the loop thread's first op after the previous
+    backward. Gradient accumulation keeps one step per optimizer step.
+    """
+
+    def __init__(self, names: list[str], nest: Nesting, main_thread: int, in_process: np.ndarray,
+                 name_loop: list[str | None], name_autograd: np.ndarray):
+        self.nest = nest
+        self.in_process = in_process
+        on_main = nest.thread == main_thread
+        top = on_main & (nest.parent < 0)
+        self.top_start = nest.ts[top]  # sorted: events are in (thread, start) order
+        self.top_end = nest.end[top]
+        is_loop = np.array([k is not None for k in name_loop] or [False])
+        idx = np.flatnonzero(on_main & is_loop[nest.name]) if len(nest.name) else np.zeros(0, np.int64)
+        marks = [(float(nest.ts[i]), float(nest.end[i]), name_loop[nest.name[i]]) for i in idx.tolist()]
+        autograd = in_process & (nest.kind == OP) & name_autograd[nest.name] if len(nest.name) else on_main
+        order = np.argsort(nest.ts[autograd], kind="stable")
+        self.autograd_start = nest.ts[autograd][order]
+        self.autograd_end = np.maximum.accumulate(nest.end[autograd][order]) if order.size else np.zeros(0)
+        marks += [(s, e, LOOP_SEED) for s, e in self._seeds(names, top, name_autograd)]
+        marks.sort()
+        counts = Counter(k for _, _, k in marks)
+        self.marks = [m for m in marks if counts[m[2]] >= 2]
+        self.has_steps = counts[LOOP_STEP] >= 2
+
+    def _seeds(self, names: list[str], top: np.ndarray, name_autograd: np.ndarray) -> list[tuple[float, float]]:
+        """Gradient seeds on the loop's thread that the autograd engine's work follows before the
+        thread's next op."""
+        if GRAD_SEED not in names or not len(self.autograd_start):
+            return []
+        seed_code = names.index(GRAD_SEED)
+        name = self.nest.name[top]
+        seed = name == seed_code
+        callers = self.top_start[~seed & ~name_autograd[name]]
+        starts, ends = self.top_start[seed], self.top_end[seed]
+        nxt = np.searchsorted(callers, starts, "right")
+        next_caller = np.where(nxt < len(callers), callers[np.minimum(nxt, len(callers) - 1)], np.inf)
+        first = np.searchsorted(self.autograd_start, starts, "left")
+        first_autograd = np.where(first < len(self.autograd_start),
+                                  self.autograd_start[np.minimum(first, len(self.autograd_start) - 1)], np.inf)
+        keep = first_autograd < next_caller
+        return list(zip(starts[keep].tolist(), ends[keep].tolist()))
+
+    def steps(self) -> list[Step]:
+        if not self.marks:
+            return []
+        windows = self._by_optimizer_step() if self.has_steps else self._by_head()
+        process_ts = np.sort(self.nest.ts[self.in_process])
+        out = []
+        for a, b in windows:
+            events = int(np.searchsorted(process_ts, b, "left") - np.searchsorted(process_ts, a, "left"))
+            out.append(Step(number=len(out), start=a, end=b, events=events, inferred_step=True))
+        return out
+
+    def _by_optimizer_step(self) -> list[tuple[float, float]]:
+        kinds = [k for _, _, k in self.marks]
+        # ``for batch in loader`` fetches first; else what follows an optimizer step begins the next
+        head = LOOP_DATA if LOOP_DATA in kinds else kinds[kinds.index(LOOP_STEP) + 1]
+        if head == LOOP_STEP:  # nothing but optimizer steps repeats: each ends a step
+            ends = [e for _, e, k in self.marks if k == LOOP_STEP]
+            return list(zip(ends[:-1], ends[1:]))
+        starts: list[list] = []  # [start, end of its optimizer step or None]
+        waiting = True
+        for s, e, k in self.marks:
+            if k == head and waiting:
+                starts.append([s, None])
+                waiting = False
+            elif k == LOOP_STEP and starts:
+                starts[-1][1] = e
+                waiting = True
+        windows = []
+        for i, (start, step_end) in enumerate(starts):
+            if step_end is None:
+                continue
+            windows.append((start, starts[i + 1][0] if i + 1 < len(starts) else step_end))
+        return windows
+
+    def _by_head(self) -> list[tuple[float, float]]:
+        head = self.marks[0][2]
+        heads = [(s, e) for s, e, k in self.marks if k == head]
+        if head == LOOP_SEED:  # a step starts with the first op after the previous backward
+            starts = [float(self.top_start[0])]
+            for s, _ in heads[1:]:
+                done = self.autograd_end[max(int(np.searchsorted(self.autograd_start, s, "left")) - 1, 0)]
+                after = int(np.searchsorted(self.top_start, done, "left"))
+                starts.append(float(self.top_start[after]) if after < len(self.top_start) else s)
+        else:
+            starts = [s for s, _ in heads]
+        last = float(self.top_end.max())
+        windows = list(zip(starts, starts[1:] + [last]))
+        # the last head alone (the DataLoader's final __next__ that ends the loop) is no step
+        a, b = windows[-1]
+        inside = np.searchsorted(self.top_start, b, "left") - np.searchsorted(self.top_start, a, "left")
+        if inside <= 1:
+            windows.pop()
+        return windows
 
 
 class _Events:

@@ -54,6 +54,7 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
             gpu_idle_ms=None if np.isnan(step_idle) else ms(step_idle),
             inferred=bool(step.inferred),
             inferred_phases=sorted(step.inferred),
+            inferred_step=step.inferred_step,
             empty=step.empty,
             phases={
                 name: PhaseTimes(

@@ -1,0 +1,111 @@
+"""Steps where the trace marks none: one inferred step per iteration of the loop.
+
+``torch.autograd.profiler.profile()`` around a training loop writes no ``ProfilerStep#N``; the loop's
+own marks (DataLoader, zero_grad, optimizer step, the gradient seed) repeat once per iteration.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from phaseprof.plugin.analysis.span import analyze_trace
+from phaseprof.plugin.analysis.steps import step_rows
+from phaseprof.plugin.reading.decode import read_trace
+from tests.logdir import write_trace
+from tests.tracebuilder import AUTOGRAD, annotation, op, thread_names
+
+
+def analyse(tmp_path, events):
+    return analyze_trace(read_trace(str(write_trace(tmp_path / "loop.json", thread_names() + events))))
+
+
+def train_under_autograd_profiler(path, iterations: int, device: str) -> None:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(16 * iterations, 32), torch.randint(0, 4, (16 * iterations,)))
+    loader = DataLoader(data, batch_size=16)
+    options = {"use_device": "cuda"} if device == "cuda" else {}
+    with torch.autograd.profiler.profile(**options) as prof:
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+    prof.export_chrome_trace(str(path))
+
+
+def devices() -> list[str]:
+    import torch
+
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def test_autograd_profiler_around_n_iterations_reads_as_n_inferred_steps(tmp_path):
+    iterations = 5
+    for device in devices():
+        path = tmp_path / f"{device}.json"
+        train_under_autograd_profiler(path, iterations, device)
+        span = analyze_trace(read_trace(str(path)))
+        assert [s.number for s in span.steps] == list(range(iterations)), device
+        assert all(s.inferred_step and not s.empty for s in span.steps)
+        for a, b in zip(span.steps, span.steps[1:]):
+            assert a.end == b.start  # iterations follow each other without gaps or overlap
+        for i, s in enumerate(span.steps):
+            assert {"forward", "backward"} <= s.inferred
+            for phase in ("data", "forward", "backward", "optimizer"):
+                assert span.cpu_us[i, span.phases.index(phase)] > 0, (device, s.number, phase)
+            if device == "cuda":
+                for phase in ("forward", "backward", "optimizer"):
+                    assert span.gpu_us[i, span.phases.index(phase)] > 0, (s.number, phase)
+        rows = step_rows([span])
+        assert all(r["inferred_step"] for r in rows)
+
+
+def test_gradient_accumulation_keeps_one_step_per_optimizer_step(tmp_path):
+    events = []
+    for k in range(3):  # zero_grad after the step, two micro-batches per optimizer step
+        t = 10_000 * k
+        for micro in (0, 4_000):
+            events += [
+                annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t + micro, 500),
+                op("aten::linear", t + micro + 600, 1_000),
+                op("aten::ones_like", t + micro + 1_700, 50),
+                op("autograd::engine::evaluate_function: AddmmBackward0", t + micro + 1_800, 1_500, tid=AUTOGRAD),
+            ]
+        events += [annotation("Optimizer.step#SGD.step", t + 8_000, 800),
+                   annotation("Optimizer.zero_grad#SGD.zero_grad", t + 8_900, 100)]
+    events.append(annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 30_000, 50))
+    span = analyse(tmp_path, events)
+    assert [(s.start, s.end) for s in span.steps] == [(0, 10_000), (10_000, 20_000), (20_000, 30_000)]
+    j = span.phases.index("backward")
+    assert span.cpu_us[:, j] == pytest.approx([2 * 1_600] * 3)  # two backward segments in each
+
+
+def test_a_loop_marked_only_by_its_backward_seeds(tmp_path):
+    events = []
+    for k in range(3):  # forward and backward only: no DataLoader, no optimizer
+        t = 10_000 * k
+        events += [
+            op("aten::linear", t, 3_000),
+            op("aten::ones_like", t + 3_100, 50),
+            op("autograd::engine::evaluate_function: AddmmBackward0", t + 3_200, 4_000),
+        ]
+    span = analyse(tmp_path, events)
+    # a step starts with the loop thread's first op after the previous backward
+    assert [(s.start, s.end) for s in span.steps] == [(0, 10_000), (10_000, 20_000), (20_000, 27_200)]
+    assert span.cpu_us[:, span.phases.index("forward")] == pytest.approx([3_100] * 3)
+    assert span.cpu_us[:, span.phases.index("backward")] == pytest.approx([4_100] * 3)
+
+
+def test_a_single_iteration_stays_one_step(tmp_path):
+    span = analyse(tmp_path, [
+        annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 500),
+        op("aten::linear", 600, 1_000),
+        annotation("Optimizer.step#SGD.step", 2_000, 800),
+    ])
+    assert len(span.steps) == 1 and not span.steps[0].inferred_step
