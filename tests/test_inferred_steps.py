@@ -6,6 +6,10 @@ own marks (DataLoader, zero_grad, optimizer step, the gradient seed) repeat once
 
 from __future__ import annotations
 
+import gzip
+import json
+
+import numpy as np
 import pytest
 
 from phaseprof.plugin.analysis.span import analyze_trace
@@ -109,3 +113,22 @@ def test_a_single_iteration_stays_one_step(tmp_path):
         annotation("Optimizer.step#SGD.step", 2_000, 800),
     ])
     assert len(span.steps) == 1 and not span.steps[0].inferred_step
+
+
+@pytest.mark.parametrize("case", ["base", "noannot", "accum", "workers2", "compile"])
+def test_inferred_steps_match_the_profiler_steps_they_replace(case, traces, tmp_path):
+    # The same real run read twice: with its ProfilerStep#N ranges, and with them stripped.
+    (src,) = traces.files("cpu", case)
+    data = json.loads(gzip.decompress(src.read_bytes()))
+    events = data["traceEvents"]
+    data["traceEvents"] = [e for e in events if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert len(data["traceEvents"]) < len(events)
+    stripped = tmp_path / "stripped.json"
+    stripped.write_text(json.dumps(data))
+    marked, inferred = analyze_trace(read_trace(str(src))), analyze_trace(read_trace(str(stripped)))
+    assert len(inferred.steps) == len(marked.steps) >= 3
+    assert all(s.inferred_step for s in inferred.steps) and not any(s.inferred_step for s in marked.steps)
+    for phase in ("data", "forward", "backward", "optimizer"):
+        a = marked.cpu_us[:, marked.phases.index(phase)]
+        b = inferred.cpu_us[:, inferred.phases.index(phase)]
+        assert (np.abs(b - a) <= np.maximum(0.02 * a, 500)).all(), (case, phase, a, b)

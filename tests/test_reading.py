@@ -30,12 +30,15 @@ def test_every_trace_in_the_test_data_reads_and_has_steps(traces):
             assert total == pytest.approx(row["wall_ms"], rel=1e-3, abs=0.002), (run, worker, row["step"])
 
 
-def test_self_times_are_never_negative(traces):
+def test_every_op_row_adds_up_self_within_total_host_and_gpu(traces):
     from phaseprof.plugin.analysis.span import analyze_trace
 
     for path in traces.all():
         ops = analyze_trace(read_trace(str(path))).ops
-        assert (ops.self_us >= -1e-6).all(), path.name
+        assert len(ops.step), path.name
+        assert (ops.self_us >= 0).all(), path.name
+        assert (ops.self_us <= ops.total_us).all(), path.name
+        assert (ops.self_gpu_us >= 0).all(), path.name
         assert (ops.self_gpu_us <= ops.gpu_us + 1e-6).all(), path.name
 
 

@@ -32,7 +32,7 @@ from collections import Counter
 from phaseprof.contract import BACKWARD, FORWARD, OTHER, PHASES
 
 from ..reading.events import OP, Trace
-from .names import GRAD_SEED, LOOP_DATA, LOOP_SEED, LOOP_STEP, is_autograd, loop_marker, range_phase, step_number
+from .names import GRAD_SEED, LOOP_SEED, LOOP_STEP, is_autograd, loop_marker, range_phase, step_number
 from .nesting import Nesting
 
 Interval = tuple[float, float]  # (start, end) µs
@@ -204,8 +204,9 @@ class _Loop:
     """Steps inferred from the marks a training loop leaves once per iteration.
 
     The optimizer step ends an iteration: with two or more, an iteration starts at the first mark
-    after an optimizer step of the loop's head kind (the DataLoader's next batch, else the kind that
-    follows an optimizer step: ``zero_grad`` or the gradient seed) and runs to the next iteration's start; a head with no optimizer step after it
+    after an optimizer step of the loop's head kind (the kind of the trace's first mark, such as the
+    DataLoader's next batch or ``zero_grad``; the kind after the first optimizer step when the trace
+    starts with one) and runs to the next iteration's start; a head with no optimizer step after it
     (the ``__next__`` that ends the loop) only closes the previous step. Without optimizer steps
     (hand-written updates, inference), each repeat of the first repeated mark starts a step; with the
     gradient seed as that mark, a step starts at the loop thread's first op after the previous
@@ -264,8 +265,9 @@ class _Loop:
 
     def _by_optimizer_step(self) -> list[tuple[float, float]]:
         kinds = [k for _, _, k in self.marks]
-        # ``for batch in loader`` fetches first; else what follows an optimizer step begins the next
-        head = LOOP_DATA if LOOP_DATA in kinds else kinds[kinds.index(LOOP_STEP) + 1]
+        # A trace taken around the loop starts with an iteration's first mark; one that starts with
+        # an optimizer step started mid-iteration, and what follows that step begins the next.
+        head = kinds[0] if kinds[0] != LOOP_STEP else kinds[1]
         if head == LOOP_STEP:  # nothing but optimizer steps repeats: each ends a step
             ends = [e for _, e, k in self.marks if k == LOOP_STEP]
             return list(zip(ends[:-1], ends[1:]))
