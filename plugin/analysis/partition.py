@@ -23,11 +23,10 @@ into one inferred step per iteration; with neither, the whole trace is one step.
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 
 import msgspec
 import numpy as np
-
-from collections import Counter
 
 from phaseprof.contract import BACKWARD, FORWARD, OTHER, PHASES
 
