@@ -1,0 +1,69 @@
+"""How far from typical a step (or a rank) must be before it is news: robust spread, not guesswork.
+
+Step times are noisy (a shared machine, the allocator, the OS) and a few steps are no sample. A value
+is beyond noise when it lies further from the median than ``K`` robust standard deviations
+(1.4826 x the median absolute deviation, which is the standard deviation for normal data and is not
+dragged by the outliers it is looking for), and never closer than ``FLOOR_SHARE`` of the median: a
+0.1 ms swing in a 95 ms step is not worth a sentence however steady the other steps were. With fewer
+than ``MIN_VALUES`` values there is nothing to judge against, and the answer says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+import numpy as np
+
+#: Robust standard deviations from the median beyond which a value is an outlier.
+K = 3.0
+#: The noise band is at least this share of the median.
+FLOOR_SHARE = 0.05
+#: Fewer values than this are too few to judge.
+MIN_VALUES = 3
+#: MAD x this estimates the standard deviation of normal data.
+_MAD_TO_SD = 1.4826
+
+
+class Noise(msgspec.Struct, frozen=True):
+    """The typical value of a sample and how far from it a value must lie to be beyond noise."""
+
+    median: float
+    band: float  # half-width of the noise band around the median
+    count: int
+
+    @property
+    def judged(self) -> bool:
+        """Enough values to tell an outlier from noise."""
+        return self.count >= MIN_VALUES
+
+    def slow(self, value: float) -> bool:
+        """Above the band (a step or rank slower than noise explains)."""
+        return self.judged and value > self.median + self.band
+
+    def fast(self, value: float) -> bool:
+        """Below the band."""
+        return self.judged and value < self.median - self.band
+
+    def beyond(self, value: float) -> bool:
+        return self.slow(value) or self.fast(value)
+
+
+def noise(values: Sequence[float] | np.ndarray, k: float = K, floor_share: float = FLOOR_SHARE) -> Noise:
+    """The median of ``values`` and the band ``max(k x robust SD, floor_share x |median|)``."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    if not len(v):
+        return Noise(median=0.0, band=0.0, count=0)
+    median = float(np.median(v))
+    mad = float(np.median(np.abs(v - median)))
+    return Noise(median=median, band=max(k * _MAD_TO_SD * mad, floor_share * abs(median)), count=len(v))
+
+
+def outliers(values: Sequence[float] | np.ndarray) -> tuple[list[int], list[int]]:
+    """Indices of the values above and below the noise band (slow, fast); none when too few."""
+    n = noise(values)
+    v = np.asarray(values, dtype=np.float64)
+    slow = [i for i, x in enumerate(v.tolist()) if n.slow(x)]
+    fast = [i for i, x in enumerate(v.tolist()) if n.fast(x)]
+    return slow, fast
