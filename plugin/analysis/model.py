@@ -35,6 +35,20 @@ class OpTable(msgspec.Struct):
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
 
 
+class KernelTable(msgspec.Struct):
+    """Device work (kernels, copies, sets) per (step, phase that launched it, name), in step order:
+    what advice about the GPU side rests on (which kernels, in what precision, how short)."""
+
+    step: np.ndarray  # int32 index into SpanAnalysis.steps
+    phase: np.ndarray  # int32 code into SpanAnalysis.phases
+    name: np.ndarray  # int32 into SpanAnalysis.names
+    calls: np.ndarray  # int64
+    us: np.ndarray  # device time
+
+    def rows(self, step: int) -> slice:
+        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+
+
 class Lanes(msgspec.Struct):
     """A swimlane picture per step: host threads with phase bands, GPU streams by launching phase."""
 
@@ -62,12 +76,20 @@ class SpanAnalysis(msgspec.Struct):
     gpu_us: np.ndarray  # (steps, phases) device time of work launched in the phase
     gpu_idle_us: np.ndarray  # (steps, phases) time in the phase's host windows with no device work
     launches: np.ndarray  # (steps, phases) device events launched
+    #: (steps, phases) host time spent waiting for the GPU: synchronizing calls (stream, device and
+    #: event synchronize, blocking copies, cudaMalloc/cudaFree) and runtime calls stalled far beyond
+    #: their usual time (a full launch queue); at most the phase's host time
+    wait_us: np.ndarray
+    #: (steps, phases) device time of collectives (NCCL) launched in the phase that no other device
+    #: work overlapped
+    exposed_comm_us: np.ndarray
     step_gpu_us: np.ndarray  # (steps,)
     step_gpu_idle_us: np.ndarray  # (steps,)
     memory_devices: list[str]
     memory_peak: np.ndarray  # (steps, phases, devices) peak allocated bytes, -1 where no event
     memory_delta: np.ndarray  # (steps, phases, devices) net allocated bytes
     ops: OpTable
+    kernels: KernelTable
     lanes: Lanes
     has_gpu: bool
     rank: int | None = None

@@ -9,17 +9,26 @@ may run a step's work after the CPU has moved on; the launch instant is what tie
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
 from ..reading.discovery import display
 from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
-from .model import Lanes, OpTable, SpanAnalysis
+from .model import KernelTable, Lanes, OpTable, SpanAnalysis
 from .nesting import Nesting, nest
 from .partition import Partition, partition
 
 #: Swimlane bands of one phase closer than this share of the step are drawn as one band.
 _LANE_MERGE_SHARE = 0.002
+#: Runtime calls that block the host until the GPU (or the allocator) is done.
+SYNC_CALLS = re.compile(r"^(cuda|hip)((Stream|Device|Event)Synchronize|Memcpy(2D)?|Malloc|Free)$")
+#: A runtime call this many times slower than usual for its name (and at least _STALL_US) waited:
+#: a full launch queue or an implicit synchronization. What it took beyond the usual is waiting.
+_STALL_FACTOR = 4.0
+_STALL_US = 50.0
+#: Device work of collectives (NCCL/RCCL kernels).
+COLLECTIVE_KERNEL = re.compile(r"nccl|rccl", re.I)
 
 
 def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
@@ -52,8 +61,11 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
         gpu_idle[:] = np.nan
         step_idle[:] = np.nan
 
+    wait = np.minimum(_waits(trace, n, part, shape2), cpu_us)
+    exposed = _exposed_collectives(trace, dev_step, dev_phase, shape2)
     peak, delta = _memory(trace, part, shape2)
     ops = _op_table(trace, n, part, launch)
+    kernels = _kernel_table(trace, dev_step, dev_phase)
     lanes = _lanes(trace, n, part, launch, dev_step, dev_phase)
     return SpanAnalysis(
         file=display(os.path.basename(trace.path)),
@@ -66,12 +78,15 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
         gpu_us=gpu_us,
         gpu_idle_us=gpu_idle,
         launches=launches,
+        wait_us=wait,
+        exposed_comm_us=exposed,
         step_gpu_us=step_gpu,
         step_gpu_idle_us=step_idle,
         memory_devices=trace.memory_devices,
         memory_peak=peak,
         memory_delta=delta,
         ops=ops,
+        kernels=kernels,
         lanes=lanes,
         has_gpu=has_gpu,
         rank=trace.rank,
@@ -140,6 +155,62 @@ class _Busy:
         if not len(self.start):
             return np.zeros(len(a))
         return self._until(b) - self._until(a)
+
+
+def _waits(trace: Trace, n: Nesting, part: Partition, shape2: tuple[int, int]) -> np.ndarray:
+    """Host time per (step, phase) in runtime calls that waited for the GPU (see `SpanAnalysis.wait_us`)."""
+    out = np.zeros(shape2)
+    rt = np.flatnonzero(n.kind == RUNTIME)
+    if not len(rt):
+        return out
+    names, dur = n.name[rt], n.dur[rt]
+    sync = np.array([bool(SYNC_CALLS.match(name)) for name in trace.names] or [False])
+    codes, inverse = np.unique(names, return_inverse=True)
+    inverse = inverse.ravel()
+    usual = np.array([np.median(dur[inverse == k]) for k in range(len(codes))])[inverse]
+    stalled = (dur >= _STALL_FACTOR * usual) & (dur >= _STALL_US)
+    waited = np.where(sync[names], dur, np.where(stalled, dur - usual, 0.0))
+    step, phase = part.locate(n.ts[rt])
+    inside = (step >= 0) & (waited > 0)
+    np.add.at(out, (step[inside], phase[inside]), waited[inside])
+    return out
+
+
+def _exposed_collectives(trace: Trace, dev_step: np.ndarray, dev_phase: np.ndarray,
+                         shape2: tuple[int, int]) -> np.ndarray:
+    """Device time per (launching step, phase) of collective kernels no other device work overlapped."""
+    out = np.zeros(shape2)
+    dev = trace.device
+    if not len(dev):
+        return out
+    comm_name = np.array([bool(COLLECTIVE_KERNEL.search(name)) for name in trace.names] or [False])
+    comm = comm_name[dev.name]
+    if not comm.any():
+        return out
+    end = dev.ts + dev.dur
+    compute = _Busy(dev.ts[~comm], end[~comm])
+    exposed = dev.dur[comm] - compute.within(dev.ts[comm], end[comm])
+    step, phase = dev_step[comm], dev_phase[comm]
+    inside = step >= 0
+    np.add.at(out, (step[inside], phase[inside]), exposed[inside])
+    return out
+
+
+def _kernel_table(trace: Trace, dev_step: np.ndarray, dev_phase: np.ndarray) -> KernelTable:
+    """Device events grouped by (launching step, phase, name)."""
+    dev = trace.device
+    ok = dev_step >= 0
+    nn = max(len(trace.names), 1)
+    phases = int(dev_phase[ok].max()) + 1 if ok.any() else 1
+    key = (dev_step[ok].astype(np.int64) * phases + dev_phase[ok]) * nn + dev.name[ok]
+    unique, inverse = _dense(key)
+    return KernelTable(
+        step=(unique // (phases * nn)).astype(np.int32),
+        phase=(unique // nn % phases).astype(np.int32),
+        name=(unique % nn).astype(np.int32),
+        calls=np.bincount(inverse, minlength=len(unique)),
+        us=np.bincount(inverse, weights=dev.dur[ok], minlength=len(unique)),
+    )
 
 
 def _memory(trace: Trace, part: Partition, shape2: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:

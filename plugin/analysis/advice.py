@@ -1,0 +1,291 @@
+"""Advice that fits the cause: what a performance engineer would say about each costly phase, from the
+evidence in the trace, with the time per step at stake.
+
+Every phase that adds at least ``MIN_SHARE`` of the step gets one finding on its cost, in the measure
+that binds the step (see `cost`), whose kind names the cause the evidence points to; its saving is
+that cost (what the step would win were the cause removed). Findings about a part of a phase (a sync
+point, allocator calls, collectives no compute overlaps) estimate their own saving, never more than
+their phase costs. No finding for a phase that costs nothing, no advice without evidence.
+The kinds, their evidence and their savings are listed in docs/findings.md.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+import numpy as np
+
+from phaseprof.contract import DATA, OPTIMIZER
+
+from .cost import GPU, Costs, Figures, saving_us
+
+#: A phase adding less than this share of the step gets no finding.
+MIN_SHARE = 0.05
+#: A part of a phase worth a finding: at least this share of the step at stake.
+PART_SHARE = 0.02
+#: Optimizer launching at least this many device events per step, averaging under TINY_KERNEL_US.
+MANY_LAUNCHES = 100
+TINY_KERNEL_US = 20.0
+#: On the host, an optimizer running at least this many ops per step runs one per parameter.
+MANY_OPS = 100
+#: A host-bound phase whose GPU idles this share of it, launching kernels this short, is launch-bound.
+LAUNCH_IDLE_SHARE = 0.4
+SHORT_KERNEL_US = 50.0
+#: GPU-bound phases whose matrix kernels are fp32 without tensor cores at least this share of their
+#: device time are worth mixed precision.
+FP32_MATRIX_SHARE = 0.3
+#: Allocator calls per step worth a look.
+MANY_ALLOCS = 10
+
+Evidence = dict[str, float | str]
+
+
+class Advice(msgspec.Struct):
+    """One finding before it is worded into an answer: times in µs."""
+
+    kind: str
+    phase: str | None
+    saving_us: float | None
+    evidence: Evidence
+    text: str
+
+
+#: Per (phase, op name): calls, self host µs, host µs, self GPU µs, GPU µs per step.
+OpMeans = dict[tuple[str, str], np.ndarray]
+#: Per (phase, kernel name): calls and device µs per step.
+KernelMeans = dict[tuple[str, str], np.ndarray]
+
+_SYNC_CALL = re.compile(r"^(cuda|hip)((Stream|Device|Event)Synchronize|Memcpy(2D)?)$")
+_SYNCING_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero", "aten::equal",
+                "aten::masked_select", "aten::unique", "aten::_unique2", "aten::allclose")
+_ALLOC_CALL = re.compile(r"^(cuda|hip)(Malloc|Free)(Async)?$")
+_COLLECTIVE_OP = re.compile(r"^(nccl|gloo|mpi|ucc|c10d)(:|::)|^record_param_comms$")
+_MATRIX_KERNEL = re.compile(r"gemm|conv|dgrad|wgrad|winograd|scudnn|hcudnn|cutlass|xmma|fft", re.I)
+_NORM_KERNEL = re.compile(r"bn_fw|bn_bw|batch_norm|layer_norm", re.I)
+_TENSOR_CORE = re.compile(r"h884|h1688|h16816|s884|s1688|s16816|hmma|tensorop|i8816|bf16|tf32|f16|half|wmma", re.I)
+_ELEMENTWISE = re.compile(r"elementwise|reduce_kernel|vectorized|unrolled", re.I)
+_FOREACH = re.compile(r"_foreach_|multi_tensor_apply|fused", re.I)
+#: GPUs without bf16 or TF32 tensor cores (before Ampere).
+_PRE_AMPERE = re.compile(r"V100|P100|P40|P4\b|T4|K80|M60|Titan V|Quadro RTX|RTX 20", re.I)
+
+
+class Context(msgspec.Struct):
+    """What the rules read besides the figures: the ops and kernels of each phase, per step."""
+
+    ops: OpMeans
+    kernels: KernelMeans
+    loader: str | None  # "single-process", "worker processes" or None (no DataLoader range)
+    gpu_names: list[str]
+
+
+def advise(f: Figures, c: Costs, ctx: Context) -> list[Advice]:
+    """The findings on the typical step ``f`` with costs ``c``, largest saving first."""
+    out: list[Advice] = []
+    for rank, phase in enumerate(c.order):
+        cost = c.cost_us[phase]
+        if cost <= 0 or (rank > 0 and c.share(phase) < MIN_SHARE):
+            continue
+        out.append(_phase_finding(f, c, ctx, phase))
+    for phase in f.phases:
+        out += _parts(f, c, ctx, phase)
+    # Stable: on a tie a phase's own finding stays before its parts.
+    out.sort(key=lambda a: -(a.saving_us or 0.0))
+    return out
+
+
+# --- one finding per costly phase ---------------------------------------------------------------------
+
+
+def _phase_finding(f: Figures, c: Costs, ctx: Context, phase: str) -> Advice:
+    j = f.phases.index(phase)
+    cost = c.cost_us[phase]
+    evidence: Evidence = {"measure": c.measure, "cost_ms": _ms(cost), "wall_ms": _ms(f.wall_us),
+                          "host_ms": _ms(f.cpu_us[j]), "gpu_ms": _ms(f.gpu_us[j])}
+    if f.has_gpu:
+        evidence["gpu_idle_ms"] = _ms(f.idle_us[j])
+    head = _cost_sentence(f, c, phase)
+    if phase == DATA:
+        kind, advice = _data(f, ctx, evidence)
+    elif phase == OPTIMIZER:
+        kind, advice = _optimizer(f, ctx, evidence)
+    elif c.measure == GPU:
+        kind, advice = _gpu_bound(f, ctx, phase, evidence)
+    else:
+        kind, advice = _host_bound(f, ctx, phase, evidence)
+    return Advice(kind=kind, phase=phase, saving_us=cost, evidence=evidence, text=f"{head}; {advice}")
+
+
+def _cost_sentence(f: Figures, c: Costs, phase: str) -> str:
+    j = f.phases.index(phase)
+    cost, wall = c.cost_us[phase], f.wall_us
+    if c.measure == GPU:
+        busy = c.gpu_busy_us / wall if wall > 0 else 0.0
+        return (f"{phase} costs the most GPU time" if phase == c.order[0] else f"{phase} costs")  + (
+            f" {_ms(cost):.2f} ms per {_ms(wall):.2f} ms step ({c.share(phase):.0%}): the step is GPU-bound "
+            f"(GPU busy {busy:.0%}), so the device time of the work a phase launches is what it adds")
+    text = (f"{phase} costs the most host time" if phase == c.order[0] else f"{phase} costs") + (
+        f" {_ms(cost):.2f} ms per {_ms(wall):.2f} ms step ({c.share(phase):.0%} of the host time on the "
+        "critical path)")
+    if f.has_gpu and not np.isnan(f.idle_us[j]) and f.cpu_us[j] > 0:
+        text += f", the GPU idle {_ms(f.idle_us[j]):.2f} ms of it"
+    return text
+
+
+def _data(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
+    pageable = _kernel_us(ctx, None, re.compile(r"HtoD.*Pageable", re.I))
+    advice = {
+        "single-process": "the loop's own thread loads every batch (DataLoader num_workers=0): set num_workers "
+                          "(e.g. 4-8) so batches are prepared in worker processes while the step runs, with "
+                          "persistent_workers=True",
+        "worker processes": "the loop waits for DataLoader workers: raise num_workers or prefetch_factor, or make the "
+                            "per-sample transforms cheaper",
+    }.get(ctx.loader or "", "load batches in DataLoader worker processes (num_workers > 0) and prefetch them, so "
+                             "the loop does not prepare data itself")
+    if ctx.loader:
+        evidence["loader"] = ctx.loader
+    if pageable > 0:
+        evidence["pageable_copy_ms"] = _ms(pageable)
+        advice += (f"; host-to-device copies come from pageable memory ({_ms(pageable):.2f} ms per step): "
+                   "pin_memory=True and .to(device, non_blocking=True) let them overlap")
+    return "data_loader", advice
+
+
+def _optimizer(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
+    j = f.phases.index(OPTIMIZER)
+    launches = float(f.launches[j])
+    gpu = float(f.gpu_us[j])
+    fused = any(_FOREACH.search(name) for (p, name) in list(ctx.ops) + list(ctx.kernels) if p == OPTIMIZER)
+    ops = sum(float(v[0]) for (p, _), v in ctx.ops.items() if p == OPTIMIZER)
+    evidence.update(launches=round(launches, 1), ops=round(ops, 1))
+    if fused:
+        evidence["foreach"] = "yes"
+        batched = "it already updates parameters in batches (foreach/fused kernels); "
+        return "optimizer", batched + _top_ops(ctx, OPTIMIZER)
+    if f.has_gpu and launches >= MANY_LAUNCHES and gpu / launches < TINY_KERNEL_US:
+        evidence["mean_kernel_us"] = round(gpu / launches, 2)
+        return "optimizer", (f"it launches {launches:.0f} kernels per step averaging {gpu / launches:.1f} µs, one per "
+                             "parameter and operation: a foreach or fused optimizer (foreach=True, or fused=True "
+                             "where the optimizer offers it) updates all parameters in a few kernels")
+    if not f.has_gpu and ops >= MANY_OPS:
+        return "optimizer", (f"it runs {ops:.0f} ops per step, one per parameter and operation: foreach=True updates "
+                             "all parameters in a few ops")
+    return "optimizer", _top_ops(ctx, OPTIMIZER)
+
+
+def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tuple[str, str]:
+    kernels = sorted(((name, v) for (p, name), v in ctx.kernels.items() if p == phase), key=lambda kv: -kv[1][1])
+    total = sum(float(v[1]) for _, v in kernels) or 1.0
+    matrix = [(n, v) for n, v in kernels if _MATRIX_KERNEL.search(n) and not _NORM_KERNEL.search(n)]
+    fp32 = [(n, v) for n, v in matrix if not _TENSOR_CORE.search(n)]
+    fp32_us = sum(float(v[1]) for _, v in fp32)
+    elementwise_us = sum(float(v[1]) for n, v in kernels if _ELEMENTWISE.search(n))
+    evidence["top_kernels"] = "; ".join(_short(n) for n, _ in kernels[:3])
+    evidence["fp32_matrix_share"] = round(fp32_us / total, 4)
+    if fp32_us / total >= FP32_MATRIX_SHARE:
+        pre_ampere = any(_PRE_AMPERE.search(g) for g in ctx.gpu_names)
+        gpu = f" on this {ctx.gpu_names[0]}" if ctx.gpu_names else ""
+        precision = ("mixed precision (torch.autocast with float16, and a GradScaler)" if pre_ampere else
+                     "mixed precision (torch.autocast with bfloat16) or TF32 (torch.backends.cuda.matmul.allow_tf32 "
+                     "and torch.backends.cudnn.allow_tf32)")
+        convs = any(re.search(r"conv|dgrad|wgrad|winograd|cudnn", n, re.I) for n, _ in fp32)
+        return "gpu_bound", (
+            f"{fp32_us / total:.0%} of its GPU time is fp32 matrix kernels without tensor cores "
+            f"({', '.join(_short(n) for n, _ in fp32[:2])}): {precision} runs them on tensor cores{gpu}"
+            + ("; with convolutions, channels_last memory format helps too" if convs else ""))
+    if elementwise_us / total >= FP32_MATRIX_SHARE:
+        return "gpu_bound", (f"{elementwise_us / total:.0%} of its GPU time is elementwise kernels "
+                             f"({evidence['top_kernels']}): torch.compile fuses them into fewer passes over memory")
+    return "gpu_bound", f"its GPU time goes to {evidence['top_kernels']}"
+
+
+def _host_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tuple[str, str]:
+    j = f.phases.index(phase)
+    launches, gpu, cpu = float(f.launches[j]), float(f.gpu_us[j]), float(f.cpu_us[j])
+    idle = float(f.idle_us[j]) if f.has_gpu else np.nan
+    if f.has_gpu and cpu > 0 and launches > 0 and idle / cpu >= LAUNCH_IDLE_SHARE \
+            and gpu / launches < SHORT_KERNEL_US:
+        evidence.update(launches=round(launches, 1), mean_kernel_us=round(gpu / launches, 2))
+        return "launch_bound", (
+            f"the GPU idles {idle / cpu:.0%} of it while the host launches {launches:.0f} kernels averaging "
+            f"{gpu / launches:.1f} µs: launch-bound; CUDA graphs (torch.compile(mode='reduce-overhead')), "
+            "torch.compile's fusion or a larger batch give the GPU more work per launch")
+    return "host_time", _top_ops(ctx, phase)
+
+
+def _top_ops(ctx: Context, phase: str) -> str:
+    ops = sorted(((name, v) for (p, name), v in ctx.ops.items() if p == phase), key=lambda kv: -kv[1][1])[:3]
+    if not ops:
+        return "the trace records no ops in it"
+    return "its ops with the most self time: " + ", ".join(f"{name} ({_ms(v[1]):.2f} ms)" for name, v in ops)
+
+
+# --- findings on part of a phase ----------------------------------------------------------------------
+
+
+def _parts(f: Figures, c: Costs, ctx: Context, phase: str) -> list[Advice]:
+    j = f.phases.index(phase)
+    cost = c.cost_us[phase]
+    out = []
+    rows = {name: v for (p, name), v in ctx.ops.items() if p == phase}
+    sync = {name: v for name, v in rows.items() if _SYNC_CALL.match(name)}
+    sync_us = sum(float(v[2]) for v in sync.values())
+    idle = float(f.idle_us[j]) if f.has_gpu else 0.0
+    saving = min(sync_us, idle, cost)
+    if f.has_gpu and saving >= PART_SHARE * f.wall_us:
+        callers = [name for name in _SYNCING_OPS if name in rows][:2]
+        calls = ", ".join(f"{name} ({v[0]:g} per step)" for name, v in sync.items())
+        out.append(Advice(
+            kind="sync", phase=phase, saving_us=saving,
+            evidence={"calls": calls, "ops": ", ".join(callers), "wait_ms": _ms(sync_us), "gpu_idle_ms": _ms(idle)},
+            text=f"{phase} waits {_ms(sync_us):.2f} ms per step for the GPU in {calls}"
+                 + (f", from {' and '.join(callers)}" if callers else "")
+                 + ": each sync drains the GPU's queue and leaves it idle while the host catches up; keep values "
+                   "on the GPU (no .item(), .cpu() or printing of tensors inside the step)"))
+    allocs = {name: v for name, v in rows.items() if _ALLOC_CALL.match(name)}
+    alloc_calls = sum(float(v[0]) for v in allocs.values())
+    alloc_us = sum(float(v[2]) for v in allocs.values())
+    saving = min(alloc_us, cost)
+    if alloc_calls >= MANY_ALLOCS and saving >= PART_SHARE * f.wall_us:
+        out.append(Advice(
+            kind="allocator", phase=phase, saving_us=saving,
+            evidence={"calls": round(alloc_calls, 1), "ms": _ms(alloc_us)},
+            text=f"{phase} calls cudaMalloc/cudaFree {alloc_calls:.0f} times per step ({_ms(alloc_us):.2f} ms): the "
+                 "caching allocator keeps returning and re-requesting memory; avoid torch.cuda.empty_cache() in the "
+                 "loop, keep tensor shapes steady, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"))
+    exposed = float(f.exposed_comm_us[j])
+    saving = min(saving_us(c, gpu_us=exposed), cost)
+    if exposed > 0 and saving >= PART_SHARE * f.wall_us:
+        ops = sorted(((n, v) for n, v in rows.items() if _COLLECTIVE_OP.match(n)), key=lambda kv: -kv[1][4])[:2]
+        names = ", ".join(n for n, _ in ops)
+        out.append(Advice(
+            kind="collectives", phase=phase, saving_us=saving,
+            evidence={"exposed_ms": _ms(exposed), "ops": names},
+            text=f"{_ms(exposed):.2f} ms per step of collectives launched in {phase}" + (f" ({names})" if names else "")
+                 + " run with no compute beside them: overlap them (DDP's buckets during backward, "
+                   "bucket_cap_mb, no_sync() under gradient accumulation) or look for a rank the others wait for"))
+    return out
+
+
+def _kernel_us(ctx: Context, phase: str | None, pattern: re.Pattern) -> float:
+    return sum(float(v[1]) for (p, name), v in ctx.kernels.items()
+               if (phase is None or p == phase) and pattern.search(name))
+
+
+def _short(name: str, width: int = 60) -> str:
+    """A kernel's name without its template arguments and parameters, for a sentence."""
+    short = re.sub(r"\(.*$", "", name)
+    short = re.sub(r"^void ", "", short)
+    depth, out = 0, []
+    for ch in short:
+        depth += ch == "<"
+        if depth == 0:
+            out.append(ch)
+        depth -= ch == ">" and depth > 0
+    short = "".join(out) or name
+    return short if len(short) <= width else short[: width - 1] + "…"
+
+
+def _ms(us: float) -> float:
+    return round(float(us) / 1000.0, 3)
+
