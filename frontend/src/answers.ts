@@ -321,6 +321,7 @@ export interface StepDetail {
   gpu_idle_ms: number | null;
   inferred: boolean;
   inferred_phases: string[];
+  inferred_step: boolean;
   empty: boolean;
   phases: Record<string, PhaseTimes>;
   run: string;
@@ -344,6 +345,7 @@ export interface StepRow {
   gpu_idle_ms: number | null;
   inferred: boolean;
   inferred_phases: string[];
+  inferred_step: boolean;
   empty: boolean;
   phases: Record<string, PhaseTimes>;
 }
