@@ -14,6 +14,7 @@ import pytest
 
 from phaseprof.plugin.analysis.span import analyze_trace
 from phaseprof.plugin.analysis.steps import step_rows
+from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.decode import read_trace
 from tests.logdir import write_trace
 from tests.tracebuilder import AUTOGRAD, annotation, op, thread_names
@@ -66,8 +67,8 @@ def test_autograd_profiler_around_n_iterations_reads_as_n_inferred_steps(tmp_pat
             if device == "cuda":
                 for phase in ("forward", "backward", "optimizer"):
                     assert span.gpu_us[i, span.phases.index(phase)] > 0, (s.number, phase)
-        rows = step_rows([span])
-        assert all(r["inferred_step"] for r in rows)
+        rows = step_rows(Worker("w", [span]))
+        assert all(r.inferred_step for r in rows)
 
 
 def test_gradient_accumulation_keeps_one_step_per_optimizer_step(tmp_path):
