@@ -14,6 +14,11 @@ from typing import Literal
 import msgspec
 
 Verdict = Literal["cpu-bound", "balanced", "gpu-bound"]
+#: Where a step (or rank) stands against the others: beyond their noise band, within it, or too few
+#: steps to tell (see `phaseprof.plugin.analysis.noise`).
+NoiseVerdict = Literal["beyond-noise", "within-noise", "too-few-steps"]
+#: What phases are ranked by: host time on the critical path, or (GPU-bound steps) GPU time.
+Measure = Literal["host", "gpu"]
 SpanState = Literal["pending", "loading", "ready", "error"]
 WorkerState = Literal["loading", "ready"]
 
@@ -246,10 +251,13 @@ class PhaseMean(Answer):
 
 
 class Slowest(Answer, omit_defaults=True):
-    """The slowest step, and (when a median step differs from it) what grew against the median."""
+    """The slowest step; ``noise``: whether it is slower than the other steps' noise band
+    (``noise_ms`` either side of the median step) explains; only then, what grew against the median."""
 
     step: int
     wall_ms: float
+    noise: NoiseVerdict
+    noise_ms: float | None = None
     median_step: int | None = None
     vs_median_ms: float | None = None
     phase: str | None = None
@@ -282,11 +290,12 @@ class Evidence(Answer, omit_defaults=True):
 
 
 class Finding(Answer):
-    """A conclusion drawn from the figures, and the figures it rests on.
+    """A conclusion drawn from the figures, and the figures it rests on (docs/findings.md lists them).
 
     ``kind``: what it is about (a short slug); ``phase``: the phase concerned, if one; ``saving_ms``:
-    the time per step at stake, where it can be put in one figure; ``share``: that time as a share
-    of the mean step; ``evidence``: the figures and op names behind it; ``text``: the sentence.
+    the estimated time per step it could save, where it can be put in one figure; ``share``: that
+    time as a share of the mean step; ``evidence``: the figures and op names behind it; ``text``: the
+    sentence. Findings come sorted by ``saving_ms``, largest first, notes without a saving last.
     """
 
     kind: str
@@ -299,7 +308,9 @@ class Finding(Answer):
 
 class Summary(Answer, omit_defaults=True):
     """A worker's profiled steps in a few numbers, over its non-empty steps; the figures after
-    ``findings`` are absent when no step holds work."""
+    ``findings`` are absent when no step holds work. ``measure``: what the phases are ranked by,
+    ``costs``: each phase's cost per step in it (ms); ``dominant_phase``: the first finding's phase.
+    ``outliers``: steps beyond the noise band, slow or fast."""
 
     steps: int
     empty_steps: list[int]
@@ -314,6 +325,8 @@ class Summary(Answer, omit_defaults=True):
     outliers: list[int] | None = None
     top_ops: list[MeanOp] | None = None
     inferred_phases: list[str] | None = None
+    measure: Measure | None = None
+    costs: dict[str, float] | None = None
 
 
 class StepsAnswer(Answer):
@@ -332,19 +345,24 @@ class StepsAnswer(Answer):
 
 
 class RankRow(Answer):
-    """A worker's mean step; ``comm_ms``: mean time per step in collectives."""
+    """A worker's mean step; ``comm_ms``: mean time per step in collectives; ``compute_ms``: the step
+    less its collectives, and ``phase_compute_ms`` each phase's host time less its collectives (the
+    figures the straggler rule compares)."""
 
     worker: str
     rank: int | None
     steps: int
     wall_ms: float
     comm_ms: float
+    compute_ms: float
     phases: dict[str, Times]
+    phase_compute_ms: dict[str, float]
 
 
 class Straggler(Answer):
-    """The rank the others wait for (``waited_for``), else the one with the longest steps; ``phase``:
-    where it works longest against the median of the other ranks."""
+    """The rank whose compute (its steps less collectives) is beyond the other ranks' noise band
+    (``noise_ms`` above their median); ``waited_for`` when the others also spend that much longer in
+    collectives. ``phase``: where its compute is longest against the median of the other ranks."""
 
     worker: str
     rank: int | None
@@ -356,15 +374,18 @@ class Straggler(Answer):
     reason: str
     phase: str
     phase_behind_ms: float
+    noise_ms: float
 
 
 class RanksAnswer(Answer):
-    """``GET /ranks``: each worker of a run side by side, and the straggler (null with fewer than two)."""
+    """``GET /ranks``: each worker of a run side by side, and the straggler: null with fewer than two
+    ranks, fewer than three steps in a rank, or ranks even within noise; ``note`` says which."""
 
     run: str
     phases: list[str]
     ranks: list[RankRow]
     straggler: Straggler | None
+    note: str
 
 
 #: A value per step, aligned with `TimelineAnswer.steps`; null where a step has none.

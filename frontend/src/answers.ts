@@ -97,11 +97,12 @@ export interface FileError {
 }
 
 /**
- * A conclusion drawn from the figures, and the figures it rests on.
+ * A conclusion drawn from the figures, and the figures it rests on (docs/findings.md lists them).
  *
  * `kind`: what it is about (a short slug); `phase`: the phase concerned, if one; `saving_ms`:
- * the time per step at stake, where it can be put in one figure; `share`: that time as a share
- * of the mean step; `evidence`: the figures and op names behind it; `text`: the sentence.
+ * the estimated time per step it could save, where it can be put in one figure; `share`: that
+ * time as a share of the mean step; `evidence`: the figures and op names behind it; `text`: the
+ * sentence. Findings come sorted by `saving_ms`, largest first, notes without a saving last.
  */
 export interface Finding {
   kind: string;
@@ -229,22 +230,32 @@ export interface ProfilerTime {
   share: number;
 }
 
-/** A worker's mean step; `comm_ms`: mean time per step in collectives. */
+/**
+ * A worker's mean step; `comm_ms`: mean time per step in collectives; `compute_ms`: the step
+ * less its collectives, and `phase_compute_ms` each phase's host time less its collectives (the
+ * figures the straggler rule compares).
+ */
 export interface RankRow {
   worker: string;
   rank: number | null;
   steps: number;
   wall_ms: number;
   comm_ms: number;
+  compute_ms: number;
   phases: Record<string, Times>;
+  phase_compute_ms: Record<string, number>;
 }
 
-/** `GET /ranks`: each worker of a run side by side, and the straggler (null with fewer than two). */
+/**
+ * `GET /ranks`: each worker of a run side by side, and the straggler: null with fewer than two
+ * ranks, fewer than three steps in a rank, or ranks even within noise; `note` says which.
+ */
 export interface RanksAnswer {
   run: string;
   phases: string[];
   ranks: RankRow[];
   straggler: Straggler | null;
+  note: string;
 }
 
 /** `phaseprof report --json` and `phaseprof.analyze`: runs, workers, steps, summaries, errors. */
@@ -291,10 +302,15 @@ export interface SlowStep {
   phase_over_median_ms: number;
 }
 
-/** The slowest step, and (when a median step differs from it) what grew against the median. */
+/**
+ * The slowest step; `noise`: whether it is slower than the other steps' noise band
+ * (`noise_ms` either side of the median step) explains; only then, what grew against the median.
+ */
 export interface Slowest {
   step: number;
   wall_ms: number;
+  noise: 'beyond-noise' | 'too-few-steps' | 'within-noise';
+  noise_ms?: number;
   median_step?: number;
   vs_median_ms?: number;
   phase?: string;
@@ -362,8 +378,9 @@ export interface StepsAnswer {
 }
 
 /**
- * The rank the others wait for (`waited_for`), else the one with the longest steps; `phase`:
- * where it works longest against the median of the other ranks.
+ * The rank whose compute (its steps less collectives) is beyond the other ranks' noise band
+ * (`noise_ms` above their median); `waited_for` when the others also spend that much longer in
+ * collectives. `phase`: where its compute is longest against the median of the other ranks.
  */
 export interface Straggler {
   worker: string;
@@ -376,11 +393,14 @@ export interface Straggler {
   reason: string;
   phase: string;
   phase_behind_ms: number;
+  noise_ms: number;
 }
 
 /**
  * A worker's profiled steps in a few numbers, over its non-empty steps; the figures after
- * `findings` are absent when no step holds work.
+ * `findings` are absent when no step holds work. `measure`: what the phases are ranked by,
+ * `costs`: each phase's cost per step in it (ms); `dominant_phase`: the first finding's phase.
+ * `outliers`: steps beyond the noise band, slow or fast.
  */
 export interface Summary {
   steps: number;
@@ -396,6 +416,8 @@ export interface Summary {
   outliers?: number[];
   top_ops?: MeanOp[];
   inferred_phases?: string[];
+  measure?: 'gpu' | 'host';
+  costs?: Record<string, number>;
 }
 
 /**

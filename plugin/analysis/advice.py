@@ -117,18 +117,20 @@ def _phase_finding(f: Figures, c: Costs, ctx: Context, phase: str) -> Advice:
 
 
 def _cost_sentence(f: Figures, c: Costs, phase: str) -> str:
+    """What the phase costs, naming the measure (the first phase also why that measure)."""
     j = f.phases.index(phase)
-    cost, wall = c.cost_us[phase], f.wall_us
+    cost, wall, share = _ms(c.cost_us[phase]), _ms(f.wall_us), c.share(phase)
+    first = phase == c.order[0]
     if c.measure == GPU:
-        busy = c.gpu_busy_us / wall if wall > 0 else 0.0
-        return (f"{phase} costs the most GPU time" if phase == c.order[0] else f"{phase} costs")  + (
-            f" {_ms(cost):.2f} ms per {_ms(wall):.2f} ms step ({c.share(phase):.0%}): the step is GPU-bound "
-            f"(GPU busy {busy:.0%}), so the device time of the work a phase launches is what it adds")
-    text = (f"{phase} costs the most host time" if phase == c.order[0] else f"{phase} costs") + (
-        f" {_ms(cost):.2f} ms per {_ms(wall):.2f} ms step ({c.share(phase):.0%} of the host time on the "
-        "critical path)")
+        if not first:
+            return f"{phase} costs {cost:.2f} ms of GPU time per step ({share:.0%})"
+        busy = c.gpu_busy_us / f.wall_us if f.wall_us > 0 else 0.0
+        return (f"{phase} costs the most GPU time: {cost:.2f} ms per step ({share:.0%} of the {wall:.2f} ms step); "
+                f"the step is GPU-bound (GPU busy {busy:.0%}), so the GPU work a phase launches is what it adds")
+    text = (f"{phase} costs the most host time: {cost:.2f} ms of the {wall:.2f} ms step ({share:.0%}), on the "
+            "critical path" if first else f"{phase} costs {cost:.2f} ms of host time per step ({share:.0%})")
     if f.has_gpu and not np.isnan(f.idle_us[j]) and f.cpu_us[j] > 0:
-        text += f", the GPU idle {_ms(f.idle_us[j]):.2f} ms of it"
+        text += f"; the GPU idles {_ms(f.idle_us[j]):.2f} ms of it"
     return text
 
 
@@ -148,7 +150,7 @@ def _data(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
         evidence["pageable_copy_ms"] = _ms(pageable)
         advice += (f"; host-to-device copies come from pageable memory ({_ms(pageable):.2f} ms per step): "
                    "pin_memory=True and .to(device, non_blocking=True) let them overlap")
-    return "data_loader", advice
+    return "data-loader", advice
 
 
 def _optimizer(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
@@ -189,14 +191,14 @@ def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tupl
                      "mixed precision (torch.autocast with bfloat16) or TF32 (torch.backends.cuda.matmul.allow_tf32 "
                      "and torch.backends.cudnn.allow_tf32)")
         convs = any(re.search(r"conv|dgrad|wgrad|winograd|cudnn", n, re.I) for n, _ in fp32)
-        return "gpu_bound", (
+        return "gpu-bound", (
             f"{fp32_us / total:.0%} of its GPU time is fp32 matrix kernels without tensor cores "
             f"({', '.join(_short(n) for n, _ in fp32[:2])}): {precision} runs them on tensor cores{gpu}"
             + ("; with convolutions, channels_last memory format helps too" if convs else ""))
     if elementwise_us / total >= FP32_MATRIX_SHARE:
-        return "gpu_bound", (f"{elementwise_us / total:.0%} of its GPU time is elementwise kernels "
+        return "gpu-bound", (f"{elementwise_us / total:.0%} of its GPU time is elementwise kernels "
                              f"({evidence['top_kernels']}): torch.compile fuses them into fewer passes over memory")
-    return "gpu_bound", f"its GPU time goes to {evidence['top_kernels']}"
+    return "gpu-bound", f"its GPU time goes to {evidence['top_kernels']}"
 
 
 def _host_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tuple[str, str]:
@@ -206,11 +208,11 @@ def _host_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tup
     if f.has_gpu and cpu > 0 and launches > 0 and idle / cpu >= LAUNCH_IDLE_SHARE \
             and gpu / launches < SHORT_KERNEL_US:
         evidence.update(launches=round(launches, 1), mean_kernel_us=round(gpu / launches, 2))
-        return "launch_bound", (
+        return "launch-bound", (
             f"the GPU idles {idle / cpu:.0%} of it while the host launches {launches:.0f} kernels averaging "
             f"{gpu / launches:.1f} µs: launch-bound; CUDA graphs (torch.compile(mode='reduce-overhead')), "
             "torch.compile's fusion or a larger batch give the GPU more work per launch")
-    return "host_time", _top_ops(ctx, phase)
+    return "host-time", _top_ops(ctx, phase)
 
 
 def _top_ops(ctx: Context, phase: str) -> str:

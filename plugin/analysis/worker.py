@@ -52,6 +52,10 @@ class Worker:
         self.gpu_us = self._gather("gpu_us")
         self.gpu_idle_us = self._gather("gpu_idle_us", missing=np.nan)
         self.launches = self._gather("launches")
+        self.wait_us = self._gather("wait_us")
+        self.exposed_comm_us = self._gather("exposed_comm_us")
+        self.step_gpu_idle_us = np.array([r.span.step_gpu_idle_us[r.index] for r in refs], dtype=np.float64)
+        self.loader = _loader(spans)
         self.rank = rank_of(name, spans)
         self.world_size = next((s.world_size for s in spans if s.world_size is not None), None)
         self.gpu_names = next((s.gpu_names for s in spans if s.gpu_names), [])
@@ -108,19 +112,47 @@ class Worker:
         n = max(len(rows), 1)
         return {k: v / n for k, v in totals.items()}
 
-    def collective_us(self, rows: np.ndarray, phases: list[str], is_collective) -> np.ndarray:
-        """Per phase of ``phases``, the time per step spent in ops ``is_collective(name)`` picks:
-        their host self time, or the device time of the work they launched, whichever is larger."""
-        host = np.zeros(len(phases))
-        device = np.zeros(len(phases))
+    def kernel_means(self, rows: np.ndarray) -> dict[tuple[str, str], np.ndarray]:
+        """(phase, kernel name) -> [launches, device µs] per step, averaged over ``rows``."""
+        totals: dict[tuple[str, str], np.ndarray] = defaultdict(lambda: np.zeros(2))
         for span, _, indices in self._by_span(rows.tolist()):
+            t = span.kernels
+            picked = np.isin(t.step, indices)
+            key = t.phase[picked].astype(np.int64) * len(span.names) + t.name[picked]
+            groups, inverse = np.unique(key, return_inverse=True)
+            sums = np.stack([np.bincount(inverse.ravel(), weights=c[picked], minlength=len(groups))
+                             for c in (t.calls, t.us)], axis=1)
+            for g, k in enumerate(groups.tolist()):
+                totals[(span.phases[k // len(span.names)], span.names[k % len(span.names)])] += sums[g]
+        n = max(len(rows), 1)
+        return {k: v / n for k, v in totals.items()}
+
+    def collective_us(self, rows: np.ndarray, phases: list[str], is_collective) -> np.ndarray:
+        """Per step of ``rows`` and phase of ``phases``, the time spent in ops ``is_collective(name)``
+        picks: their host self time, or the device time of the work they launched, whichever is larger."""
+        host = np.zeros((len(rows), len(phases)))
+        device = np.zeros((len(rows), len(phases)))
+        position = {int(r): k for k, r in enumerate(rows.tolist())}
+        for span, at, indices in self._by_span(rows.tolist()):
             t = span.ops
             collective = np.array([bool(is_collective(n)) for n in span.names] or [False])
             picked = np.isin(t.step, indices) & collective[t.name]
+            row_of_step = dict(zip(indices, (position[a] for a in at)))
+            to_row = np.array([row_of_step[int(i)] for i in t.step[picked].tolist()], dtype=np.int64)
             to_phase = np.array([phases.index(p) for p in span.phases])[t.phase[picked]]
-            np.add.at(host, to_phase, t.self_us[picked])
-            np.add.at(device, to_phase, t.self_gpu_us[picked])
-        return np.maximum(host, device) / max(len(rows), 1)
+            np.add.at(host, (to_row, to_phase), t.self_us[picked])
+            np.add.at(device, (to_row, to_phase), t.self_gpu_us[picked])
+        return np.maximum(host, device)
+
+
+def _loader(spans: list[SpanAnalysis]) -> str | None:
+    """How the loop's DataLoader loads batches, as its iterator's name in the trace says."""
+    names = {n for s in spans for n in s.names if n.startswith("enumerate(DataLoader)#")}
+    if any("_MultiProcessingDataLoaderIter" in n for n in names):
+        return "worker processes"
+    if any("_SingleProcessDataLoaderIter" in n for n in names):
+        return "single-process"
+    return None
 
 
 def ms(us: float) -> float:
