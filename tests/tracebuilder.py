@@ -39,3 +39,42 @@ def thread_names() -> list[dict]:
         {"ph": "M", "name": "thread_name", "pid": PID, "tid": MAIN, "args": {"name": "thread 100 (python)"}},
         {"ph": "M", "name": "thread_name", "pid": PID, "tid": AUTOGRAD, "args": {"name": "thread 101 (pt_autograd_0)"}},
     ]
+
+
+class Loop:
+    """A hand-built training loop, step by step: each phase is a range on the loop's thread holding
+    the host ops given, and launching kernels evenly over its host time (5 µs launches on stream 7,
+    each kernel starting once the launch is done and the GPU free: the GPU runs behind the host)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = thread_names()
+        self.t = 0.0
+        self.corr = 0
+        self.gpu_free = 0.0
+
+    def step(self, number: int, *phases: tuple) -> Loop:
+        """``phases``: ``(range name, host µs, kernels, ops)``; ``kernels`` a list of (name, µs, stream)
+        or (name, µs); ``ops`` a list of (name, offset µs, µs[, category]) inside the range. Host µs
+        ``"sync"``: the range waits in cudaStreamSynchronize until the GPU has drained."""
+        start = self.t
+        for name, host_us, *rest in phases:
+            kernels = rest[0] if rest else []
+            ops = list(rest[1]) if len(rest) > 1 else []
+            if host_us == "sync":
+                wait = max(self.gpu_free - self.t, 0.0) + 10.0
+                host_us = wait + 20.0
+                ops.append(("cudaStreamSynchronize", 5.0, wait, "cuda_runtime"))
+            self.events.append(annotation(name, self.t, host_us))
+            for k, spec in enumerate(kernels):
+                at = self.t + host_us * k / max(len(kernels), 1)
+                self.corr += 1
+                self.events.append(launch(at, self.corr, dur=5.0))
+                begin = max(at + 5.0, self.gpu_free)
+                self.events.append(kernel(spec[0], begin, spec[1], self.corr, stream=spec[2] if len(spec) > 2 else 7))
+                self.gpu_free = begin + spec[1]
+            for spec in ops:
+                op_name, offset, dur = spec[:3]
+                self.events.append(op(op_name, self.t + offset, dur, cat=spec[3] if len(spec) > 3 else "cpu_op"))
+            self.t += host_us
+        self.events.append(step(number, start, self.t - start))
+        return self

@@ -182,7 +182,7 @@ def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tupl
     fp32 = [(n, v) for n, v in matrix if not _TENSOR_CORE.search(n)]
     fp32_us = sum(float(v[1]) for _, v in fp32)
     elementwise_us = sum(float(v[1]) for n, v in kernels if _ELEMENTWISE.search(n))
-    evidence["top_kernels"] = "; ".join(_short(n) for n, _ in kernels[:3])
+    evidence["top_kernels"] = "; ".join(list(dict.fromkeys(_short(n) for n, _ in kernels))[:3])
     evidence["fp32_matrix_share"] = round(fp32_us / total, 4)
     if fp32_us / total >= FP32_MATRIX_SHARE:
         pre_ampere = any(_PRE_AMPERE.search(g) for g in ctx.gpu_names)
@@ -193,7 +193,8 @@ def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tupl
         convs = any(re.search(r"conv|dgrad|wgrad|winograd|cudnn", n, re.I) for n, _ in fp32)
         return "gpu-bound", (
             f"{fp32_us / total:.0%} of its GPU time is fp32 matrix kernels without tensor cores "
-            f"({', '.join(_short(n) for n, _ in fp32[:2])}): {precision} runs them on tensor cores{gpu}"
+            f"({', '.join(list(dict.fromkeys(_short(n) for n, _ in fp32))[:2])}): {precision} runs them on "
+            f"tensor cores{gpu}"
             + ("; with convolutions, channels_last memory format helps too" if convs else ""))
     if elementwise_us / total >= FP32_MATRIX_SHARE:
         return "gpu-bound", (f"{elementwise_us / total:.0%} of its GPU time is elementwise kernels "

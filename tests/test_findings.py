@@ -1,0 +1,307 @@
+"""Findings a performance engineer would sign: on the real traces, the top finding reasoned out from
+first principles; per finding kind, a hand-built loop that has exactly that problem; on every trace,
+the headline phase is the costliest in the measure it states."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from phaseprof.plugin.analysis.ranks import ranks
+from phaseprof.plugin.analysis.worker import Worker
+from phaseprof.plugin.report import analyze_file, report
+from phaseprof.plugin.reading.discovery import discover
+from tests.logdir import write_trace
+from tests.tracebuilder import Loop
+
+DATA_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def summary_of(path):
+    r = report(str(path))
+    assert r.errors == [], r.errors
+    (run,) = r.runs
+    (worker,) = run.workers
+    return worker.summary
+
+
+def loop_summary(tmp_path, loop: Loop):
+    return summary_of(write_trace(tmp_path / "w.1.pt.trace.json", loop.events))
+
+
+def kinds(summary) -> list[str]:
+    return [f.kind for f in summary.findings]
+
+
+def finding(summary, kind: str):
+    found = [f for f in summary.findings if f.kind == kind]
+    assert found, (kind, kinds(summary))
+    return found[0]
+
+
+# --- the real traces ----------------------------------------------------------------------------------
+
+
+def test_resnet50_with_num_workers_0_is_held_up_by_data_loading(traces):
+    # ResNet-50 on a V100 with the DataLoader in the loop's own process: each ~164 ms step spends
+    # ~57 ms preparing the batch on the host while the GPU (busy ~100 ms of the step) idles. The
+    # host is the bottleneck, and the largest piece of host time is data: move it to workers.
+    s = summary_of(traces.folder("gpu", "kineto_resnet50_num_workers_0"))
+    first = s.findings[0]
+    assert s.measure == "host" and first.evidence["measure"] == "host"
+    assert (first.kind, first.phase, s.dominant_phase) == ("data-loader", "data", "data")
+    assert first.evidence["loader"] == "single-process"
+    assert "num_workers" in first.text and "the most host time" in first.text
+    assert first.saving_ms == pytest.approx(s.mean["data"].cpu_ms)
+    # the optimizer's per-parameter kernels are named too, with the fix
+    opt = finding(s, "optimizer")
+    assert opt.evidence["launches"] > 600 and "foreach" in opt.text
+    # no launch-overhead advice for data loading, no GPU-side advice for a host-bound step
+    assert not any(f.kind in ("launch-bound", "gpu-bound") for f in s.findings)
+
+
+def test_hta_v100_run_is_gpu_bound_in_backward_on_fp32_convolutions(traces):
+    # DDP ResNet on a V100: the GPU is busy ~97% of every step; the host runs ahead and waits in a
+    # full launch queue. What each phase adds is its GPU work, backward's the most (~63 ms of ~95 ms),
+    # mostly fp32 cuDNN/GEMM kernels: mixed precision in fp16 (a V100 has no bf16 / TF32).
+    s = summary_of(traces.folder("gpu", "hta_ns_resolution"))
+    first = s.findings[0]
+    assert s.measure == "gpu"
+    assert (first.kind, first.phase) == ("gpu-bound", "backward")
+    assert "float16" in first.text and "bfloat16" not in first.text and "GPU-bound" in first.text
+    assert first.evidence["fp32_matrix_share"] > 0.5
+    # the slowest step is within noise (0.15 ms over the median); steps 101 and 102 are fast outliers
+    assert s.slowest.noise == "within-noise" and s.slowest.phase is None
+    assert sorted(s.outliers) == [101, 102]
+    fast = finding(s, "fast-steps")
+    assert fast.evidence["steps"] == "101, 102"
+    assert "slow-step" not in kinds(s)
+
+
+def test_two_rank_sampled_run_has_no_straggler(traces):
+    # Two steps per rank, the ranks' steps 0.7% apart: nothing to single out.
+    files = traces.files("gpu", "hta_sampled_2rank")
+    workers = [Worker(f.name, [analyze_file(tf)]) for f, tf in zip(files, _trace_files(files))]
+    answer = ranks("r", workers)
+    assert answer.straggler is None
+    assert "too few steps" in answer.note
+    for s in (summary_of(f) for f in files):
+        assert "too-few-steps" in kinds(s) and s.slowest.noise == "too-few-steps"
+
+
+def _trace_files(paths):
+    found = {}
+    for run in discover(str(paths[0].parent)):
+        for files in run.workers.values():
+            for f in files:
+                found[f.path] = f
+    return [found[str(p)] for p in paths]
+
+
+def _worker_summaries(traces):
+    """(folder, worker, summary, step rows) of every run under tests/data."""
+    folders = sorted({p.parent for p in traces.all()})
+    for folder in folders:
+        r = report(str(folder))
+        assert r.errors == [], (folder, r.errors)
+        for run in r.runs:
+            for w in run.workers:
+                yield folder, w
+
+
+def test_first_finding_is_the_costliest_phase_in_the_measure_it_states(traces):
+    checked = 0
+    for folder, w in _worker_summaries(traces):
+        s = w.summary
+        first = s.findings[0]
+        assert first.phase is not None, (folder, w.worker, first)
+        column = {"host": "cpu_ms", "gpu": "gpu_ms"}[first.evidence["measure"]]
+        rows = [row for row in w.steps if not row.empty]
+        mean = {p: float(np.mean([getattr(row.phases[p], column) for row in rows])) for p in s.phases}
+        assert first.phase == max(mean, key=mean.get), (folder, w.worker, mean, first.text)
+        assert first.evidence["cost_ms"] == pytest.approx(mean[first.phase], abs=0.002)
+        assert s.dominant_phase == first.phase
+        # worded with the measure it used, and never "the most" next to a larger phase
+        assert f"costs the most {'GPU' if column == 'gpu_ms' else 'host'} time" in first.text
+        for f in s.findings[1:]:
+            assert "costs the most" not in f.text
+        checked += 1
+    assert checked >= 10
+
+
+def test_findings_come_largest_saving_first_and_never_save_more_than_their_phase_costs(traces):
+    for folder, w in _worker_summaries(traces):
+        s = w.summary
+        savings = [f.saving_ms for f in s.findings if f.saving_ms is not None]
+        assert savings == sorted(savings, reverse=True), folder
+        notes = [f for f in s.findings if f.saving_ms is None]
+        assert s.findings[len(savings):] == notes  # notes last
+        for f in s.findings:
+            if f.saving_ms is not None and f.phase is not None:
+                assert f.saving_ms <= s.costs[f.phase] + 0.002, (folder, f)
+
+
+def test_phases_that_cost_nothing_get_no_finding(traces):
+    for folder, w in _worker_summaries(traces):
+        s = w.summary
+        for f in s.findings:
+            if f.phase is not None:
+                assert s.costs[f.phase] > 0, (folder, f)
+
+
+# --- one hand-built loop per finding kind -------------------------------------------------------------
+
+
+def conv_kernels(n, us):
+    return [("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int, int)", us)] * n
+
+
+def test_data_loader_in_the_loop_process(tmp_path):
+    loop = Loop()
+    for n in range(5):
+        loop.step(n, (DATA_NEXT, 30_000), ("phaseprof::forward", 10_000, conv_kernels(20, 300)),
+                  ("phaseprof::backward", 10_000, conv_kernels(20, 400)), ("phaseprof::optimizer", 2_000))
+    s = loop_summary(tmp_path, loop)
+    first = s.findings[0]
+    assert (first.kind, first.phase) == ("data-loader", "data")
+    assert first.evidence["loader"] == "single-process" and "num_workers" in first.text
+    assert first.saving_ms == pytest.approx(30.0, abs=0.01)
+
+
+def test_pageable_host_to_device_copies_ask_for_pinned_memory(tmp_path):
+    loop = Loop()
+    for n in range(5):
+        loop.step(n, ("phaseprof::data", 20_000, [("Memcpy HtoD (Pageable -> Device)", 3_000)]),
+                  ("phaseprof::forward", 5_000, conv_kernels(10, 300)))
+    first = loop_summary(tmp_path, loop).findings[0]
+    assert first.kind == "data-loader" and "pin_memory=True" in first.text
+    assert first.evidence["pageable_copy_ms"] == pytest.approx(3.0)
+
+
+def test_optimizer_launching_a_kernel_per_parameter(tmp_path):
+    loop = Loop()
+    for n in range(5):
+        loop.step(n, ("phaseprof::forward", 5_000, conv_kernels(10, 300)),
+                  ("phaseprof::backward", 5_000, conv_kernels(10, 400)),
+                  ("Optimizer.step#SGD.step", 20_000, [("void at::native::vectorized_elementwise_kernel<4>", 2)] * 400))
+    s = loop_summary(tmp_path, loop)
+    first = s.findings[0]
+    assert (first.kind, first.phase) == ("optimizer", "optimizer")
+    assert first.evidence["launches"] == 400 and "fused=True" in first.text
+
+
+def test_launch_bound_forward(tmp_path):
+    loop = Loop()
+    for n in range(5):
+        loop.step(n, ("phaseprof::forward", 30_000, [("void at::native::elementwise_kernel<128>", 5)] * 500),
+                  ("phaseprof::backward", 5_000, conv_kernels(10, 400)))
+    first = loop_summary(tmp_path, loop).findings[0]
+    assert (first.kind, first.phase) == ("launch-bound", "forward")
+    assert "CUDA graphs" in first.text and first.evidence["launches"] == 500
+
+
+def test_gpu_bound_backward_on_fp32_convolutions(tmp_path):
+    loop = Loop()
+    for n in range(5):  # the loop reads the loss each step (a sync): the host waits for the GPU
+        loop.step(n, ("phaseprof::forward", 2_000, [("volta_sgemm_128x64_nn", 3_000)] * 10),
+                  ("phaseprof::backward", 3_000, conv_kernels(10, 5_000)), ("phaseprof::optimizer", "sync"))
+    s = loop_summary(tmp_path, loop)
+    first = s.findings[0]
+    assert s.measure == "gpu"
+    assert (first.kind, first.phase) == ("gpu-bound", "backward")
+    assert first.saving_ms == pytest.approx(50.0, abs=0.01)
+    assert "tensor cores" in first.text and "channels_last" in first.text
+    assert finding(s, "gpu-bound").phase == "backward"
+    assert [f.phase for f in s.findings if f.kind == "gpu-bound"] == ["backward", "forward"]
+
+
+def test_host_time_names_the_ops_on_a_cpu_only_run(tmp_path):
+    loop = Loop()
+    for n in range(5):
+        loop.step(n, ("phaseprof::forward", 30_000, [], [("aten::mkldnn_convolution", 100, 25_000)]),
+                  ("phaseprof::backward", 10_000))
+    s = loop_summary(tmp_path, loop)
+    first = s.findings[0]
+    assert (first.kind, first.phase, s.measure) == ("host-time", "forward", "host")
+    assert "aten::mkldnn_convolution (25.00 ms)" in first.text
+    assert "no-gpu" in kinds(s)
+
+
+def test_sync_point_inside_forward_names_the_op(tmp_path):
+    loop = Loop()
+    item = [("aten::item", 100, 5_020), ("aten::_local_scalar_dense", 110, 5_000),
+            ("cudaStreamSynchronize", 120, 4_980, "cuda_runtime")]
+    for n in range(5):  # a 5 ms kernel, then .item() waits for it, then 10 ms of host work, GPU idle
+        loop.step(n, ("phaseprof::forward", 15_100, [("volta_sgemm_128x64_nn", 5_000)], item),
+                  ("phaseprof::backward", 5_000, conv_kernels(5, 200)))
+    s = loop_summary(tmp_path, loop)
+    sync = finding(s, "sync")
+    assert sync.phase == "forward" and "aten::item" in sync.text and "cudaStreamSynchronize" in sync.text
+    assert sync.saving_ms == pytest.approx(4.98, abs=0.01)
+
+
+def test_allocator_churn_in_backward(tmp_path):
+    loop = Loop()
+    churn = [(name, 100 + 400 * k + (200 if name == "cudaFree" else 0), 190, "cuda_runtime")
+             for k in range(20) for name in ("cudaMalloc", "cudaFree")]
+    for n in range(5):
+        loop.step(n, ("phaseprof::forward", 10_000, conv_kernels(10, 300)),
+                  ("phaseprof::backward", 10_000, conv_kernels(10, 400), churn))
+    s = loop_summary(tmp_path, loop)
+    alloc = finding(s, "allocator")
+    assert alloc.phase == "backward" and alloc.evidence["calls"] == 40
+    assert alloc.saving_ms == pytest.approx(40 * 0.19, abs=0.01)
+
+
+def test_collectives_no_compute_overlaps(tmp_path):
+    loop = Loop()
+    reduce = [("void cudnn::detail::wgrad_engine<float>(int)", 4_000)] * 5 + [
+        ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", 10_000, 8)]
+    for n in range(5):
+        loop.step(n, ("phaseprof::forward", 2_000, conv_kernels(5, 2_000)),
+                  ("phaseprof::backward", 3_000, reduce, [("nccl:all_reduce", 2_500, 100)]),
+                  ("phaseprof::optimizer", "sync"))
+    s = loop_summary(tmp_path, loop)
+    comm = finding(s, "collectives")
+    assert comm.phase == "backward" and comm.evidence["exposed_ms"] == pytest.approx(10.0)
+    assert comm.saving_ms == pytest.approx(10.0, abs=0.01) and "nccl:all_reduce" in comm.text
+
+
+def test_slow_step_beyond_noise_and_why(tmp_path):
+    loop = Loop()
+    for n in range(6):
+        forward = 30_000 if n == 3 else 10_000 + 50 * n
+        loop.step(n, ("phaseprof::forward", forward, [], [("aten::mm", 10, forward - 20)]),
+                  ("phaseprof::backward", 10_000))
+    s = loop_summary(tmp_path, loop)
+    slow = finding(s, "slow-step")
+    assert slow.phase == "forward" and slow.evidence["step"] == 3 and "aten::mm" in slow.text
+    assert s.slowest.noise == "beyond-noise" and s.outliers == [3]
+    assert slow.saving_ms == pytest.approx((30_000 - 10_100) / 6 / 1000, abs=0.05)
+
+
+def test_fast_step_beyond_noise_and_steps_within_noise(tmp_path):
+    loop = Loop()
+    for n in range(6):
+        loop.step(n, ("phaseprof::forward", 2_000 if n == 0 else 10_000 + 100 * n), ("phaseprof::backward", 10_000))
+    s = loop_summary(tmp_path, loop)
+    assert finding(s, "fast-steps").evidence["steps"] == "0"
+    assert s.outliers == [0] and s.slowest.noise == "within-noise" and "slow-step" not in kinds(s)
+
+
+def test_too_few_steps_to_judge(tmp_path):
+    loop = Loop()
+    for n, forward in enumerate((10_000, 40_000)):
+        loop.step(n, ("phaseprof::forward", forward), ("phaseprof::backward", 10_000))
+    s = loop_summary(tmp_path, loop)
+    assert "too-few-steps" in kinds(s) and s.slowest.noise == "too-few-steps" and s.outliers == []
+
+
+def test_notes_say_what_was_inferred(tmp_path):
+    loop = Loop()
+    for n in range(3):  # no ProfilerStep, no forward/backward ranges
+        loop.step(n, (DATA_NEXT, 1_000), ("Optimizer.step#SGD.step", 1_000))
+    events = [e for e in loop.events if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    s = summary_of(write_trace(tmp_path / "w.1.pt.trace.json", events))
+    assert "inferred-steps" in kinds(s) and finding(s, "inferred-steps").evidence["steps"] == 3
+    assert all(f.saving_ms is None for f in s.findings if f.kind in ("inferred-steps", "no-gpu"))
