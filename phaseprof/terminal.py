@@ -137,9 +137,13 @@ def _rows_to_show(rows: list[StepRow], summary: Summary) -> list[StepRow | None]
 def _overview(summary: Summary, console: Console) -> None:
     slow = summary.slowest
     line = f"  slowest: step {slow.step} ({_fmt(slow.wall_ms)} ms)"
-    if slow.phase is not None and slow.vs_median_ms > 0.1 * summary.median_wall_ms:
-        line += (f", {_fmt(slow.vs_median_ms)} ms over the median step {slow.median_step}; "
-                 f"{slow.phase} grew {_fmt(slow.phase_delta_ms)} ms")
+    if slow.noise == "too-few-steps":
+        line += ": too few steps to tell from noise"
+    elif slow.noise == "within-noise":
+        line += f", within the steps' noise (±{_fmt(slow.noise_ms)} ms of the median {_fmt(summary.median_wall_ms)} ms)"
+    elif slow.phase is not None:
+        line += (f", {_fmt(slow.vs_median_ms)} ms over the median step {slow.median_step} (beyond the noise of "
+                 f"±{_fmt(slow.noise_ms)} ms); {slow.phase} grew {_fmt(slow.phase_delta_ms)} ms")
         if slow.ops:
             line += ": " + ", ".join(f"{o.name} {o.delta_self_cpu_ms:+.2f} ms" for o in slow.ops[:3])
     console.print(line)
@@ -147,7 +151,7 @@ def _overview(summary: Summary, console: Console) -> None:
         return
     gpu = summary.gpu
     t = Table(title=f"top ops of {summary.dominant_phase} (mean per step, by self "
-                    f"{'GPU' if gpu else 'host'} time)",
+                    f"{'GPU' if summary.measure == 'gpu' else 'host'} time)",
               show_edge=False, pad_edge=False, header_style="bold", title_justify="left")
     t.add_column("op", overflow="fold")
     t.add_column("calls", justify="right")

@@ -114,7 +114,8 @@ print(json.dumps([list(row["phases"]), row["phases"]["loss"]["cpu_ms"]]))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     phases, loss_ms = msgspec.json.decode(out)
-    assert phases == ["data", "forward", "backward", "loss", "optimizer", "other"]
+    # in its place among the canonical phases; those with no time in the run (data, optimizer) not listed
+    assert phases == ["forward", "backward", "loss", "other"]
     assert loss_ms == pytest.approx(0.1)
 
 

@@ -103,7 +103,8 @@ def test_steps_are_the_same_analysis_as_the_report(served, logdir):
     expected = analyze(str(logdir / "gpu"))["runs"][0]["workers"][0]
     assert body["steps"] == expected["steps"]
     assert body["summary"] == expected["summary"]
-    assert body["gpu"] is True and body["phases"][:5] == ["data", "forward", "backward", "optimizer", "other"]
+    # phases with no time anywhere (this run loads no data in a range) are not listed
+    assert body["gpu"] is True and body["phases"] == ["forward", "backward", "optimizer", "other"]
     assert get(client, f"{BASE}/steps?run=ranks")["worker"] == "sampled_rank-0"  # lowest rank by default
     assert get(client, f"{BASE}/steps?run=ranks&worker=sampled_rank-1")["steps"][0]["step"] == 551
 

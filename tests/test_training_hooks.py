@@ -113,7 +113,7 @@ def test_inference_steps_with_a_phase_of_ones_own(tmp_path):
     for row in rows:
         assert row["phases"]["postprocess"]["cpu_ms"] > 0
         assert row["phases"][FORWARD]["cpu_ms"] > 0 and not row["phases"][FORWARD]["inferred"]
-        assert row["phases"][BACKWARD]["cpu_ms"] == 0
+        assert BACKWARD not in row["phases"]  # a phase with no time in the run is not listed
     scalars = read_scalars(tmp_path / "infer")
     assert [step for step, _ in scalars[cpu_tag("postprocess")]] == list(range(6))
     assert cpu_tag(BACKWARD) not in scalars

@@ -27,7 +27,8 @@ PART_SHARE = 0.02
 #: Optimizer launching at least this many device events per step, averaging under TINY_KERNEL_US.
 MANY_LAUNCHES = 100
 TINY_KERNEL_US = 20.0
-#: On the host, an optimizer running at least this many ops per step runs one per parameter.
+#: On the host, an optimizer running at least this many ops per step (nested ones counted), averaging
+#: under TINY_KERNEL_US of host time each, runs a few per parameter.
 MANY_OPS = 100
 #: A host-bound phase whose GPU idles this share of it, launching kernels this short, is launch-bound.
 LAUNCH_IDLE_SHARE = 0.4
@@ -169,9 +170,10 @@ def _optimizer(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
         return "optimizer", (f"it launches {launches:.0f} kernels per step averaging {gpu / launches:.1f} µs, one per "
                              "parameter and operation: a foreach or fused optimizer (foreach=True, or fused=True "
                              "where the optimizer offers it) updates all parameters in a few kernels")
-    if not f.has_gpu and ops >= MANY_OPS:
-        return "optimizer", (f"it runs {ops:.0f} ops per step, one per parameter and operation: foreach=True updates "
-                             "all parameters in a few ops")
+    if not f.has_gpu and ops >= MANY_OPS and f.cpu_us[j] / ops < TINY_KERNEL_US:
+        evidence["mean_op_us"] = round(float(f.cpu_us[j]) / ops, 2)
+        return "optimizer", (f"it runs {ops:.0f} ops per step averaging {f.cpu_us[j] / ops:.1f} µs, a few per "
+                             "parameter: foreach=True updates all parameters in a few ops")
     return "optimizer", _top_ops(ctx, OPTIMIZER)
 
 

@@ -80,10 +80,11 @@ def _ms_list(us: np.ndarray) -> list[list[float | None]]:
 
 
 def op_rows(span: SpanAnalysis, rows: slice | np.ndarray, limit: int | None = None) -> list[OpRow]:
-    """Op table rows by total host time, descending."""
+    """Op table rows by self host time, descending (as ``key_averages().table(sort_by="self_cpu_time_total")``),
+    then by total host time."""
     t = span.ops
     idx = np.arange(len(t.step))[rows]
-    idx = idx[np.argsort(-t.total_us[idx], kind="stable")]
+    idx = idx[np.lexsort((-t.total_us[idx], -t.self_us[idx]))]
     if limit is not None:
         idx = idx[:limit]
     return [

@@ -63,8 +63,10 @@ class Worker:
     def _gather(self, table: str, missing: float = 0.0) -> np.ndarray:
         out = np.full((len(self.refs), len(self.phases)), missing, dtype=np.float64)
         for span, at, index in self._by_span(range(len(self.refs))):
-            columns = [self.phases.index(p) for p in span.phases]
-            out[np.ix_(at, columns)] = getattr(span, table)[index]
+            # phases without time anywhere are not listed (nor gathered)
+            kept = [j for j, p in enumerate(span.phases) if p in self.phases]
+            columns = [self.phases.index(span.phases[j]) for j in kept]
+            out[np.ix_(at, columns)] = getattr(span, table)[np.ix_(index, kept)]
         return out
 
     def _by_span(self, rows) -> list[tuple[SpanAnalysis, list[int], list[int]]]:
@@ -139,9 +141,10 @@ class Worker:
             picked = np.isin(t.step, indices) & collective[t.name]
             row_of_step = dict(zip(indices, (position[a] for a in at)))
             to_row = np.array([row_of_step[int(i)] for i in t.step[picked].tolist()], dtype=np.int64)
-            to_phase = np.array([phases.index(p) for p in span.phases])[t.phase[picked]]
-            np.add.at(host, (to_row, to_phase), t.self_us[picked])
-            np.add.at(device, (to_row, to_phase), t.self_gpu_us[picked])
+            to_phase = np.array([phases.index(p) if p in phases else -1 for p in span.phases])[t.phase[picked]]
+            listed = to_phase >= 0
+            np.add.at(host, (to_row[listed], to_phase[listed]), t.self_us[picked][listed])
+            np.add.at(device, (to_row[listed], to_phase[listed]), t.self_gpu_us[picked][listed])
         return np.maximum(host, device)
 
 
@@ -161,11 +164,13 @@ def ms(us: float) -> float:
 
 
 def phase_names(spans: list[SpanAnalysis]) -> list[str]:
-    """Canonical phases, then user-named phases in order of first appearance."""
+    """Canonical phases, then user-named phases in order of first appearance; a phase with no host
+    or GPU time in any step of ``spans`` is left out (inference runs have no backward or optimizer)."""
     names = list(PHASES)
     for span in spans:
         names += [p for p in span.phases if p not in names]
-    return names
+    timed = {p for s in spans for j, p in enumerate(s.phases) if s.cpu_us[:, j].any() or s.gpu_us[:, j].any()}
+    return [p for p in names if p in timed] or names
 
 
 def rank_of(worker: str, spans: list[SpanAnalysis]) -> int | None:
