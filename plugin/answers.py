@@ -41,13 +41,15 @@ class FileError(Answer):
 
 
 class SpanInfo(Answer):
-    """One trace file of a worker and where its loading stands."""
+    """One trace file of a worker and where its loading stands; ``gpu``: whether it holds device
+    activity (null until loaded)."""
 
     file: str
     size: int
     state: SpanState
     steps: int | None
     error: str | None
+    gpu: bool | None
 
 
 class WorkerInfo(Answer):

@@ -9,8 +9,8 @@ import pytest
 
 from phaseprof.plugin.analysis.ranks import ranks
 from phaseprof.plugin.analysis.worker import Worker
-from phaseprof.plugin.report import analyze_file, report
 from phaseprof.plugin.reading.discovery import discover
+from phaseprof.plugin.report import analyze_file, report
 from tests.logdir import write_trace
 from tests.tracebuilder import Loop
 

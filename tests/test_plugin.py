@@ -16,8 +16,7 @@ from werkzeug import test as werkzeug_test
 
 from phaseprof import analyze
 from phaseprof.plugin.serving.plugin import PhaseprofPlugin
-from tests.logdir import settled, write_scalars, write_trace
-from tests.tracebuilder import annotation, op, step, thread_names
+from tests.logdir import settled, two_rank_job, write_scalars
 
 BASE = "/data/plugin/phaseprof"
 
@@ -151,46 +150,9 @@ def test_compare_two_steps_two_workers_two_runs(served):
     get(client, f"{BASE}/compare?run_a=gpu&run_b=nope", 404)
 
 
-def _two_rank_job(run_dir, collectives: bool) -> None:
-    """Two ranks of a data-parallel job, six steps each, whose straggler is known: rank 1 loads its data
-    for 15 ms a step, rank 0 for 10 ms (each ±0.2 ms). With ``collectives``, both meet at an all_reduce in
-    backward, so rank 0 waits there the 5 ms rank 1 is late and their steps take equally long; without,
-    rank 1's steps are 5 ms longer. Worker names sort against rank order, so only the rank can tell them
-    apart."""
-    workers = {0: "host-b_100", 1: "host-a_200"}
-    events = {rank: thread_names() for rank in workers}
-    start = 0.0
-    for n in range(1, 7):
-        data = {rank: 10_000 + 5_000 * rank + 100 * ((3 * n + rank) % 5 - 2) for rank in workers}
-        walls = {}
-        for rank, ev in events.items():
-            t = start
-            ev.append(annotation("phaseprof::data", t, data[rank]))
-            t += data[rank]
-            ev.append(annotation("phaseprof::forward", t, 8_000))
-            t += 8_000
-            backward_start, t = t, t + 10_000  # backward's own work
-            if collectives:  # the all_reduce ends when the later rank has joined it
-                done = start + max(data.values()) + 8_000 + 10_000 + 1_000
-                ev.append(op("c10d::allreduce_", t, done - t))
-                t = done
-            t += 2_000
-            ev.append(annotation("phaseprof::backward", backward_start, t - backward_start))
-            ev.append(annotation("phaseprof::optimizer", t, 3_000))
-            t += 3_000
-            ev.append(step(n, start, t - start))
-            walls[rank] = t - start
-        start += max(walls.values()) + 500
-    for rank, worker in workers.items():
-        write_trace(run_dir / f"{worker}.1.pt.trace.json", events[rank],
-                    distributedInfo={"backend": "gloo", "rank": rank, "world_size": 2})
-    for f in run_dir.iterdir():
-        settled(f)
-
-
 @pytest.mark.parametrize("collectives", [True, False], ids=["waits-at-all_reduce", "no-collectives"])
 def test_ranks_names_the_straggler(tmp_path, collectives):
-    _two_rank_job(tmp_path / "job", collectives)
+    two_rank_job(tmp_path / "job", collectives)
     plugin, client = make_app(tmp_path)
     try:
         assert plugin._store.wait(60)

@@ -318,13 +318,17 @@ export interface Slowest {
   ops?: ChangedOp[];
 }
 
-/** One trace file of a worker and where its loading stands. */
+/**
+ * One trace file of a worker and where its loading stands; `gpu`: whether it holds device
+ * activity (null until loaded).
+ */
 export interface SpanInfo {
   file: string;
   size: number;
   state: 'error' | 'loading' | 'pending' | 'ready';
   steps: number | null;
   error: string | null;
+  gpu: boolean | null;
 }
 
 /** `GET /step`: one step in full: its row, the ops and memory of each phase, its swimlanes. */

@@ -14,7 +14,7 @@ import { Scope } from './scope';
 import { Store, VIEWS, type State, type View as ViewName } from './state';
 import { onTensorBoardReload } from './tensorboard';
 import { watchTheme } from './theme';
-import type { RunsAnswer } from './types';
+import type { RunInfo, RunsAnswer } from './types';
 import { UrlHash } from './url_hash';
 import { compare } from './views/compare';
 import { overview } from './views/overview';
@@ -178,9 +178,11 @@ export class App {
               'Time',
               [
                 { value: 'cpu', label: 'CPU', title: 'Host time of each phase' },
-                { value: 'gpu', label: 'GPU', title: 'Device time of the work each phase launched' },
+                noDevice(run)
+                  ? { value: 'gpu', label: 'GPU', title: 'No GPU activity in the traces of this run', disabled: true }
+                  : { value: 'gpu', label: 'GPU', title: 'Device time of the work each phase launched' },
               ],
-              state.device,
+              noDevice(run) ? 'cpu' : state.device,
               (device) => go({ device: device === 'gpu' ? 'gpu' : 'cpu' }),
             )
           : null,
@@ -231,4 +233,10 @@ function emptyLogdir(runs: RunsAnswer): HTMLElement {
       : 'Add PhaseProfiler to a training loop (or run phaseprof demo) and point TensorBoard’s --logdir at its output; ',
     'new runs appear on reload.',
   );
+}
+
+/** A run whose traces are loaded and none holds device activity: its GPU view has nothing to show. */
+function noDevice(run: RunInfo | undefined): boolean {
+  const spans = run?.workers.flatMap((w) => w.spans) ?? [];
+  return spans.length > 0 && spans.every((s) => s.state === 'error' || s.gpu === false) && spans.some((s) => s.gpu === false);
 }

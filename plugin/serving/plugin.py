@@ -136,7 +136,8 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
                     rank=rank_of(worker, [s.analysis for s in spans if s.analysis is not None]),
                     state=LOADING if any(s.state in (PENDING, LOADING) for s in spans) else READY,
                     spans=[SpanInfo(file=s.file.name, size=s.file.size, state=s.state,
-                                    steps=len(s.analysis.steps) if s.analysis else None, error=s.error)
+                                    steps=len(s.analysis.steps) if s.analysis else None, error=s.error,
+                                    gpu=s.analysis.has_gpu if s.analysis else None)
                            for s in spans],
                 ))
             out.append(RunInfo(run=run.name, has_scalars=run.has_scalars, workers=workers))

@@ -3,7 +3,8 @@
 The logdir holds: the demo's runs (``phaseprof demo``), from tests/data a real V100 trace (``gpu``),
 a real two-rank job (``ranks``) and a real run that ended inside the profiled window
 (``early_exit``), a run of per-step timings only (``growing``), and crafted traces: one with an
-outlier step (``outlier``), one whose op, phase and worker names are HTML (``xss``).
+outlier step (``outlier``), one whose op, phase and worker names are HTML (``xss``), a two-rank job
+whose straggler is known (``straggler``).
 
 Chromium and playwright are part of the test setup (the README's test command installs both):
 where either is missing these tests fail and say how to install it, rather than skip.
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, TensorBoard
-from tests.logdir import settled, write_scalars, write_trace
+from tests.logdir import settled, two_rank_job, write_scalars, write_trace
 from tests.tracebuilder import annotation, op, step, thread_names
 
 from .tab import Tab
@@ -95,6 +96,7 @@ def logdir(tmp_path_factory, traces) -> Path:
         for f in traces.files(*source):
             shutil.copy(f, root / run / f.name)
     _xss_run(root)
+    two_rank_job(root / "straggler", collectives=True)  # rank 1 loads data 50% longer: the others wait
     write_scalars(root / "growing", range(10))  # timings only, more steps written during a test
     for f in root.rglob("*"):
         settled(f)

@@ -1,8 +1,14 @@
-/** A table of ops: calls, self and total host time, GPU time, and input shapes where recorded. */
+/**
+ * A table of ops: calls, self and total host time, GPU time, and input shapes where recorded.
+ * Sorted by self time first (as `key_averages().table(sort_by="self_cpu_time_total")`): wrappers and
+ * runtime calls that only contain others sink; every column sorts. Ops recorded with their input
+ * shapes can be grouped by name alone or by name and shapes.
+ */
 
-import { el } from '../dom';
+import { el, replace } from '../dom';
 import { count, ms } from '../format';
 import type { OpFigures } from '../types';
+import { segmented } from './controls';
 import { table, type Column } from './table';
 
 export interface OpsTableOptions {
@@ -11,19 +17,72 @@ export interface OpsTableOptions {
   limit?: number;
   /** Ops of one step are aggregated by name and input shapes: show the shapes, where recorded. */
   shapes?: boolean;
+  /** Sort by self GPU time first (ops of a GPU-bound phase) rather than self CPU time. */
+  bySelfGpu?: boolean;
+}
+
+/** An op's name, kept whole: in a narrow cell its middle gives way, never its end; the full name on hover. */
+export function opName(name: string): HTMLElement {
+  const tail = name.length > 28 ? name.slice(-20) : '';
+  return el(
+    'span',
+    { class: 'op', title: name },
+    el('span', { class: 'op-head' }, tail ? name.slice(0, -20) : name),
+    tail ? el('span', { class: 'op-tail' }, tail) : null,
+  );
+}
+
+/** Ops of the same name added up (their shapes set aside). */
+function byName(ops: OpFigures[]): OpFigures[] {
+  const out = new Map<string, OpFigures>();
+  for (const o of ops) {
+    const seen = out.get(o.name);
+    if (!seen) {
+      out.set(o.name, { ...o, shapes: null });
+      continue;
+    }
+    seen.calls += o.calls;
+    seen.self_cpu_ms += o.self_cpu_ms;
+    seen.cpu_ms += o.cpu_ms;
+    seen.self_gpu_ms += o.self_gpu_ms;
+    seen.gpu_ms += o.gpu_ms;
+  }
+  return [...out.values()];
 }
 
 export function opsTable(ops: OpFigures[], options: OpsTableOptions): HTMLElement {
-  const columns: Column<OpFigures>[] = [
-    { label: 'Op', value: (o) => o.name, cell: (o) => el('span', { class: 'op', title: o.name }, o.name) },
-  ];
-  if (options.shapes && ops.some((o) => o.shapes)) {
+  const shaped = Boolean(options.shapes && ops.some((o) => o.shapes));
+  if (!shaped) return opsGrid(ops, options, false);
+  const box = el('div', { class: 'ops-table' });
+  const draw = (grouping: string) =>
+    replace(
+      box,
+      segmented(
+        'Group ops',
+        [
+          { value: 'shapes', label: 'Name + input shapes', title: 'One row per op name and input shapes' },
+          { value: 'name', label: 'Name', title: 'One row per op name, all input shapes added up' },
+        ],
+        grouping,
+        draw,
+      ),
+      grouping === 'name' ? opsGrid(byName(ops), options, false) : opsGrid(ops, options, true),
+    );
+  draw('shapes');
+  return box;
+}
+
+function opsGrid(ops: OpFigures[], options: OpsTableOptions, shapes: boolean): HTMLElement {
+  const columns: Column<OpFigures>[] = [{ label: 'Op', value: (o) => o.name, cell: (o) => opName(o.name) }];
+  if (shapes) {
     columns.push({
       label: 'Input shapes',
       value: (o) => o.shapes ?? '',
       cell: (o) => el('span', { class: 'shapes', title: o.shapes ?? 'not recorded' }, o.shapes ?? '–'),
     });
   }
+  const selfColumn = columns.length + 1;
+  const selfGpuColumn = columns.length + 3;
   columns.push(
     { label: 'Calls', value: (o) => o.calls, cell: (o) => count(o.calls), numeric: true },
     { label: 'Self CPU ms', value: (o) => o.self_cpu_ms, cell: (o) => ms(o.self_cpu_ms), numeric: true, title: 'Own host time, without the ops it called' },
@@ -35,5 +94,5 @@ export function opsTable(ops: OpFigures[], options: OpsTableOptions): HTMLElemen
       { label: 'GPU ms', value: (o) => o.gpu_ms, cell: (o) => ms(o.gpu_ms), numeric: true, title: 'Device time launched within the op' },
     );
   }
-  return table({ label: 'Ops', rows: ops, columns, limit: options.limit, empty: 'No ops recorded.' });
+  return table({ label: 'Ops', rows: ops, columns, limit: options.limit, empty: 'No ops recorded.', sortBy: options.gpu && options.bySelfGpu ? selfGpuColumn : selfColumn, descending: true });
 }

@@ -5,6 +5,7 @@ import { drawStackedBars } from '../charts/stacked_bars';
 import { tooltipBody } from '../charts/tooltip';
 import { select } from '../components/controls';
 import { button, card, chartBox, figure, figures, legend, phaseName } from '../components/layout';
+import { opName } from '../components/ops_table';
 import { notice } from '../components/status';
 import { table } from '../components/table';
 import { el, replace } from '../dom';
@@ -178,7 +179,7 @@ function opsCard(data: CompareAnswer): HTMLElement {
       empty: 'No op changed.',
       columns: [
         { label: 'Phase', value: (o) => o.phase, cell: (o) => phaseName(o.phase) },
-        { label: 'Op', value: (o) => o.name, cell: (o) => el('span', { class: 'op', title: o.name }, o.name) },
+        { label: 'Op', value: (o) => o.name, cell: (o) => opName(o.name) },
         { label: 'Calls A', value: (o) => o.a_calls, cell: (o) => count(o.a_calls), numeric: true },
         { label: 'Calls B', value: (o) => o.b_calls, cell: (o) => count(o.b_calls), numeric: true },
         { label: 'Self CPU A', value: (o) => o.a_self_cpu_ms, cell: (o) => ms(o.a_self_cpu_ms), numeric: true },

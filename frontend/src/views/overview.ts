@@ -8,11 +8,11 @@ import { mountChart } from '../charts/echarts';
 import { tooltipBody, type TooltipRow } from '../charts/tooltip';
 import { badge, button, card, chartBox, figure, figures, legend, phaseName } from '../components/layout';
 import { notice } from '../components/status';
-import { opsTable } from '../components/ops_table';
+import { opName, opsTable } from '../components/ops_table';
 import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { ms, pct, signedMs } from '../format';
-import type { ChangedOp, Device, PhaseMean, StepRow, StepsAnswer } from '../types';
+import type { ChangedOp, Device, Finding, PhaseMean, StepRow, StepsAnswer } from '../types';
 import { deviceLabel, fetchInto, findRun, noSteps, onDevice, type View, type ViewContext } from './view';
 
 export const overview: View = {
@@ -56,15 +56,25 @@ function headline(data: StepsAnswer): HTMLElement {
     figure('Mean step', `${ms(s.mean_wall_ms)} ms`, 'Mean wall time of the profiled steps (empty steps left out)'),
     figure('Median step', `${ms(s.median_wall_ms)} ms`),
     figure('Profiled steps', profiled),
-    figure('Dominant phase', s.dominant_phase ? phaseName(s.dominant_phase) : '–', 'Most host + GPU time per step'),
+    figure('Costliest phase', s.dominant_phase ? phaseName(s.dominant_phase) : '–', measureHint(s.measure)),
     figure('Device', data.gpu ? 'CPU + GPU' : 'CPU only'),
   );
+}
+
+function measureHint(measure: StepsAnswer['summary']['measure']): string {
+  return measure === 'gpu'
+    ? 'Most GPU time per step: the step is GPU-bound, so the GPU work a phase launches is what it adds'
+    : 'Most host time per step: the host is the critical path (the GPU, if any, waits on it)';
 }
 
 function flags(data: StepsAnswer, row: StepRow): HTMLElement[] {
   const s = data.summary;
   const out: HTMLElement[] = [];
-  if (s.outliers?.includes(row.step)) out.push(badge('outlier', 'danger', 'Much slower than the median step'));
+  if (s.outliers?.includes(row.step)) {
+    const slow = row.wall_ms > (s.median_wall_ms ?? 0);
+    out.push(badge('outlier', 'danger', `${slow ? 'Slower' : 'Faster'} than the median step beyond the steps' noise`));
+  }
+  if (row.inferred_step) out.push(badge('inferred step', 'muted', "The trace marks no steps: cut from the loop's repeated marks"));
   if (row.empty) out.push(badge('empty', 'muted', 'The loop ended inside the profiled window: left out of averages'));
   if (row.inferred_phases.length) {
     out.push(badge(`inferred: ${row.inferred_phases.join(', ')}`, 'muted', 'Phase boundaries inferred from the ops'));
@@ -130,12 +140,21 @@ function phasesCard(data: StepsAnswer): HTMLElement {
     { label: 'CPU ms', value: (r) => r.cpu_ms, cell: (r) => ms(r.cpu_ms), numeric: true },
     { label: 'Share', value: (r) => r.share, cell: (r) => pct(r.share), numeric: true, title: 'Share of the step (host time)' },
   ];
+  const costs = data.summary.costs ?? {};
+  const costColumn: Column<Row> = {
+    label: `Cost ms (${data.summary.measure === 'gpu' ? 'GPU' : 'host'})`,
+    value: (r) => costs[r.phase] ?? null,
+    cell: (r) => ms(costs[r.phase] ?? 0),
+    numeric: true,
+    title: measureHint(data.summary.measure),
+  };
   if (data.gpu) {
     columns.push(
       { label: 'GPU ms', value: (r) => r.gpu_ms, cell: (r) => ms(r.gpu_ms), numeric: true },
       { label: 'GPU idle ms', value: (r) => r.gpu_idle_ms, cell: (r) => ms(r.gpu_idle_ms), numeric: true, title: 'Host time of the phase with no device activity' },
     );
   }
+  columns.push(costColumn);
   return card('Mean step by phase', table({ label: 'Mean step by phase', rows, columns }));
 }
 
@@ -144,8 +163,27 @@ function findingsCard(data: StepsAnswer): HTMLElement {
   return card(
     'Findings',
     findings.length
-      ? el('ul', { class: 'findings' }, ...findings.map((f) => el('li', null, f.text)))
+      ? el('ul', { class: 'findings' }, ...findings.map(findingItem))
       : el('p', { class: 'empty' }, 'Nothing stands out: the phases look balanced.'),
+  );
+}
+
+/** A finding: its sentence, its estimated saving, and the evidence behind it on demand. */
+function findingItem(f: Finding): HTMLElement {
+  const evidence = Object.entries(f.evidence);
+  return el(
+    'li',
+    { class: `finding finding-${f.kind}` },
+    f.saving_ms !== null ? el('span', { class: 'saving', title: 'Estimated time per step it could save' }, `≤ ${ms(f.saving_ms)} ms`) : null,
+    el('span', { class: 'finding-text' }, f.text),
+    evidence.length
+      ? el(
+          'details',
+          { class: 'evidence' },
+          el('summary', null, 'Evidence'),
+          el('dl', null, ...evidence.flatMap(([k, v]) => [el('dt', null, k.replace(/_/g, ' ')), el('dd', null, String(v))])),
+        )
+      : null,
   );
 }
 
@@ -153,8 +191,12 @@ function slowestCard(ctx: ViewContext, data: StepsAnswer): HTMLElement {
   const slow = data.summary.slowest;
   if (!slow) return card('Slowest step', el('p', { class: 'empty' }, 'No step holds any work.'));
   const open = button(`Open step ${slow.step}`, () => ctx.go({ view: 'step', step: slow.step }));
-  if (slow.median_step === undefined || !slow.phase) {
-    return card('Slowest step', el('p', null, `Step ${slow.step}: ${ms(slow.wall_ms)} ms.`), open);
+  if (slow.noise !== 'beyond-noise' || slow.median_step === undefined || !slow.phase) {
+    const why =
+      slow.noise === 'too-few-steps'
+        ? 'Too few steps to tell it from noise (at least 3).'
+        : `Within the steps' noise (±${ms(slow.noise_ms ?? 0)} ms of the median step, ${ms(data.summary.median_wall_ms)} ms): no step stands out.`;
+    return card('Slowest step', el('p', null, `Step ${slow.step}: ${ms(slow.wall_ms)} ms. ${why}`), open);
   }
   const typical = slow.median_step;
   const side = { run: data.run, worker: data.worker };
@@ -163,7 +205,8 @@ function slowestCard(ctx: ViewContext, data: StepsAnswer): HTMLElement {
     el(
       'p',
       { class: 'slowest' },
-      `Step ${slow.step} took ${ms(slow.wall_ms)} ms, ${signedMs(slow.vs_median_ms ?? 0)} ms against the median step ${typical}; `,
+      `Step ${slow.step} took ${ms(slow.wall_ms)} ms, ${signedMs(slow.vs_median_ms ?? 0)} ms against the median step ${typical}, `,
+      `beyond the steps' noise (±${ms(slow.noise_ms ?? 0)} ms); `,
       `most of the difference is in `,
       phaseName(slow.phase),
       ` (${signedMs(slow.phase_delta_ms ?? 0)} ms).`,
@@ -185,7 +228,7 @@ function changedOpsTable(ops: ChangedOp[], a: string, b: string): HTMLElement {
     label: 'Ops that grew most',
     rows: ops,
     columns: [
-      { label: 'Op', value: (o) => o.name, cell: (o) => el('span', { class: 'op', title: o.name }, o.name) },
+      { label: 'Op', value: (o) => o.name, cell: (o) => opName(o.name) },
       { label: `Self CPU ms, ${a}`, value: (o) => o.a_self_cpu_ms, cell: (o) => ms(o.a_self_cpu_ms), numeric: true },
       { label: `Self CPU ms, ${b}`, value: (o) => o.b_self_cpu_ms, cell: (o) => ms(o.b_self_cpu_ms), numeric: true },
       { label: 'Δ self CPU ms', value: (o) => o.delta_self_cpu_ms, cell: (o) => signedMs(o.delta_self_cpu_ms), numeric: true },
@@ -197,8 +240,8 @@ function topOpsCard(data: StepsAnswer): HTMLElement {
   const phase = data.summary.dominant_phase;
   const ops = data.summary.top_ops ?? [];
   return card(
-    el('span', null, 'Top ops of ', phase ? phaseName(phase) : '–', ', the dominant phase (per step)'),
-    opsTable(ops, { gpu: data.gpu }),
+    el('span', null, 'Top ops of ', phase ? phaseName(phase) : '–', `, the costliest phase (per step, by self ${data.summary.measure === 'gpu' ? 'GPU' : 'CPU'} time)`),
+    opsTable(ops, { gpu: data.gpu, bySelfGpu: data.summary.measure === 'gpu' }),
   );
 }
 

@@ -36,7 +36,7 @@ function rankName(r: { rank: number | null; worker: string }): string {
 
 function stragglerLine(data: RanksAnswer): HTMLElement {
   const s = data.straggler;
-  if (!s) return notice(`${data.ranks.length === 1 ? 'One worker' : 'Workers without steps'}: no straggler to find.`);
+  if (!s) return el('div', { class: 'status even', role: 'note' }, el('strong', null, 'No straggler'), `: ${data.note}.`);
   return el(
     'div',
     { class: 'status straggler', role: 'note' },
@@ -98,11 +98,25 @@ function tableCard(ctx: ViewContext, data: RanksAnswer, device: Device): HTMLEle
           numeric: true,
           title: 'Time per step in collectives (all_reduce, …): the ranks that wait longest in them wait for the straggler',
         },
+        {
+          label: 'Compute ms',
+          value: (r) => r.compute_ms,
+          cell: (r) => ms(r.compute_ms),
+          numeric: true,
+          title: 'The step less its collectives: what the straggler rule compares across ranks',
+        },
         ...data.phases.map((phase) => ({
           label: phase,
           value: (r: RankRow) => onDevice(r.phases[phase], device),
           cell: (r: RankRow) => ms(onDevice(r.phases[phase], device)),
           numeric: true,
+        })),
+        ...data.phases.map((phase) => ({
+          label: `${phase} compute`,
+          value: (r: RankRow) => r.phase_compute_ms[phase],
+          cell: (r: RankRow) => ms(r.phase_compute_ms[phase]),
+          numeric: true,
+          title: `Host time of ${phase} less its collectives, per step: where the straggler's phase is found`,
         })),
       ],
     }),
