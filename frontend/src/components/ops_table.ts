@@ -23,12 +23,12 @@ export interface OpsTableOptions {
 
 /** An op's name, kept whole: in a narrow cell its middle gives way, never its end; the full name on hover. */
 export function opName(name: string): HTMLElement {
-  const tail = name.length > 28 ? name.slice(-20) : '';
+  const keep = name.length > 24 ? 14 : 0;
   return el(
     'span',
     { class: 'op', title: name },
-    el('span', { class: 'op-head' }, tail ? name.slice(0, -20) : name),
-    tail ? el('span', { class: 'op-tail' }, tail) : null,
+    el('span', { class: 'op-head' }, keep ? name.slice(0, -keep) : name),
+    keep ? el('span', { class: 'op-tail' }, name.slice(-keep)) : null,
   );
 }
 
