@@ -268,27 +268,37 @@ class Slowest(Answer, omit_defaults=True):
 
 
 class Evidence(Answer, omit_defaults=True):
-    """The figures a finding rests on: only those it uses are present. Times are per step (means
-    over the worker's non-empty steps unless ``step`` names one); shares are of ``wall_ms`` unless
-    named otherwise."""
+    """The figures a finding rests on: only those it uses are present (docs/findings.md says which).
+    Times are per step, means over the worker's non-empty steps unless ``step`` names one."""
 
-    wall_ms: float | None = None  # the mean step's wall time
-    phase_ms: float | None = None  # the phase's mean host time
-    phase_share: float | None = None  # the phase's host time over the mean step
+    measure: Measure | None = None  # what the phase's cost is measured in
+    cost_ms: float | None = None  # the phase's cost in ``measure``
+    wall_ms: float | None = None  # the mean step
+    host_ms: float | None = None  # the phase's host time
+    gpu_ms: float | None = None  # device time of the work the phase launched
+    gpu_idle_ms: float | None = None  # the phase's host time with the GPU idle
+    loader: str | None = None  # how the DataLoader loads: "single-process" or "worker processes"
+    pageable_copy_ms: float | None = None  # host-to-device copies from pageable memory
+    launches: float | None = None  # device events launched
+    mean_kernel_us: float | None = None  # their mean device time
+    op_calls: float | None = None  # ops run, nested ones counted
+    mean_op_us: float | None = None  # their mean host time
+    foreach: bool | None = None  # foreach or fused kernels already there
+    kernels: list[str] | None = None  # the kernels with the most device time, most first
+    fp32_matrix_share: float | None = None  # fp32 GEMM/convolution kernels without tensor cores
     ops: list[str] | None = None  # the ops behind the finding, most important first
-    op_ms: float | None = None  # the first op's own time per step
-    op_time: Literal["gpu", "self_cpu"] | None = None  # which time `op_ms` is
-    gpu_idle_ms: float | None = None
-    idle_share: float | None = None  # GPU idle over the phase's host time
-    busy_share: float | None = None  # GPU busy over the mean step
-    launches: float | None = None  # device events launched per step
-    mean_launch_us: float | None = None  # their mean device time
+    sync_calls: list[str] | None = None  # synchronizing runtime calls, with their count per step
+    wait_ms: float | None = None  # host time waiting in them
+    alloc_calls: float | None = None  # cudaMalloc/cudaFree calls
+    alloc_ms: float | None = None  # their host time
+    exposed_ms: float | None = None  # collective device time no other device work overlapped
     step: int | None = None
     step_wall_ms: float | None = None
     median_wall_ms: float | None = None
+    noise_ms: float | None = None  # half-width of the steps' noise band
     phase_delta_ms: float | None = None  # how much the phase grew against the median step
+    steps: list[int] | None = None
     phases: list[str] | None = None
-    steps: int | None = None
 
 
 class Finding(Answer):

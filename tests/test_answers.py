@@ -123,20 +123,20 @@ def test_findings_are_typed_with_the_figures_their_sentence_uses(tmp_path):
     from phaseprof.plugin.report import report
 
     events = []
-    for s in range(3):  # data loading takes 3 of each 10 ms step
+    for s in range(3):  # data loading takes 3 of each 10 ms step, forward 4
         t0 = s * 10_000
         events += [step(s + 1, t0, 10_000), annotation("## data ##", t0, 3_000),
                    annotation("## forward ##", t0 + 3_000, 4_000), op("aten::mm", t0 + 3_100, 3_000)]
     trace = write_trace(tmp_path / "w.1.pt.trace.json", events)
     summary = report(str(trace)).runs[0].workers[0].summary
     by_kind = {f.kind: f for f in summary.findings}
-    data = by_kind["data-loading"]
+    top = summary.findings[0]
+    assert (top.kind, top.phase) == ("host-time", "forward") and top.saving_ms == pytest.approx(4.0)
+    assert top.share == pytest.approx(0.4) and "aten::mm (3.00 ms)" in top.text
+    data = by_kind["data-loader"]
     assert data.phase == "data" and data.saving_ms == pytest.approx(3.0) and data.share == pytest.approx(0.3)
-    assert data.evidence.phase_ms == pytest.approx(3.0) and data.evidence.wall_ms == pytest.approx(10.0)
-    assert data.text.startswith("data loading is 30% of the step (3.00 ms of 10.00 ms)")
-    top = by_kind["dominant-phase"]
-    assert top.phase == "forward" and top.evidence.ops == ["aten::mm"] and top.saving_ms == pytest.approx(3.0)
+    assert data.text.startswith("data costs 3.00 ms of host time per step (30%)")
     assert "no-gpu" in by_kind
-    # the JSON leaves out the figures a finding does not use
-    assert msgspec.json.decode(msgspec.json.encode(data.evidence)) == {"wall_ms": 10.0, "phase_ms": 3.0,
-                                                                       "phase_share": 0.3}
+    # the JSON leaves out the figures a finding does not use (no GPU figures on a CPU-only run)
+    assert msgspec.json.decode(msgspec.json.encode(data.evidence)) == {
+        "measure": "host", "cost_ms": 3.0, "wall_ms": 10.0, "host_ms": 3.0}

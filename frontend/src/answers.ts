@@ -66,28 +66,38 @@ export interface Delta {
 }
 
 /**
- * The figures a finding rests on: only those it uses are present. Times are per step (means
- * over the worker's non-empty steps unless `step` names one); shares are of `wall_ms` unless
- * named otherwise.
+ * The figures a finding rests on: only those it uses are present (docs/findings.md says which).
+ * Times are per step, means over the worker's non-empty steps unless `step` names one.
  */
 export interface Evidence {
+  measure?: 'gpu' | 'host';
+  cost_ms?: number;
   wall_ms?: number;
-  phase_ms?: number;
-  phase_share?: number;
-  ops?: string[];
-  op_ms?: number;
-  op_time?: 'gpu' | 'self_cpu';
+  host_ms?: number;
+  gpu_ms?: number;
   gpu_idle_ms?: number;
-  idle_share?: number;
-  busy_share?: number;
+  loader?: string;
+  pageable_copy_ms?: number;
   launches?: number;
-  mean_launch_us?: number;
+  mean_kernel_us?: number;
+  op_calls?: number;
+  mean_op_us?: number;
+  foreach?: boolean;
+  kernels?: string[];
+  fp32_matrix_share?: number;
+  ops?: string[];
+  sync_calls?: string[];
+  wait_ms?: number;
+  alloc_calls?: number;
+  alloc_ms?: number;
+  exposed_ms?: number;
   step?: number;
   step_wall_ms?: number;
   median_wall_ms?: number;
+  noise_ms?: number;
   phase_delta_ms?: number;
+  steps?: number[];
   phases?: string[];
-  steps?: number;
 }
 
 /** A file (or path) that could not be read or analysed, and why, in one line. */

@@ -18,6 +18,7 @@ import numpy as np
 
 from phaseprof.contract import DATA, OPTIMIZER
 
+from ..answers import Evidence
 from .cost import GPU, Costs, Figures, saving_us
 
 #: A phase adding less than this share of the step gets no finding.
@@ -38,9 +39,6 @@ SHORT_KERNEL_US = 50.0
 FP32_MATRIX_SHARE = 0.3
 #: Allocator calls per step worth a look.
 MANY_ALLOCS = 10
-
-Evidence = dict[str, float | str]
-
 
 class Advice(msgspec.Struct):
     """One finding before it is worded into an answer: times in µs."""
@@ -101,10 +99,10 @@ def advise(f: Figures, c: Costs, ctx: Context) -> list[Advice]:
 def _phase_finding(f: Figures, c: Costs, ctx: Context, phase: str) -> Advice:
     j = f.phases.index(phase)
     cost = c.cost_us[phase]
-    evidence: Evidence = {"measure": c.measure, "cost_ms": _ms(cost), "wall_ms": _ms(f.wall_us),
-                          "host_ms": _ms(f.cpu_us[j]), "gpu_ms": _ms(f.gpu_us[j])}
+    evidence = Evidence(measure=c.measure, cost_ms=_ms(cost), wall_ms=_ms(f.wall_us), host_ms=_ms(f.cpu_us[j]))
     if f.has_gpu:
-        evidence["gpu_idle_ms"] = _ms(f.idle_us[j])
+        evidence.gpu_ms = _ms(f.gpu_us[j])
+        evidence.gpu_idle_ms = _ms(f.idle_us[j])
     head = _cost_sentence(f, c, phase)
     if phase == DATA:
         kind, advice = _data(f, ctx, evidence)
@@ -146,9 +144,9 @@ def _data(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
     }.get(ctx.loader or "", "load batches in DataLoader worker processes (num_workers > 0) and prefetch them, so "
                              "the loop does not prepare data itself")
     if ctx.loader:
-        evidence["loader"] = ctx.loader
+        evidence.loader = ctx.loader
     if pageable > 0:
-        evidence["pageable_copy_ms"] = _ms(pageable)
+        evidence.pageable_copy_ms = _ms(pageable)
         advice += (f"; host-to-device copies come from pageable memory ({_ms(pageable):.2f} ms per step): "
                    "pin_memory=True and .to(device, non_blocking=True) let them overlap")
     return "data-loader", advice
@@ -160,18 +158,20 @@ def _optimizer(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
     gpu = float(f.gpu_us[j])
     fused = any(_FOREACH.search(name) for (p, name) in list(ctx.ops) + list(ctx.kernels) if p == OPTIMIZER)
     ops = sum(float(v[0]) for (p, _), v in ctx.ops.items() if p == OPTIMIZER)
-    evidence.update(launches=round(launches, 1), ops=round(ops, 1))
+    if f.has_gpu:
+        evidence.launches = round(launches, 1)
+    evidence.op_calls = round(ops, 1)
     if fused:
-        evidence["foreach"] = "yes"
+        evidence.foreach = True
         batched = "it already updates parameters in batches (foreach/fused kernels); "
         return "optimizer", batched + _top_ops(ctx, OPTIMIZER)
     if f.has_gpu and launches >= MANY_LAUNCHES and gpu / launches < TINY_KERNEL_US:
-        evidence["mean_kernel_us"] = round(gpu / launches, 2)
+        evidence.mean_kernel_us = round(gpu / launches, 2)
         return "optimizer", (f"it launches {launches:.0f} kernels per step averaging {gpu / launches:.1f} µs, one per "
                              "parameter and operation: a foreach or fused optimizer (foreach=True, or fused=True "
                              "where the optimizer offers it) updates all parameters in a few kernels")
     if not f.has_gpu and ops >= MANY_OPS and f.cpu_us[j] / ops < TINY_KERNEL_US:
-        evidence["mean_op_us"] = round(float(f.cpu_us[j]) / ops, 2)
+        evidence.mean_op_us = round(float(f.cpu_us[j]) / ops, 2)
         return "optimizer", (f"it runs {ops:.0f} ops per step averaging {f.cpu_us[j] / ops:.1f} µs, a few per "
                              "parameter: foreach=True updates all parameters in a few ops")
     return "optimizer", _top_ops(ctx, OPTIMIZER)
@@ -184,8 +184,9 @@ def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tupl
     fp32 = [(n, v) for n, v in matrix if not _TENSOR_CORE.search(n)]
     fp32_us = sum(float(v[1]) for _, v in fp32)
     elementwise_us = sum(float(v[1]) for n, v in kernels if _ELEMENTWISE.search(n))
-    evidence["top_kernels"] = "; ".join(list(dict.fromkeys(_short(n) for n, _ in kernels))[:3])
-    evidence["fp32_matrix_share"] = round(fp32_us / total, 4)
+    evidence.kernels = list(dict.fromkeys(_short(n) for n, _ in kernels))[:3]
+    evidence.fp32_matrix_share = round(fp32_us / total, 4)
+    top = ", ".join(evidence.kernels)
     if fp32_us / total >= FP32_MATRIX_SHARE:
         pre_ampere = any(_PRE_AMPERE.search(g) for g in ctx.gpu_names)
         gpu = f" on this {ctx.gpu_names[0]}" if ctx.gpu_names else ""
@@ -200,8 +201,8 @@ def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tupl
             + ("; with convolutions, channels_last memory format helps too" if convs else ""))
     if elementwise_us / total >= FP32_MATRIX_SHARE:
         return "gpu-bound", (f"{elementwise_us / total:.0%} of its GPU time is elementwise kernels "
-                             f"({evidence['top_kernels']}): torch.compile fuses them into fewer passes over memory")
-    return "gpu-bound", f"its GPU time goes to {evidence['top_kernels']}"
+                             f"({top}): torch.compile fuses them into fewer passes over memory")
+    return "gpu-bound", f"its GPU time goes to {top}"
 
 
 def _host_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tuple[str, str]:
@@ -210,7 +211,8 @@ def _host_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tup
     idle = float(f.idle_us[j]) if f.has_gpu else np.nan
     if f.has_gpu and cpu > 0 and launches > 0 and idle / cpu >= LAUNCH_IDLE_SHARE \
             and gpu / launches < SHORT_KERNEL_US:
-        evidence.update(launches=round(launches, 1), mean_kernel_us=round(gpu / launches, 2))
+        evidence.launches = round(launches, 1)
+        evidence.mean_kernel_us = round(gpu / launches, 2)
         return "launch-bound", (
             f"the GPU idles {idle / cpu:.0%} of it while the host launches {launches:.0f} kernels averaging "
             f"{gpu / launches:.1f} µs: launch-bound; CUDA graphs (torch.compile(mode='reduce-overhead')), "
@@ -239,10 +241,11 @@ def _parts(f: Figures, c: Costs, ctx: Context, phase: str) -> list[Advice]:
     saving = min(sync_us, idle, cost)
     if f.has_gpu and saving >= PART_SHARE * f.wall_us:
         callers = [name for name in _SYNCING_OPS if name in rows][:2]
+        listed = [f"{name} x{v[0]:g}" for name, v in sync.items()]
         calls = ", ".join(f"{name} ({v[0]:g} per step)" for name, v in sync.items())
         out.append(Advice(
             kind="sync", phase=phase, saving_us=saving,
-            evidence={"calls": calls, "ops": ", ".join(callers), "wait_ms": _ms(sync_us), "gpu_idle_ms": _ms(idle)},
+            evidence=Evidence(sync_calls=listed, ops=callers or None, wait_ms=_ms(sync_us), gpu_idle_ms=_ms(idle)),
             text=f"{phase} waits {_ms(sync_us):.2f} ms per step for the GPU in {calls}"
                  + (f", from {' and '.join(callers)}" if callers else "")
                  + ": each sync drains the GPU's queue and leaves it idle while the host catches up; keep values "
@@ -254,7 +257,7 @@ def _parts(f: Figures, c: Costs, ctx: Context, phase: str) -> list[Advice]:
     if alloc_calls >= MANY_ALLOCS and saving >= PART_SHARE * f.wall_us:
         out.append(Advice(
             kind="allocator", phase=phase, saving_us=saving,
-            evidence={"calls": round(alloc_calls, 1), "ms": _ms(alloc_us)},
+            evidence=Evidence(alloc_calls=round(alloc_calls, 1), alloc_ms=_ms(alloc_us)),
             text=f"{phase} calls cudaMalloc/cudaFree {alloc_calls:.0f} times per step ({_ms(alloc_us):.2f} ms): the "
                  "caching allocator keeps returning and re-requesting memory; avoid torch.cuda.empty_cache() in the "
                  "loop, keep tensor shapes steady, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"))
@@ -265,7 +268,7 @@ def _parts(f: Figures, c: Costs, ctx: Context, phase: str) -> list[Advice]:
         names = ", ".join(n for n, _ in ops)
         out.append(Advice(
             kind="collectives", phase=phase, saving_us=saving,
-            evidence={"exposed_ms": _ms(exposed), "ops": names},
+            evidence=Evidence(exposed_ms=_ms(exposed), ops=[n for n, _ in ops] or None),
             text=f"{_ms(exposed):.2f} ms per step of collectives launched in {phase}" + (f" ({names})" if names else "")
                  + " run with no compute beside them: overlap them (DDP's buckets during backward, "
                    "bucket_cap_mb, no_sync() under gradient accumulation) or look for a rank the others wait for"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..answers import Finding, Summary
+from ..answers import Evidence, Finding, Summary
 from .advice import Context, advise
 from .cost import Costs, Figures
 from .noise import MIN_VALUES, noise
@@ -23,7 +23,7 @@ def findings(summary: Summary, w: Worker, full: np.ndarray, figures: Figures | N
     if summary.mean is None or figures is None or costs is None:
         if not summary.steps:
             return []
-        return [_note("no-work", "no profiled step holds any work", steps=summary.steps)]
+        return [_note("no-work", "no profiled step holds any work", steps=list(w.numbers))]
     wall = figures.wall_us
     ctx = Context(ops=w.op_means(full), kernels=w.kernel_means(full), loader=w.loader, gpu_names=w.gpu_names)
     ranked = [
@@ -47,8 +47,9 @@ def _steps_beyond_noise(summary: Summary, w: Worker, full: np.ndarray, costs: Co
         ops = ", ".join(o.name for o in (slow.ops or [])[:3])
         out.append(Finding(
             kind="slow-step", phase=slow.phase, saving_ms=ms(saving), share=_share(saving, costs.wall_us),
-            evidence={"step": slow.step, "wall_ms": slow.wall_ms, "median_wall_ms": ms(band.median),
-                      "noise_ms": ms(band.band), "phase_delta_ms": slow.phase_delta_ms or 0.0, "ops": ops},
+            evidence=Evidence(step=slow.step, step_wall_ms=slow.wall_ms, median_wall_ms=ms(band.median),
+                              noise_ms=ms(band.band), phase_delta_ms=slow.phase_delta_ms,
+                              ops=[o.name for o in (slow.ops or [])[:3]] or None),
             text=f"step {slow.step} took {slow.wall_ms:.2f} ms, {slow.vs_median_ms:.2f} ms over the median step "
                  f"{slow.median_step} (beyond the steps' noise of ±{ms(band.band):.2f} ms): its {slow.phase} grew by "
                  f"{slow.phase_delta_ms:.2f} ms" + (f" ({ops})" if ops else "")))
@@ -59,8 +60,9 @@ def _steps_beyond_noise(summary: Summary, w: Worker, full: np.ndarray, costs: Co
         ratio = f", {w.wall_us[fastest] / band.median:.2f}x the median" if band.median > 0 else ""
         out.append(Finding(
             kind="fast-steps", phase=None, saving_ms=None, share=None,
-            evidence={"steps": numbers, "fastest_ms": ms(w.wall_us[fastest]), "median_wall_ms": ms(band.median),
-                      "noise_ms": ms(band.band)},
+            evidence=Evidence(steps=[w.numbers[k] for k in fast], step=w.numbers[fastest],
+                              step_wall_ms=ms(w.wall_us[fastest]), median_wall_ms=ms(band.median),
+                              noise_ms=ms(band.band)),
             text=f"step{'s' if len(fast) > 1 else ''} {numbers} took far less than the median step "
                  f"({ms(band.median):.2f} ms; step {w.numbers[fastest]} {ms(w.wall_us[fastest]):.2f} ms{ratio}), "
                  f"beyond the steps' noise of ±{ms(band.band):.2f} ms: warm-up, or work (or waiting) that "
@@ -73,12 +75,12 @@ def _notes(summary: Summary, w: Worker, full: np.ndarray) -> list[Finding]:
     if 0 < len(full) < MIN_VALUES:
         out.append(_note("too-few-steps", f"{len(full)} profiled step{'s' if len(full) > 1 else ''} holding work: too "
                                           f"few to tell slow or fast steps from noise (at least {MIN_VALUES})",
-                         steps=len(full)))
+                         steps=[w.numbers[k] for k in full.tolist()]))
     if not summary.gpu:
         out.append(_note("no-gpu", "no GPU activity in these traces: all figures are host (CPU) time"))
-    inferred_steps = sum(1 for k in full.tolist() if _step(w, k).inferred_step)
+    inferred_steps = [w.numbers[k] for k in full.tolist() if _step(w, k).inferred_step]
     if inferred_steps:
-        out.append(_note("inferred-steps", f"the trace marks no steps: {inferred_steps} steps inferred, one per "
+        out.append(_note("inferred-steps", f"the trace marks no steps: {len(inferred_steps)} steps inferred, one per "
                                            "iteration of the loop's repeated marks (DataLoader, optimizer, backward); "
                                            "torch.profiler's schedule with prof.step() marks them exactly",
                          steps=inferred_steps))
@@ -86,15 +88,15 @@ def _notes(summary: Summary, w: Worker, full: np.ndarray) -> list[Finding]:
         names = " and ".join(summary.inferred_phases)
         out.append(_note("inferred-phases", f"{names} inferred from the ops (the trace marks no such ranges): add "
                                             "PhaseProfiler or record_function ranges for exact boundaries",
-                         phases=names))
+                         phases=list(summary.inferred_phases)))
     for number in summary.empty_steps:
         out.append(_note("empty-step", f"step {number} is empty (the loop ended inside the profiler's active window): "
                                        "left out of averages", step=number))
     return out
 
 
-def _note(kind: str, text: str, **evidence: float | str) -> Finding:
-    return Finding(kind=kind, phase=None, saving_ms=None, share=None, evidence=dict(evidence), text=text)
+def _note(kind: str, text: str, **evidence) -> Finding:
+    return Finding(kind=kind, phase=None, saving_ms=None, share=None, evidence=Evidence(**evidence), text=text)
 
 
 def _step(w: Worker, row: int):

@@ -20,8 +20,7 @@ import numpy as np
 from ..answers import RankRow, RanksAnswer, Straggler
 from .compare import mean_side
 from .noise import MIN_VALUES, noise
-from .steps import ms
-from .worker import Worker, phase_names, rank_order
+from .worker import Worker, ms, phase_names, rank_order
 
 _COLLECTIVE = re.compile(r"^(nccl|gloo|mpi|ucc|c10d)(:|::)|^record_param_comms$")
 

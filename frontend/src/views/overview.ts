@@ -181,7 +181,7 @@ function findingItem(f: Finding): HTMLElement {
           'details',
           { class: 'evidence' },
           el('summary', null, 'Evidence'),
-          el('dl', null, ...evidence.flatMap(([k, v]) => [el('dt', null, k.replace(/_/g, ' ')), el('dd', null, String(v))])),
+          el('dl', null, ...evidence.flatMap(([k, v]) => [el('dt', null, k.replace(/_/g, ' ')), el('dd', null, Array.isArray(v) ? v.join(', ') : String(v))])),
         )
       : null,
   );
