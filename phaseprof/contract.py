@@ -69,6 +69,14 @@ def phase_colour(phase: str) -> str:
     return USER_PHASE_COLOURS[h % len(USER_PHASE_COLOURS)]
 
 
+#: Time the hook keeps out of every training step: evaluation passes between training steps, and
+#: what the user wraps in ``with prof.paused():``. They carry ranges of these names in traces.
+EVAL = "eval"
+PAUSED = "paused"
+OUT_OF_STEP = (EVAL, PAUSED)
+#: The time ``torch.compile`` spent compiling, inside the step that triggered it.
+COMPILE = "compile"
+
 #: Prefix of every `record_function` / NVTX range the training hook writes. A range named
 #: ``RANGE_PREFIX + name`` marks phase ``name``: a canonical one or any name the user chose.
 RANGE_PREFIX = "phaseprof::"
@@ -84,6 +92,14 @@ def range_name(phase: str) -> str:
 SCALAR_PREFIX = "phaseprof/"
 STEP_TAG = SCALAR_PREFIX + "step_ms"
 STEP_GPU_TAG = SCALAR_PREFIX + "step_gpu_ms"
+#: Host time of the evaluation passes that ran since the previous training step (written at the
+#: step they precede; not part of any step's time).
+EVAL_TAG = SCALAR_PREFIX + "eval_ms"
+#: The profiler's own time at the end of a step: torch.profiler's step, and writing the trace at the
+#: end of an active window. Not part of any step's time.
+PROFILER_TAG = SCALAR_PREFIX + "profiler_ms"
+#: Tags under the prefix that are not a phase's.
+NOT_PHASE_TAGS = (EVAL_TAG, PROFILER_TAG)
 
 
 def cpu_tag(phase: str) -> str:
@@ -100,7 +116,10 @@ _TAG_RE = re.compile(r"^phaseprof/(?P<phase>.+?)(?P<gpu>_gpu)?_ms$")
 
 
 def parse_tag(tag: str) -> tuple[str, bool] | None:
-    """``(phase, is_gpu)`` for a phaseprof scalar tag, ``("step", …)`` for the step total, else None."""
+    """``(phase, is_gpu)`` for a phaseprof scalar tag, ``("step", …)`` for the step total, else None
+    (also for `NOT_PHASE_TAGS`)."""
+    if tag in NOT_PHASE_TAGS:
+        return None
     m = _TAG_RE.match(tag)
     if not m:
         return None
@@ -111,10 +130,13 @@ def validate_phase_name(name: str) -> str:
     """``name`` if it can name a phase, else ValueError.
 
     A phase's scalar tags must read back as that phase: ``step`` is the step total's tag and a name
-    ending in ``_gpu`` would read as the GPU time of another phase.
+    ending in ``_gpu`` would read as the GPU time of another phase. ``eval``, ``paused`` and
+    ``profiler`` name time outside the steps.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"a phase name must be a non-empty string, not {name!r}")
+    if name in OUT_OF_STEP or cpu_tag(name) in NOT_PHASE_TAGS:
+        raise ValueError(f"{name!r} cannot name a phase: it names time kept outside the training steps")
     if name == "step" or parse_tag(cpu_tag(name)) != (name, False) or parse_tag(gpu_tag(name)) != (name, True):
         raise ValueError(f"{name!r} cannot name a phase: its scalar tags would read as another phase "
                          "('step' is the step total; names may not end in '_gpu')")

@@ -20,6 +20,19 @@ on `Attachment` and undone on `remove`.
   too early: they run inside torch's own ``Optimizer.step#<Cls>.step`` range, and ending
   ``ProfilerStep#N`` there leaves that range straddling two steps in the trace.
 
+* evaluation: in a training loop (an optimizer attached), a forward run with grad disabled or the
+  model in eval mode is an evaluation pass: from there until the next training work (a forward in
+  training mode with grad enabled, a backward, the optimizer's ``zero_grad`` or ``step``, a fetch
+  through ``prof.data`` in training mode) the time is kept out of the steps (`tracker.enter_eval`).
+* compile: ``torch.compile``'s compilations, reported by Dynamo's compile callbacks, are a
+  ``compile`` phase inside the step that triggered them (innermost wins: not forward). The forward
+  hooks are excluded from Dynamo's tracing (``torch.compiler.disable``), so a model attached and
+  then compiled still runs them around its compiled code, and tracing adds no graph break for them.
+
+Nothing unpicklable is put on the user's objects: a model pickled while attached (``torch.save``)
+carries hooks that unpickle as no-ops (`Detached`); the optimizer's wrapped methods are left out of
+its pickled state by ``Optimizer.__getstate__``.
+
 A wrapper replaced on top of ours by someone else stays in place on `remove`; ours then passes every
 call straight through.
 """
@@ -34,19 +47,23 @@ from typing import Any
 import torch
 from torch import nn
 
-from phaseprof.contract import BACKWARD, FORWARD, OPTIMIZER
+from phaseprof.contract import BACKWARD, COMPILE, FORWARD, OPTIMIZER
 
-#: ``begin(phase) -> opened``: open a phase unless it is already open or the call is not the loop's;
-#: ``end(phase, opened)`` closes what ``begin`` opened. Neither raises.
-Begin = Callable[[str], bool]
-End = Callable[[str, bool], None]
+from .tracker import PhaseTracker
+
+_grad_enabled = torch.is_grad_enabled
+_disable = getattr(torch.compiler, "disable", lambda f: f)  # torch < 2.1 has no torch.compiler
 
 
 class Attachment:
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, *, begin: Begin, end: End,
-                 on_optimizer_step: Callable[[], None]) -> None:
-        self._begin = begin
-        self._end = end
+    """The hooks of one attached model and optimizer. ``watch_eval``: tell evaluation passes apart
+    (a training loop); ``on_optimizer_step`` runs after each ``optimizer.step()``."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, tracker: PhaseTracker, *,
+                 watch_eval: bool, on_optimizer_step: Callable[[], None]) -> None:
+        self.model = model
+        self._tracker = tracker
+        self._watch_eval = watch_eval
         self._forward_opened: list[bool] = []  # per nested forward call: whether it opened the phase
         self._undo: list[Callable[[], None]] = [
             model.register_forward_pre_hook(self._forward_pre, prepend=True).remove,
@@ -56,25 +73,46 @@ class Attachment:
         if optimizer is not None:
             self._patch_method(optimizer, "zero_grad", OPTIMIZER)
             self._patch_method(optimizer, "step", OPTIMIZER, then=on_optimizer_step)
+        self._watch_compiles()
 
     def __deepcopy__(self, memo: dict) -> Attachment:
         return self  # a copy of the model (an EMA copy, say) shares its hooks' attachment
+
+    def __reduce__(self) -> tuple:
+        return Detached, ()  # a pickled model's hooks unpickle as no-ops
 
     def remove(self) -> None:
         while self._undo:
             self._undo.pop()()
 
-    def _forward_pre(self, module: nn.Module, args: Any) -> None:
-        self._forward_opened.append(self._begin(FORWARD))
+    def training_mode(self) -> bool:
+        """Whether the attached model would run a training forward now."""
+        return self.model.training and _grad_enabled()
 
+    @_disable
+    def _forward_pre(self, module: nn.Module, args: Any) -> None:
+        tracker = self._tracker
+        if self._watch_eval:
+            if not (module.training and _grad_enabled()):
+                tracker.enter_eval(since_work=True)
+                self._forward_opened.append(False)
+                return
+            if tracker.outside:
+                tracker.leave_eval()
+        self._forward_opened.append(tracker.begin(FORWARD))
+
+    @_disable
     def _forward_post(self, module: nn.Module, args: Any, output: Any) -> None:
         if self._forward_opened:  # empty if a hook that runs before ours failed, so ours never ran
-            self._end(FORWARD, self._forward_opened.pop())
+            self._tracker.end(FORWARD, self._forward_opened.pop())
 
     def _timed(self, function: Callable, phase: str, then: Callable[[], None] | None = None) -> Callable:
-        begin, end = self._begin, self._end
+        tracker = self._tracker
+        begin, end = tracker.begin, tracker.end
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if tracker.outside:
+                tracker.leave_eval()
             opened = begin(phase)
             try:
                 result = function(*args, **kwargs)
@@ -113,3 +151,47 @@ class Attachment:
                 delattr(owner, name)
 
         self._undo.append(undo)
+
+    def _watch_compiles(self) -> None:
+        """A ``compile`` phase around each torch.compile compilation (Dynamo's callbacks; absent
+        before torch 2.4, then compile time stays in the phase that triggered it)."""
+        try:
+            from torch._dynamo.callback import callback_handler
+        except Exception:  # noqa: BLE001 - an old torch, or Dynamo unavailable on this platform
+            self.watch_compiles = lambda: None
+            return
+        tracker = self._tracker
+        opened: list[bool] = []
+
+        def start(*args: Any) -> None:
+            opened.append(tracker.begin(COMPILE))
+
+        def end(*args: Any) -> None:
+            if opened:
+                tracker.end(COMPILE, opened.pop())
+
+        def watch() -> None:
+            """(Re)register: ``torch._dynamo.reset()`` clears every callback."""
+            if start not in callback_handler.start_callbacks:
+                callback_handler.register_start_callback(start)
+                callback_handler.register_end_callback(end)
+
+        def unwatch() -> None:
+            for callbacks, callback in ((callback_handler.start_callbacks, start),
+                                        (callback_handler.end_callbacks, end)):
+                if callback in callbacks:
+                    callbacks.remove(callback)
+
+        watch()
+        self.watch_compiles = watch
+        self._undo.append(unwatch)
+
+
+class Detached:
+    """What an `Attachment` unpickles as: hooks that do nothing."""
+
+    def _forward_pre(self, module: nn.Module, args: Any) -> None:
+        return None
+
+    def _forward_post(self, module: nn.Module, args: Any, output: Any) -> None:
+        return None

@@ -14,9 +14,11 @@ forward, backward, optimizer, other, and any phase you name), times them on ever
 What it writes under ``<logdir>/<run>/``: the profiler's traces (`traces`), with a
 ``phaseprof::<phase>`` range around each phase (`ranges`), and every step's phase times as
 TensorBoard scalars (`recorder`). Where the phases come from is in `hooks`; how they are timed in
-`phases` (host clock) and `cuda_timing` (CUDA events). One PhaseProfiler runs per process at a
+`tracker` (host clock) and `cuda_timing` (CUDA events). One PhaseProfiler runs per process at a
 time, on the thread that started it: the loop's thread. It starts on first use (`attach`, `data`,
-`phase`, `step` or ``with``), which also begins step 0.
+`phase`, `paused`, `step` or ``with``), which also begins step 0. Evaluation passes between training
+steps, and ``with prof.paused():`` blocks, are kept out of the steps (see `hooks`, `tracker`).
+A SIGTERM closes it (writing the active window's trace) before the process's own handling (`signals`).
 
 Faults never stop training: output that cannot be written, a trace that fails, an internal error in
 a hook are reported by one warning and listed in the summary on close. Misuse (attaching twice,
@@ -26,6 +28,7 @@ stepping after close, phases closed out of order or nested in themselves) raises
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 import time
@@ -38,17 +41,18 @@ import torch.distributed as dist
 from rich.console import Console
 from torch.profiler import ProfilerAction
 
-from phaseprof.contract import DATA, OTHER, validate_phase_name
+from phaseprof.contract import DATA, OPTIMIZER, OTHER, OUT_OF_STEP, PAUSED, validate_phase_name
 
 from .cuda_timing import CudaPhaseTimer
 from .faults import Faults
 from .hooks import Attachment
-from .phases import PhaseError, PhaseTracker, phase_ns
 from .ranges import Ranges
 from .recorder import StepRecorder
 from .records import StepTimes
+from .signals import CloseOnSigterm
 from .summary import print_summary
 from .traces import TraceWriter, worker_name
+from .tracker import PhaseError, PhaseTracker, phase_ns
 
 __all__ = ["PhaseProfiler", "PhaseError"]
 
@@ -56,6 +60,8 @@ T = TypeVar("T")
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 _NEW, _RUNNING, _CLOSED = "new", "running", "closed"
+#: Phases that are not a step's training work: a step open at close with only these is dropped.
+_NOT_WORK = {DATA, OTHER, OPTIMIZER, *OUT_OF_STEP}
 _running: PhaseProfiler | None = None  # the one running in this process
 
 # torch warns when a second profiling cycle starts that results of the first are cleared, and to
@@ -68,7 +74,8 @@ class PhaseProfiler:
 
     Args:
         logdir: the TensorBoard log directory; this run writes into ``<logdir>/<run>/``.
-        run: the run's name; by default the start time, e.g. ``20260430-153012``.
+        run: the run's name, a relative path that stays inside ``logdir``; by default the start
+            time, e.g. ``20260430-153012``.
         wait, warmup, active, repeat: ``torch.profiler.schedule``: skip ``wait`` steps, warm up for
             ``warmup``, record ``active`` steps into one trace file; ``repeat`` such cycles (0: until
             close). Steps are timed all along, profiled or not.
@@ -84,7 +91,7 @@ class PhaseProfiler:
             raise ValueError(f"the schedule needs wait, warmup, repeat >= 0 and active >= 1, got wait={wait}, "
                              f"warmup={warmup}, active={active}, repeat={repeat}")
         self.logdir = os.fspath(logdir)
-        self.run = run if run is not None else time.strftime("%Y%m%d-%H%M%S")
+        self.run = check_run_name(run) if run is not None else time.strftime("%Y%m%d-%H%M%S")
         self.run_dir = os.path.join(self.logdir, self.run)
         self._schedule = dict(wait=wait, warmup=warmup, active=active, repeat=repeat)
         self._options = dict(record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack,
@@ -109,15 +116,27 @@ class PhaseProfiler:
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"attach() needs a torch.optim.Optimizer, got {type(optimizer).__name__}")
         self._start()
-        self._attachment = Attachment(model, optimizer, begin=self._phases.begin, end=self._phases.end,
+        self._attachment = Attachment(model, optimizer, self._phases, watch_eval=optimizer is not None,
                                       on_optimizer_step=self._end_step)
         self._steps_with_optimizer = optimizer is not None
         return self
 
     def data(self, loader: Iterable[T]) -> Iterable[T]:
-        """``loader``'s batches, each fetch timed as the data phase."""
+        """``loader``'s batches, each fetch timed as the data phase. The result behaves like
+        ``loader`` otherwise: its attributes (``dataset``, ``sampler``...) and ``len`` pass through."""
         self._check_open("data()")
         return _TimedLoader(self, loader)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """``with prof.paused():`` keeps what runs inside out of every step (not timed, not in the
+        scalars; a ``phaseprof::paused`` range in traces), e.g. a checkpoint or a sample generation."""
+        self._start()
+        opened = self._phases.begin(PAUSED)
+        try:
+            yield
+        finally:
+            self._phases.end(PAUSED, opened)
 
     def phase(self, name: str) -> _Phase:
         """``with prof.phase(name):`` marks a phase of your own, or a canonical one explicitly; phases
@@ -143,20 +162,23 @@ class PhaseProfiler:
             return
         self._state = _CLOSED
         atexit.unregister(self.close)
+        self._sigterm.restore()
         _running = None
         if self._attachment is not None:
             self._attachment.remove()
         now = time.perf_counter_ns()
         gpu = self._phases.gpu
         last = StepTimes(self.step_num, time.time(), self._phases.stop(now))
-        # The step open at close counts if it did work (the loop ended inside it), not if it only
-        # waited for a batch that never came.
-        records = [last] if set(phase_ns(last.host_log)) - {DATA, OTHER} else []
+        # The step open at close counts if it did training work (the loop ended inside it), not if it
+        # only waited for a batch that never came, ran an evaluation or a trailing zero_grad().
+        last.training = bool(set(phase_ns(last.host_log)) - _NOT_WORK)
+        records = [last]
         if self._profiler is not None:
             try:
                 self._profiler.stop()
             except Exception as e:  # noqa: BLE001
                 self._faults.report("torch.profiler failed to stop", e)
+            last.profiler_ns = time.perf_counter_ns() - now
         if gpu is not None:
             try:
                 records = [r for record in records for r in gpu.end_step(record)] + gpu.finish()
@@ -201,6 +223,7 @@ class PhaseProfiler:
         self._state = _RUNNING
         _running = self
         atexit.register(self.close)
+        self._sigterm = CloseOnSigterm(self.close)
 
     def _start_profiler(self) -> torch.profiler.profile | None:
         s = self._schedule
@@ -224,8 +247,9 @@ class PhaseProfiler:
     # -- steps ------------------------------------------------------------------------------------
 
     def _end_step(self) -> None:
-        """Close step ``step_num`` and open the next: hand its times over, then step torch.profiler
-        (which may write a trace) with no phase range open; the time that takes is in no step.
+        """Close step ``step_num`` and open the next: step torch.profiler (which may write a trace)
+        with no phase range open, then hand the step's times over; the time between the two steps
+        is the profiler's own (`phaseprof.contract.PROFILER_TAG`), in no step.
         Never raises; does nothing once closed, or for an optimizer stepped off the loop's thread."""
         if self._state != _RUNNING or threading.get_ident() != self._thread:
             return
@@ -234,12 +258,16 @@ class PhaseProfiler:
             now = time.perf_counter_ns()
             record = StepTimes(self.step_num, time.time(), phases.cut(now))
             gpu = phases.gpu
-            self._recorder.add(gpu.end_step(record) if gpu is not None else (record,), now)
             self.step_num += 1
             if self._profiler is not None:
                 self._step_profiler(self._profiler)
             if gpu is None and self._cuda_possible:
                 gpu = self._new_gpu_timer()
+            if self._attachment is not None:
+                self._attachment.watch_compiles()
+            resumed = time.perf_counter_ns()
+            record.profiler_ns = resumed - now
+            self._recorder.add(gpu.end_step(record) if gpu is not None else (record,), resumed)
             phases.start_step(time.perf_counter_ns(), self._recording, gpu)
         except Exception as e:  # noqa: BLE001
             self._faults.report("internal error at the end of a step", e)
@@ -268,30 +296,48 @@ class PhaseProfiler:
                                "the profiler)")
 
 
+def check_run_name(run: str) -> str:
+    """``run`` if it names a directory inside the logdir, else ValueError: a relative path with no
+    ``..`` part (a run may be nested: ``ablation/lr0.1``)."""
+    if not isinstance(run, str):
+        raise TypeError(f"run must be a string, not {type(run).__name__}")
+    parts = run.replace("\\", "/").split("/")
+    if not run.strip() or "\0" in run or os.path.isabs(run) or os.path.splitdrive(run)[0] or parts[0] == "":
+        raise ValueError(f"run={run!r} is not a run name: give a relative name, e.g. 'baseline'; "
+                         "the run is written in <logdir>/<run>/")
+    if ".." in parts:
+        raise ValueError(f"run={run!r} would write outside the logdir: a run name may not contain '..'")
+    return run
+
+
 class _Phase:
     """``with prof.phase(name):`` — strict: raises PhaseError on nesting mistakes."""
 
-    __slots__ = ("_prof", "_name")
+    __slots__ = ("_prof", "_name", "_opened")
 
     def __init__(self, prof: PhaseProfiler, name: str) -> None:
         self._prof = prof
         self._name = name
+        self._opened = False
 
     def __enter__(self) -> None:
         self._prof._start()
-        self._prof._phases.open(self._name)
+        self._opened = self._prof._phases.open(self._name)  # not inside eval or paused time
 
     def __exit__(self, exc_type: type | None, *exc: object) -> None:
         phases = self._prof._phases
         if exc_type is not None:  # unwinding: close it and what is open inside, never mask the error
-            phases.end(self._name, True)
+            phases.end(self._name, self._opened)
         else:
             self._prof._check_open(f"leaving phase({self._name!r})")
-            phases.close(self._name)
+            if self._opened:
+                phases.close(self._name)
 
 
 class _TimedLoader:
-    """Iterates ``loader`` with each fetch (the first one's ``iter()`` included) in the data phase."""
+    """Iterates ``loader`` with each fetch (the first one's ``iter()`` included) in the data phase;
+    anything else is the loader's (``dataset``, ``sampler.set_epoch``, ``batch_size``, ``len``...).
+    A fetch in training mode ends an evaluation pass; one during evaluation is part of it."""
 
     def __init__(self, prof: PhaseProfiler, loader: Iterable[Any]) -> None:
         self._prof = prof
@@ -300,11 +346,22 @@ class _TimedLoader:
     def __len__(self) -> int:
         return len(self._loader)  # type: ignore[arg-type]
 
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_prof", "_loader"):  # not set yet (e.g. while unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self._loader, name)
+
+    def __repr__(self) -> str:
+        return f"prof.data({self._loader!r})"
+
     def __iter__(self) -> Iterator[Any]:
-        self._prof._start()
-        phases = self._prof._phases
+        prof = self._prof
+        prof._start()
+        phases = prof._phases
         batches = None
         while True:
+            if phases.outside and prof._attachment is not None and prof._attachment.training_mode():
+                phases.leave_eval()
             opened = phases.begin(DATA)
             try:
                 if batches is None:

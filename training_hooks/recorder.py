@@ -5,9 +5,14 @@ Building and writing one event costs about 40 µs of Python (the protobuf, then 
 pure-Python CRC-32C), more than the hook's whole budget per step. So the loop thread only appends
 each finished step to a list, and hands the list over every `HANDOVER_STEPS` steps or
 `HANDOVER_S` seconds; a daemon thread writes one event per step holding all its values (one
-scalar per phase, same tags as `phaseprof.contract`), flushing after each batch. Scalars therefore
-reach TensorBoard at most a second or so after their step. (TensorBoard's own ``EventFileWriter``
-would add a second thread, and it prints a traceback on stderr when the disk fills.)
+scalar per phase, same tags as `phaseprof.contract`), flushing after each batch. When the loop
+hands nothing over for `FLUSH_S` seconds (a long evaluation, a hung step), that thread takes the
+waiting steps itself. Scalars therefore reach the disk a second or two after their step, and a run
+that is killed keeps all but its last seconds. (TensorBoard's own ``EventFileWriter`` would add a
+second thread, and it prints a traceback on stderr when the disk fills.)
+
+A step's scalars leave out the time kept outside the steps (evaluation passes, ``prof.paused()``):
+its evaluation time has a tag of its own, as has the profiler's own time after the step.
 """
 
 from __future__ import annotations
@@ -24,31 +29,49 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from phaseprof.contract import STEP_GPU_TAG, STEP_TAG, cpu_tag, gpu_tag
+from phaseprof.contract import EVAL, EVAL_TAG, OUT_OF_STEP, PROFILER_TAG, STEP_GPU_TAG, STEP_TAG, cpu_tag, gpu_tag
 
 from .faults import Faults
-from .phases import phase_ns
 from .records import StepTimes
+from .tracker import phase_ns
 
 HANDOVER_STEPS = 256
 HANDOVER_S = 1.0
 _HANDOVER_NS = int(HANDOVER_S * 1e9)
+FLUSH_S = 2.0
 
 
 class PhaseStats:
-    """Every step's time per phase (ms), one column per phase in order of first appearance, aligned
-    by step; a phase that did not run in a step counts 0 there."""
+    """Every training step's time per phase (ms), one column per phase in order of first
+    appearance, aligned by step; a phase that did not run in a step counts 0 there. Beside them,
+    per step: its number, the profiler's own ms after it, the evaluation ms before it."""
 
     def __init__(self) -> None:
         self.steps = 0
+        self.numbers = array("q")
         self.cpu: dict[str, array] = {}
         self.gpu_steps = 0
         self.gpu: dict[str, array] = {}
+        self.profiler_ms = array("d")
+        self.eval_ms = array("d")  # one value per evaluation time seen (a step with some before it)
 
-    def add(self, record: StepTimes) -> None:
-        self.steps = _append(self.cpu, self.steps, {p: ns / 1e6 for p, ns in phase_ns(record.host_log).items()})
-        if record.gpu_ms is not None:
-            self.gpu_steps = _append(self.gpu, self.gpu_steps, record.gpu_ms)
+    def add(self, record: StepTimes) -> tuple[float, float]:
+        """Take one step; returns its (evaluation ms, profiler ms)."""
+        host = {p: ns / 1e6 for p, ns in phase_ns(record.host_log).items()}
+        eval_ms = host.pop(EVAL, 0.0)
+        for phase in OUT_OF_STEP:
+            host.pop(phase, None)
+        profiler_ms = record.profiler_ns / 1e6
+        if eval_ms:
+            self.eval_ms.append(eval_ms)
+        if record.training:
+            self.steps = _append(self.cpu, self.steps, host)
+            self.numbers.append(record.step)
+            self.profiler_ms.append(profiler_ms)
+            if record.gpu_ms is not None:
+                gpu = {p: ms for p, ms in record.gpu_ms.items() if p not in OUT_OF_STEP}
+                self.gpu_steps = _append(self.gpu, self.gpu_steps, gpu)
+        return eval_ms, profiler_ms
 
 
 def _append(columns: dict[str, array], rows: int, values: dict[str, float]) -> int:
@@ -76,6 +99,7 @@ class StepRecorder:
             except Exception as e:  # noqa: BLE001 - no scalars, but training and the summary go on
                 faults.report("could not create the scalars' event file", e)
         self._write_error: Exception | None = None  # set by the writing thread, reported by the loop's
+        self._lock = threading.RLock()  # the batch; re-entrant: close() may run in a signal handler
         self._batch: list[StepTimes] = []
         self._handed_at = 0
         self._queue: queue.SimpleQueue[list[StepTimes] | None] = queue.SimpleQueue()
@@ -84,17 +108,22 @@ class StepRecorder:
 
     def add(self, records: Sequence[StepTimes], now_ns: int) -> None:
         """Take finished steps; ``now_ns`` is the loop's perf_counter_ns(), to pace the handovers."""
-        self._batch += records
-        if len(self._batch) >= HANDOVER_STEPS or now_ns - self._handed_at >= _HANDOVER_NS:
-            self._queue.put(self._batch)
-            self._batch = []
-            self._handed_at = now_ns
-            self._report_write_error()
+        with self._lock:
+            self._batch += records
+            if len(self._batch) >= HANDOVER_STEPS or now_ns - self._handed_at >= _HANDOVER_NS:
+                self._hand_over()
+                self._handed_at = now_ns
+        self._report_write_error()
+
+    def _hand_over(self) -> None:
+        with self._lock:
+            if self._batch:
+                self._queue.put(self._batch)
+                self._batch = []
 
     def close(self) -> None:
         """Write what is left and close the event file; the stats are complete afterwards."""
-        self._queue.put(self._batch)
-        self._batch = []
+        self._hand_over()
         self._queue.put(None)
         self._thread.join()
         if self._file is not None:
@@ -107,25 +136,40 @@ class StepRecorder:
             self._write_error = None
 
     def _run(self) -> None:
-        while (batch := self._queue.get()) is not None:
+        while True:
+            try:
+                batch = self._queue.get(timeout=FLUSH_S)
+            except queue.Empty:
+                self._hand_over()  # the loop is busy elsewhere: take its waiting steps
+                continue
+            if batch is None:
+                return
             try:
                 for record in batch:
-                    self.stats.add(record)
+                    eval_ms, profiler_ms = self.stats.add(record)
                     if self._file is not None:
-                        self._file.write(self._event(record).SerializeToString())
+                        self._file.write(self._event(record, eval_ms, profiler_ms).SerializeToString())
                 if self._file is not None:
                     self._file.flush()
             except Exception as e:  # noqa: BLE001 - stop writing, keep training
                 self._stop_writing(e)
 
-    def _event(self, record: StepTimes) -> Event:
-        """One event for the step: every phase seen so far in the run (0 where it did not run), the total."""
+    def _event(self, record: StepTimes, eval_ms: float, profiler_ms: float) -> Event:
+        """One event for the step: every phase seen so far in the run (0 where it did not run), the
+        total, and the evaluation and profiler times around it where there were any."""
         stats = self.stats
-        values = [Summary.Value(tag=cpu_tag(p), simple_value=column[-1]) for p, column in stats.cpu.items()]
-        values.append(Summary.Value(tag=STEP_TAG, simple_value=(record.host_log[-1] - record.host_log[0]) / 1e6))
-        if record.gpu_ms is not None:
-            values += [Summary.Value(tag=gpu_tag(p), simple_value=column[-1]) for p, column in stats.gpu.items()]
-            values.append(Summary.Value(tag=STEP_GPU_TAG, simple_value=sum(record.gpu_ms.values())))
+        values = []
+        if record.training:
+            values += [Summary.Value(tag=cpu_tag(p), simple_value=column[-1]) for p, column in stats.cpu.items()]
+            values.append(Summary.Value(tag=STEP_TAG, simple_value=sum(column[-1] for column in stats.cpu.values())))
+            if record.gpu_ms is not None:
+                gpu = [(p, column[-1]) for p, column in stats.gpu.items()]
+                values += [Summary.Value(tag=gpu_tag(p), simple_value=ms) for p, ms in gpu]
+                values.append(Summary.Value(tag=STEP_GPU_TAG, simple_value=sum(ms for _, ms in gpu)))
+        if eval_ms:
+            values.append(Summary.Value(tag=EVAL_TAG, simple_value=eval_ms))
+        if profiler_ms:
+            values.append(Summary.Value(tag=PROFILER_TAG, simple_value=profiler_ms))
         return Event(wall_time=record.wall_time, step=record.step, summary=Summary(value=values))
 
     def _stop_writing(self, error: Exception | None) -> None:

@@ -1,6 +1,12 @@
-"""The table printed when a PhaseProfiler closes: per phase, the mean, median and p95 of its host
-time per step and its share of the step (plus the GPU mean where CUDA events ran), then what was
-written and the command that opens it in TensorBoard."""
+"""The table printed when a PhaseProfiler closes: per phase, the median, p95 and mean of its host
+time per step and its share of the median step (plus the GPU median where CUDA events ran), then
+the time kept outside the steps (evaluation, the profiler's own), what was written and the command
+that opens it in TensorBoard.
+
+Medians over the steady steps: step 0 (first-call set-up: lazy initialisation, allocator warm-up)
+and steps that compiled (``torch.compile``) are left out of the table, and said to be, unless no
+other step is left. Evaluation passes are never in a step.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from phaseprof.contract import PHASES
+from phaseprof.contract import COMPILE, PHASES
 
 from .recorder import PhaseStats
 
@@ -31,7 +37,19 @@ def print_summary(console: Console, stats: PhaseStats, *, run: str, logdir: str,
     console.print(f"[bold]phaseprof[/] run [bold]{escape(run)}[/]: {stats.steps} step(s) timed, "
                   f"{len(traces)} trace file(s) written")
     if stats.steps:
-        console.print(_table(stats))
+        kept, left_out = steady_steps(stats)
+        console.print(_table(stats, kept))
+        if left_out:
+            console.print(f"medians of {int(kept.sum())} step(s); left out: " + ", ".join(left_out))
+    if stats.eval_ms:
+        evals = np.frombuffer(stats.eval_ms)
+        console.print(f"evaluation, outside the steps: {len(evals)} pass(es), {evals.sum():,.1f} ms in all, "
+                      f"median {np.median(evals):,.1f} ms")
+    profiler = np.frombuffer(stats.profiler_ms)
+    if profiler.size and profiler.sum() > 0:
+        worst = int(np.argmax(profiler))
+        console.print(f"the profiler's own time, outside the steps: {profiler.sum():,.1f} ms in all, at most "
+                      f"{profiler[worst]:,.1f} ms (after step {stats.numbers[worst]})")
     for line in faults:
         console.print(f"[red]not done: {escape(line)}[/]")
     # soft_wrap: the command stays on one line, to be copied as it is
@@ -39,23 +57,40 @@ def print_summary(console: Console, stats: PhaseStats, *, run: str, logdir: str,
                   soft_wrap=True)
 
 
-def _table(stats: PhaseStats) -> Table:
+def steady_steps(stats: PhaseStats) -> tuple[np.ndarray, list[str]]:
+    """Which rows of ``stats`` the summary keeps (a bool mask), and what it left out, in words."""
+    numbers = np.frombuffer(stats.numbers, dtype=np.int64)
+    first = numbers == numbers.min()
+    compiled = np.frombuffer(stats.cpu[COMPILE]) > 0 if COMPILE in stats.cpu else np.zeros(len(numbers), bool)
+    kept = ~(first | compiled)
+    if not kept.any():
+        return np.ones(len(numbers), bool), []
+    left_out = [f"step {int(numbers[first][0])} (first)"]
+    if compiled[~first].any():
+        left_out.append(f"{int(compiled[~first].sum())} compiling step(s)")
+    return kept, left_out
+
+
+def _table(stats: PhaseStats, kept: np.ndarray) -> Table:
     phases = [p for p in PHASES if p in stats.cpu] + [p for p in stats.cpu if p not in PHASES]
-    cpu = {p: np.frombuffer(stats.cpu[p]) for p in phases}
+    cpu = {p: np.frombuffer(stats.cpu[p])[kept] for p in phases}
     step = np.sum(list(cpu.values()), axis=0)
-    gpu = {p: np.frombuffer(column) for p, column in stats.gpu.items()}
-    table = Table(show_edge=False, pad_edge=False, header_style="bold",
-                  caption="host ms per step" + ("; GPU: CUDA-event ms per step" if gpu else ""))
-    for name in ("phase", "mean ms", "median ms", "p95 ms", "share"):
+    gpu = {p: np.frombuffer(column)[kept[len(kept) - len(column):]] for p, column in stats.gpu.items()}
+    caption = "host ms per step"
+    if gpu:
+        caption += "; GPU: CUDA-event ms per step"
+    table = Table(show_edge=False, pad_edge=False, header_style="bold", caption=caption)
+    for name in ("phase", "median ms", "p95 ms", "mean ms", "share"):
         table.add_column(name, justify="left" if name == "phase" else "right")
     if gpu:
-        table.add_column("GPU mean ms", justify="right")
-    mean_step = float(step.mean())
+        table.add_column("GPU median ms", justify="right")
+    median_step = float(np.median(step))
     for name, values in [*cpu.items(), ("step", step)]:
-        row = [escape(name), f"{values.mean():,.2f}", f"{np.median(values):,.2f}", f"{np.percentile(values, 95):,.2f}",
-               f"{values.mean() / mean_step:.0%}" if mean_step else "-"]
+        median = float(np.median(values))
+        row = [escape(name), f"{median:,.2f}", f"{np.percentile(values, 95):,.2f}", f"{values.mean():,.2f}",
+               f"{median / median_step:.0%}" if median_step else "-"]
         if gpu:
             column = sum(gpu.values()) if name == "step" else gpu.get(name)
-            row.append("-" if column is None else f"{column.mean():,.2f}")
+            row.append("-" if column is None or not len(column) else f"{np.median(column):,.2f}")
         table.add_row(*row, style="bold" if name == "step" else None)
     return table

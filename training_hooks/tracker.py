@@ -1,5 +1,5 @@
-"""The loop thread's hot path: opening and closing phases on the host clock, with their trace ranges
-and CUDA marks, and cutting the timeline into steps.
+"""The phase tracker, the loop thread's hot path: opening and closing phases on the host clock, with
+their trace ranges and CUDA marks, and cutting the timeline into steps.
 
 Every instant of a step belongs to exactly one phase, the innermost one open (``other`` while none
 is): the rule the trace analysis applies (docs/architecture.md), so the per-step scalars and the traces agree
@@ -7,6 +7,10 @@ and a step's phase times add up to its wall time. Each transition only reads the
 to the step's log; the sums are made later, off the loop's thread (`phase_ns`). This path runs ten
 or so times a step between framework calls that evict it from the CPU's caches, so it touches as
 few objects as it can: the budget of the whole hook is 30 µs a step.
+
+Time kept out of the training steps (`phaseprof.contract.OUT_OF_STEP`: an evaluation pass, a
+``prof.paused()`` block) is logged as a phase of those names, and while one is open no hook opens a
+phase inside it: the recorder and the summary leave it out of the step.
 """
 
 from __future__ import annotations
@@ -14,13 +18,14 @@ from __future__ import annotations
 import threading
 from time import perf_counter_ns
 
-from phaseprof.contract import OTHER
+from phaseprof.contract import BACKWARD, EVAL, FORWARD, OPTIMIZER, OTHER, OUT_OF_STEP
 
 from .cuda_timing import CudaPhaseTimer
 from .faults import Faults
 from .ranges import Ranges
 
 _get_ident = threading.get_ident
+_TRAINING_WORK = frozenset((FORWARD, BACKWARD, OPTIMIZER))
 
 #: A step's host timeline: ``[t0, phase, t1, phase, t2, …]`` in perf_counter ns, each phase running
 #: from the time before it to the time after it.
@@ -36,12 +41,13 @@ class PhaseTracker:
     the user's ``with prof.phase(...)`` calls `open` and `close`; the profiler calls `start_step`
     (first), then `cut` and `start_step` at each step boundary, and `stop` on close."""
 
-    __slots__ = ("stack", "running", "gpu", "_log", "_thread", "_ranges", "_faults", "_record", "_marks")
+    __slots__ = ("stack", "running", "gpu", "outside", "_log", "_thread", "_ranges", "_faults", "_record", "_marks")
 
     def __init__(self, thread: int, ranges: Ranges, faults: Faults) -> None:
         self.stack: list[str] = []  # open phases, outermost first
         self.running = True
         self.gpu: CudaPhaseTimer | None = None
+        self.outside = False  # an out-of-step phase (eval, paused) is open
         self._log: Log = []
         self._thread = thread
         self._ranges = ranges
@@ -52,13 +58,17 @@ class PhaseTracker:
     # -- hooks: lenient, never raise --------------------------------------------------------------
 
     def begin(self, phase: str) -> bool:
-        """Open ``phase`` for a hook, unless it is open already or the call is not on the loop's
-        thread; returns whether it opened it."""
+        """Open ``phase`` for a hook, unless it is open already, the call is not on the loop's
+        thread, or time is kept out of the step (only another out-of-step phase opens then);
+        returns whether it opened it."""
         stack = self.stack
-        if phase in stack or not self.running or _get_ident() != self._thread:
+        if phase in stack or not self.running or _get_ident() != self._thread or (
+                self.outside and phase not in OUT_OF_STEP):
             return False
         self._log += (stack[-1] if stack else OTHER, perf_counter_ns())
         stack.append(phase)
+        if phase in OUT_OF_STEP:
+            self.outside = True
         if self._marks:
             self._mark_open(phase)
         return True
@@ -76,21 +86,47 @@ class PhaseTracker:
         else:
             depth = len(stack) - stack.index(phase)
             del stack[-depth:]
+        if self.outside:
+            self.outside = any(p in OUT_OF_STEP for p in stack)
         if self._marks:
             self._mark_close(phase, depth)
 
+    # -- evaluation passes ------------------------------------------------------------------------
+
+    def enter_eval(self, since_work: bool) -> None:
+        """An evaluation pass starts (or goes on): time is kept out of the step until `leave_eval`.
+        ``since_work``: the pass began before its first forward (the eval loader's first batch,
+        ``model.eval()``): when the step has done no training work and no phase is open, the
+        time since the last phase closed is the pass's too."""
+        stack = self.stack
+        if EVAL in stack or not self.begin(EVAL):
+            return
+        log = self._log
+        if since_work and len(stack) == 1 and log[-2] == OTHER and not _TRAINING_WORK.intersection(log[1::2]):
+            log[-2] = EVAL
+
+    def leave_eval(self) -> None:
+        """Training work starts: close the evaluation pass, if one is open."""
+        if EVAL in self.stack:
+            self.end(EVAL, True)
+
     # -- the user's phases: strict ----------------------------------------------------------------
 
-    def open(self, phase: str) -> None:
+    def open(self, phase: str) -> bool:
+        """Open a phase of the user's; False when it does not open (inside an out-of-step phase)."""
         if _get_ident() != self._thread:
             raise PhaseError(f"phase {phase!r} opened on another thread than the loop's")
         if phase in self.stack:
             raise PhaseError(f"phase {phase!r} is already open: a phase cannot be nested in itself")
-        self.begin(phase)
+        return self.begin(phase)
 
     def close(self, phase: str) -> None:
         stack = self.stack
         if not stack or stack[-1] != phase:
+            # An evaluation pass the hooks opened inside the user's phase ends with it.
+            if phase in stack and all(p in OUT_OF_STEP for p in stack[stack.index(phase) + 1:]):
+                self.end(phase, True)
+                return
             inner = f"phase {stack[-1]!r} is still open inside it" if phase in stack else "it is not open"
             raise PhaseError(f"cannot close phase {phase!r}: {inner} (phases close innermost first)")
         self.end(phase, True)
@@ -133,6 +169,7 @@ class PhaseTracker:
         log = self.cut(now)
         self.running = False
         self.stack.clear()
+        self.outside = False
         return log
 
     # -- ranges and CUDA marks --------------------------------------------------------------------

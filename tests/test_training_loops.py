@@ -1,0 +1,329 @@
+"""PhaseProfiler in the loops people really run: evaluation passes between training steps, paused
+blocks, pickling while attached, the loader's own attributes, torch.compile, safe run names, and
+what a run that is terminated or killed keeps. Timings are checked against independent
+``perf_counter`` timers placed inside the model and around the calls."""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tensorboard.backend.event_processing import event_accumulator
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from phaseprof import PhaseProfiler, analyze
+from phaseprof.contract import COMPILE, EVAL_TAG, FORWARD, OTHER, PROFILER_TAG, STEP_TAG, TRACE_FILE_RE, cpu_tag
+from phaseprof.training_hooks.models import MnistNet
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def scalars(run_dir: Path) -> dict[str, dict[int, float]]:
+    """Every scalar of a run, by tag and step, read back by TensorBoard's own reader."""
+    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
+
+
+def within(measured: float, reference: float, rel: float = 0.05, abs_ms: float = 0.5) -> bool:
+    return abs(measured - reference) <= max(rel * reference, abs_ms)
+
+
+class TimedNet(torch.nn.Module):
+    """PyTorch's MNIST example CNN with its own timer around the forward (ms per call, in order)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = MnistNet()
+        self.calls: list[tuple[bool, float]] = []  # (training, ms)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t0 = time.perf_counter()
+        out = self.net(x)
+        self.calls.append((self.training and torch.is_grad_enabled(), (time.perf_counter() - t0) * 1e3))
+        return out
+
+
+def mnist_data(n: int, seed: int = 0) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    return TensorDataset(torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g))
+
+
+# -- PyTorch's mnist example loop, with its test() pass ------------------------------------------
+
+
+def test_the_mnist_example_loop_keeps_its_test_pass_out_of_the_training_steps(tmp_path, capsys):
+    """The loop of PyTorch's mnist example: train() per epoch, then test() (model.eval(),
+    torch.no_grad()); its log lines read ``len(train_loader.dataset)`` through ``prof.data``."""
+    torch.manual_seed(0)
+    model = TimedNet()
+    optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
+    train_loader = DataLoader(mnist_data(16 * 6), batch_size=16)
+    test_loader = DataLoader(mnist_data(100, seed=1), batch_size=50)
+    prof = PhaseProfiler(logdir=str(tmp_path), run="mnist", wait=1, warmup=1, active=3)
+    prof.attach(model, optimizer)
+    train_loader = prof.data(train_loader)
+    test_ms = []
+
+    def train(epoch: int) -> None:
+        model.train()
+        for batch_idx, (data, target) in enumerate(train_loader):
+            optimizer.zero_grad()
+            loss = F.nll_loss(model(data), target)
+            loss.backward()
+            optimizer.step()
+            if batch_idx % 3 == 0:
+                print(f"Train Epoch: {epoch} [{batch_idx * len(data)}/{len(train_loader.dataset)}]")
+
+    def test() -> None:
+        t0 = time.perf_counter()
+        model.eval()
+        correct = 0
+        with torch.no_grad():
+            for data, target in test_loader:
+                correct += model(data).argmax(dim=1).eq(target).sum().item()
+        print(f"Test set: Accuracy: {correct}/{len(test_loader.dataset)}")
+        test_ms.append((time.perf_counter() - t0) * 1e3)
+
+    for epoch in (1, 2):
+        train(epoch)
+        test()
+    prof.close()
+
+    out = capsys.readouterr().out
+    assert "/96]" in out  # len(train_loader.dataset) read through prof.data
+    values = scalars(tmp_path / "mnist")
+    assert sorted(values[STEP_TAG]) == list(range(12))  # one step per optimizer step; no eval-only step
+    training_forward = [ms for training, ms in model.calls if training]
+    assert len(training_forward) == 12
+    for step, reference in enumerate(training_forward):
+        assert within(values[cpu_tag(FORWARD)][step], reference), (step, values[cpu_tag(FORWARD)][step], reference)
+    # The test pass after epoch 1 is kept before step 6, the one after epoch 2 at close (step 12).
+    assert sorted(values[EVAL_TAG]) == [6, 12]
+    eval_forward = [ms for training, ms in model.calls if not training]  # two batches per test pass
+    for i, (step, reference) in enumerate(zip((6, 12), test_ms)):
+        eval_ms = values[EVAL_TAG][step]
+        assert sum(eval_forward[2 * i:2 * i + 2]) <= eval_ms <= reference * 1.05 + 5, (step, eval_ms, reference)
+    # No step absorbed a test pass: it would have landed in the step's other time.
+    assert max(values[cpu_tag(OTHER)].values()) < 20
+    assert "evaluation, outside the steps: 2 pass(es)" in out
+
+
+def test_a_trailing_zero_grad_makes_no_step_and_paused_work_is_in_no_step(tmp_path):
+    torch.manual_seed(0)
+    model = MnistNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data, target = mnist_data(8)[:]
+    with PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=2) as prof:
+        prof.attach(model, optimizer)
+        for _ in range(4):
+            optimizer.zero_grad()
+            F.nll_loss(model(data), target).backward()
+            optimizer.step()
+            with prof.paused():
+                time.sleep(0.06)  # a checkpoint, say
+                model(data)  # a forward in there is not the step's either
+                with prof.phase("mine"):  # nor a phase of one's own
+                    pass
+        optimizer.zero_grad()  # after the last step: no spurious step
+    values = scalars(tmp_path / "r")
+    assert sorted(values[STEP_TAG]) == [0, 1, 2, 3]
+    assert all(ms < 30 for ms in values[cpu_tag(OTHER)].values()), values[cpu_tag(OTHER)]  # the sleep is in none
+    assert cpu_tag("mine") not in values and EVAL_TAG not in values
+
+
+def test_the_profilers_own_time_is_written_and_summarised(tmp_path, capsys):
+    torch.manual_seed(0)
+    model = MnistNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data, target = mnist_data(8)[:]
+    with PhaseProfiler(logdir=str(tmp_path), run="r", wait=1, warmup=1, active=2, record_shapes=True) as prof:
+        prof.attach(model, optimizer)
+        for _ in range(6):
+            optimizer.zero_grad()
+            F.nll_loss(model(data), target).backward()
+            optimizer.step()
+    own = scalars(tmp_path / "r")[PROFILER_TAG]
+    assert sorted(own) == list(range(6))
+    assert max(own, key=own.get) == 3  # the step that ends the active window writes the trace
+    assert "the profiler's own time, outside the steps" in capsys.readouterr().out
+
+
+# -- pickling and the loader ----------------------------------------------------------------------
+
+
+def test_model_and_optimizer_pickle_while_attached(tmp_path):
+    torch.manual_seed(0)
+    model = MnistNet()
+    optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+    data, target = mnist_data(8)[:]
+    with PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=2) as prof:
+        prof.attach(model, optimizer)
+        for _ in range(3):
+            optimizer.zero_grad()
+            F.nll_loss(model(data), target).backward()
+            optimizer.step()
+            scheduler.step()
+            buffer = io.BytesIO()
+            torch.save(model, buffer)  # what word_language_model does at the end of an epoch
+            torch.save({"optimizer": optimizer, "scheduler": scheduler}, io.BytesIO())
+            pickle.dumps(optimizer)
+            twin = copy.deepcopy(model)
+        loaded = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
+    model.eval(), loaded.eval(), twin.eval()
+    assert torch.equal(loaded(data), model(data)) and torch.equal(twin(data), model(data))
+    assert prof.step_num == 3
+    assert sorted(scalars(tmp_path / "r")[cpu_tag(FORWARD)]) == [0, 1, 2]
+
+
+def test_the_timed_loader_behaves_like_the_loader(tmp_path):
+    dataset = mnist_data(40)
+    sampler = DistributedSampler(dataset, num_replicas=2, rank=0, shuffle=True, seed=1)
+    loader = DataLoader(dataset, batch_size=4, sampler=sampler)
+    with PhaseProfiler(logdir=str(tmp_path), run="r") as prof:
+        timed = prof.data(loader)
+        assert timed.dataset is dataset and timed.batch_size == 4 and len(timed) == len(loader) == 5
+        timed.sampler.set_epoch(3)
+        assert sampler.epoch == 3
+        assert sum(len(x) for x, _ in timed) == 20
+        with pytest.raises(AttributeError, match="no_such_thing"):
+            timed.no_such_thing  # noqa: B018
+
+
+# -- run names ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run", ["../x", "a/../../x", "..", "/tmp/abs", "", "a/..\\..\\x"])
+def test_a_run_name_that_leaves_the_logdir_is_refused_at_construction(tmp_path, run):
+    with pytest.raises(ValueError, match="run"):
+        PhaseProfiler(logdir=str(tmp_path / "profile"), run=run)
+    assert not (tmp_path / "profile").exists()
+
+
+def test_a_nested_run_name_stays_inside_the_logdir(tmp_path):
+    with PhaseProfiler(logdir=str(tmp_path), run="ablation/lr0.1", wait=0, warmup=1, active=1) as prof:
+        prof.step()
+    assert [p.name for p in (tmp_path / "ablation" / "lr0.1").iterdir() if "tfevents" in p.name]
+
+
+# -- terminated and killed runs -------------------------------------------------------------------
+
+CHILD = textwrap.dedent("""
+    import signal, sys, time
+    import torch, torch.nn.functional as F
+    from phaseprof import PhaseProfiler
+    from phaseprof.training_hooks.models import MnistNet
+
+    mode = sys.argv[2]
+    if mode == "user-handler":
+        def handler(signum, frame):
+            print("user handler ran", flush=True)
+            sys.exit(3)
+        signal.signal(signal.SIGTERM, handler)
+    torch.manual_seed(0)
+    model = MnistNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data, target = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    prof = PhaseProfiler(logdir=sys.argv[1], run="r", wait=0, warmup=1, active=10**6).attach(model, optimizer)
+    for step in range(10**6):
+        optimizer.zero_grad()
+        F.nll_loss(model(data), target).backward()
+        optimizer.step()
+        if step == 30:
+            print("ready", flush=True)
+            if mode == "stuck":
+                time.sleep(600)  # e.g. a hung collective: the loop hands nothing over
+""")
+
+
+def start_child(tmp_path: Path, mode: str) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path), mode], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    line = child.stdout.readline()
+    assert line == "ready\n", child.stderr.read() if child.poll() is not None else line
+    return child
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["default", "user-handler"])
+def test_sigterm_writes_the_active_window_then_the_process_ends_as_it_would_have(tmp_path, mode):
+    child = start_child(tmp_path, mode)
+    child.send_signal(signal.SIGTERM)
+    out, err = child.communicate(timeout=120)
+    if mode == "default":
+        assert child.returncode == -signal.SIGTERM, err
+    else:
+        assert child.returncode == 3 and "user handler ran" in out, err
+    assert "Traceback" not in err
+    (trace,) = [p.name for p in (tmp_path / "r").iterdir() if TRACE_FILE_RE.match(p.name)]
+    report = analyze(str(tmp_path))
+    assert report["errors"] == []
+    steps = report["runs"][0]["workers"][0]["steps"]
+    assert len(steps) >= 30 and steps[0]["phases"][FORWARD]["cpu_ms"] > 0
+    assert len(scalars(tmp_path / "r")[STEP_TAG]) >= 31
+
+
+@pytest.mark.slow
+def test_a_killed_run_keeps_the_scalars_of_all_but_its_last_seconds(tmp_path):
+    child = start_child(tmp_path, "stuck")
+    time.sleep(4)  # more than the recorder's FLUSH_S, while the loop is stuck in a step
+    child.send_signal(signal.SIGKILL)
+    child.communicate(timeout=60)
+    assert sorted(scalars(tmp_path / "r")[STEP_TAG])[:31] == list(range(31))
+
+
+# -- torch.compile --------------------------------------------------------------------------------
+
+
+def graph_breaks(model: torch.nn.Module, x: torch.Tensor) -> int:
+    torch._dynamo.reset()
+    return torch._dynamo.explain(torch.compile(model, backend="aot_eager"))(x).graph_break_count
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["attach then compile", "compile then attach"])
+def test_torch_compile_before_or_after_attach(tmp_path, order):
+    torch.manual_seed(0)
+    model = MnistNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data, target = mnist_data(16)[:]
+    breaks_without = graph_breaks(model, data)
+    torch._dynamo.reset()
+    prof = PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=2)
+    if order == "attach then compile":
+        prof.attach(model, optimizer)
+        compiled = torch.compile(model, backend="aot_eager")
+    else:
+        compiled = torch.compile(model, backend="aot_eager")
+        prof.attach(compiled, optimizer)
+    forward_ms = []
+    for _ in range(6):
+        optimizer.zero_grad()
+        t0 = time.perf_counter()
+        out = compiled(data)
+        forward_ms.append((time.perf_counter() - t0) * 1e3)
+        F.nll_loss(out, target).backward()
+        optimizer.step()
+    if order == "attach then compile":
+        assert graph_breaks(model, data) == breaks_without  # the hooks add no graph break
+    prof.close()
+    torch._dynamo.reset()
+    values = scalars(tmp_path / "r")
+    assert values[cpu_tag(COMPILE)][0] > 0.5 * forward_ms[0]  # compiling is step 0's, not its forward's
+    assert values[cpu_tag(FORWARD)][0] < 0.5 * forward_ms[0]
+    for step in range(1, 6):
+        assert values[cpu_tag(COMPILE)][step] == 0
+        assert within(values[cpu_tag(FORWARD)][step], forward_ms[step]), (step, values, forward_ms)
+    rows = analyze(str(tmp_path))["runs"][0]["workers"][0]["steps"]
+    assert all(row["phases"][FORWARD]["cpu_ms"] > 0 and not row["phases"][FORWARD]["inferred"] for row in rows)
