@@ -114,8 +114,8 @@ def test_the_mnist_example_loop_keeps_its_test_pass_out_of_the_training_steps(tm
     for i, (step, reference) in enumerate(zip((6, 12), test_ms)):
         eval_ms = values[EVAL_TAG][step]
         assert sum(eval_forward[2 * i:2 * i + 2]) <= eval_ms <= reference * 1.05 + 5, (step, eval_ms, reference)
-    # No step absorbed a test pass: it would have landed in the step's other time.
-    assert max(values[cpu_tag(OTHER)].values()) < 20
+    # The step after the first test pass did not absorb it (it would have landed in its other time).
+    assert values[cpu_tag(OTHER)][6] < 0.1 * test_ms[0], (values[cpu_tag(OTHER)], test_ms)
     assert "evaluation, outside the steps: 2 pass(es)" in out
 
 
