@@ -13,12 +13,11 @@ import os
 
 import numpy as np
 
-from phaseprof.contract import PHASES, STEP_GPU_TAG, STEP_TAG, parse_tag
+from phaseprof.contract import NOT_PHASE_TAGS, PHASES, STEP_GPU_TAG, STEP_TAG, parse_tag
 
 from .analysis.compare import changed_ops
 from .analysis.model import SpanAnalysis
 from .analysis.regression import MIN_STEPS, compare_figures, side_figure
-from .analysis.whole_run import OUT_OF_STEP_TAGS
 from .analysis.worker import Worker
 from .answers import Change, ChangedOp, FileError, GateReport, GateSide
 from .reading.discovery import discover
@@ -133,7 +132,7 @@ def _scalar_figures(s: Scalars) -> dict[tuple[str, str], np.ndarray]:
     if timed is not None:
         has_step = ~np.isnan(timed)
         for tag, column in s.values.items():
-            if tag in OUT_OF_STEP_TAGS:
+            if tag in NOT_PHASE_TAGS:
                 continue
             if tag in (STEP_TAG, STEP_GPU_TAG):
                 key = ("step", "gpu" if tag == STEP_GPU_TAG else "host")

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from phaseprof.contract import PHASES, SCALAR_PREFIX, STEP_GPU_TAG, STEP_TAG, parse_tag
+from phaseprof.contract import NOT_PHASE_TAGS, PHASES, PROFILER_TAG, STEP_GPU_TAG, STEP_TAG, parse_tag
 
 from ..answers import PhaseSpread, ProfilerTime, SlowStep, WholeRun
 from ..reading.scalars import Scalars
 
-#: The profiler's own time at the end of a step (torch.profiler's step, writing traces): not in any step.
-PROFILER_TAG = SCALAR_PREFIX + "profiler_ms"
-#: Scalars under the prefix that time no phase of a step.
-OUT_OF_STEP_TAGS = (PROFILER_TAG, SCALAR_PREFIX + "eval_ms")
 #: Slowest steps listed.
 SLOWEST = 5
 
@@ -38,7 +34,7 @@ def whole_run(scalars: Scalars, rank: int | None = None) -> WholeRun | None:
     if STEP_GPU_TAG in scalars.values:
         gpu_spreads.append(_spread("step", "gpu", scalars.values[STEP_GPU_TAG][timed]))
     for tag in sorted(scalars.values, key=_phase_order):
-        if tag in (STEP_TAG, STEP_GPU_TAG) or tag in OUT_OF_STEP_TAGS:
+        if tag in (STEP_TAG, STEP_GPU_TAG) or tag in NOT_PHASE_TAGS:
             continue
         parsed = parse_tag(tag)
         if parsed is None:
