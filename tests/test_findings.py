@@ -12,7 +12,7 @@ from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
 from phaseprof.plugin.report import analyze_file, report
 from tests.logdir import write_trace
-from tests.tracebuilder import Loop
+from tests.tracebuilder import Loop, step
 
 DATA_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
@@ -305,3 +305,21 @@ def test_notes_say_what_was_inferred(tmp_path):
     s = summary_of(write_trace(tmp_path / "w.1.pt.trace.json", events))
     assert "inferred-steps" in kinds(s) and finding(s, "inferred-steps").evidence.steps == [0, 1, 2]
     assert all(f.saving_ms is None for f in s.findings if f.kind in ("inferred-steps", "no-gpu"))
+
+
+def test_notes_on_empty_steps_inferred_phases_and_no_work(tmp_path):
+    loop = Loop()
+    for n in range(3):  # no forward/backward ranges: inferred from the ops
+        loop.step(n, ("phaseprof::data", 1_000), ("phaseprof::optimizer", 1_000, [],
+                                                  [("aten::ones_like", 100, 10)]))
+    loop.step(3, ("phaseprof::data", 100), ("a range that marks no phase", 4_000, [], [
+        ("aten::linear", 100, 2_000), ("aten::ones_like", 2_200, 50),
+        ("autograd::engine::evaluate_function: AddmmBackward0", 2_300, 1_000)]))
+    loop.events.append(step(4, loop.t, 1_000))  # the loop ended inside the profiled window
+    s = loop_summary(tmp_path, loop)
+    assert finding(s, "empty-step").evidence.step == 4
+    assert finding(s, "inferred-phases").evidence.phases == ["backward", "forward"]
+    assert all(f.saving_ms is None for f in s.findings if f.kind in ("empty-step", "inferred-phases", "no-gpu"))
+    only_empty = write_trace(tmp_path / "empty" / "w.1.pt.trace.json", [step(1, 0, 1_000), step(2, 1_000, 1_000)])
+    s = summary_of(only_empty)
+    assert kinds(s) == ["no-work"] and s.dominant_phase is None

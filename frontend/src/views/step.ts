@@ -60,6 +60,7 @@ function navigation(ctx: ViewContext, steps: StepsAnswer, number: number): HTMLE
     ),
     button('Next ›', () => goTo(numbers[at + 1])),
     current?.empty ? badge('empty', 'muted', 'The loop ended inside the profiled window') : null,
+    current?.inferred_step ? badge('inferred step', 'muted', "The trace marks no steps: cut from the loop's repeated marks") : null,
     current?.inferred_phases.length
       ? badge(`inferred: ${current.inferred_phases.join(', ')}`, 'muted', 'Phase boundaries inferred from the ops')
       : null,
