@@ -17,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--run", help="only this run (its directory relative to PATH; '.' for PATH itself)")
     report.add_argument("--step", type=int, help="only this step, with its ops per phase and memory")
     report.add_argument("--json", action="store_true", help="print the report as JSON")
+    report.add_argument("--evidence", action="store_true", help="print the figures behind each finding")
 
     compare = sub.add_parser(
         "compare", help="regression gate: exit 1 when NEW is slower than BASE in a phase or the step",
@@ -70,7 +71,7 @@ def _report(args: argparse.Namespace) -> int:
 
         from phaseprof.terminal import render
 
-        render(report, Console())
+        render(report, Console(), evidence=args.evidence)
     gc.freeze()  # the process ends now: spare the interpreter's final pass over every object
     return 0 if readable else 1
 

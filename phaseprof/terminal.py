@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import msgspec
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -28,10 +29,11 @@ MAX_ROWS = 40
 _EDGE = 10
 
 
-def render(report: Report, console: Console) -> None:
+def render(report: Report, console: Console, evidence: bool = False) -> None:
+    """Print ``report``; ``evidence``: each finding's figures under its sentence."""
     for run in report.runs:
         for worker in run.workers:
-            _worker(run.run, worker, console)
+            _worker(run.run, worker, console, evidence)
         for whole in run.whole_run:
             _whole_run(run.run, whole, console)
     if report.errors:
@@ -51,7 +53,7 @@ def _cell(phase: PhaseTimes | PhaseMean, gpu: bool) -> str:
     return f"{phase.cpu_ms:,.1f}/{phase.gpu_ms:,.1f}"
 
 
-def _worker(run: str, w: WorkerReport, console: Console) -> None:
+def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False) -> None:
     summary = w.summary
     phases = summary.phases
     title = f"run {run} · worker {w.worker}"
@@ -92,7 +94,14 @@ def _worker(run: str, w: WorkerReport, console: Console) -> None:
     elif summary.slowest is not None:
         _overview(summary, console)
     for finding in summary.findings:
-        console.print(Text("  • " + finding.text))
+        saving = f"[≤ {finding.saving_ms:,.2f} ms] " if finding.saving_ms is not None else ""
+        console.print(Text("  • " + saving + finding.text))
+        if evidence:
+            figures = msgspec.structs.asdict(finding.evidence)
+            shown = [f"{k.replace('_', ' ')}: {', '.join(map(str, v)) if isinstance(v, list) else v}"
+                     for k, v in figures.items() if v is not None]
+            if shown:
+                console.print(Text("      " + " · ".join(shown), style="dim"))
     console.print()
 
 

@@ -70,6 +70,16 @@ def test_terminal_report_names_the_slowest_step_top_ops_and_findings(traces):
     assert "inferred from the ops" in text  # the finding that says phases were inferred
 
 
+def test_terminal_findings_show_their_saving_and_on_demand_their_evidence(traces):
+    folder = str(traces.folder("gpu", "kineto_resnet50_num_workers_0"))
+    first = json.loads(report(folder, "--json").stdout)["runs"][0]["workers"][0]["summary"]["findings"][0]
+    text = " ".join(report(folder).stdout.split())
+    assert f"• [≤ {first['saving_ms']:,.2f} ms] {first['text'][:60]}" in text
+    assert "loader: single-process" not in text
+    text = " ".join(report(folder, "--evidence").stdout.split())
+    assert "measure: host" in text and "loader: single-process" in text
+
+
 def test_exit_status_is_nonzero_only_when_nothing_was_readable(tmp_path):
     (tmp_path / "bad.1.pt.trace.json").write_text("{")
     out = report(str(tmp_path))
