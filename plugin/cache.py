@@ -104,7 +104,9 @@ def _write(path: str, data: bytes) -> bool:
     part = f"{path}.{os.getpid()}.part"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(part, "wb") as fh:
+        # a new file, never through a link someone left at that name (it could lead out of the logdir)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(part, path)
         return True
@@ -117,7 +119,9 @@ def _write(path: str, data: bytes) -> bool:
 def _places(f: TraceFile) -> list[tuple[str, str]]:
     """(entry path, key path) where ``f``'s entry may be: beside the run, then the user's cache."""
     directory = os.path.dirname(f.path)
-    out = [(os.path.join(directory, ANALYSIS_DIR, f.name + SUFFIX), f.name)]
+    beside = os.path.join(directory, ANALYSIS_DIR)
+    # a link in its place may lead anywhere: entries are neither read nor written through it
+    out = [] if os.path.islink(beside) else [(os.path.join(beside, f.name + SUFFIX), f.name)]
     user = user_cache_dir()
     if user:
         digest = hashlib.blake2b(f.path.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()

@@ -435,3 +435,16 @@ def test_a_fifo_in_place_of_a_cached_analysis_does_not_block(tmp_path):
     reader.join(30)
     assert result, "a FIFO where a cached analysis would be blocked the reader"
     assert result[0]["errors"] == [] and steps_of(result[0]) == [1]
+
+
+def test_the_analysis_cache_is_never_written_through_a_link_out_of_the_logdir(tmp_path, monkeypatch):
+    from phaseprof.contract import ANALYSIS_DIR
+
+    monkeypatch.setenv("PHASEPROF_CACHE", str(tmp_path / "user-cache"))
+    logdir, outside = tmp_path / "logdir", tmp_path / "outside"
+    outside.mkdir()
+    write(logdir / "w.1.pt.trace.json", encode(training_trace(1)))
+    os.symlink(outside, logdir / ANALYSIS_DIR)
+    assert steps_of(analyze(str(logdir))) == [1]
+    assert list(outside.iterdir()) == []  # nothing written through the link
+    assert list((tmp_path / "user-cache").rglob("*.analysis"))  # the user's cache took the entry
