@@ -24,6 +24,7 @@ setup(
         "phaseprof.plugin.analysis",
         "phaseprof.plugin.serving",
         "phaseprof.training_hooks",
+        "phaseprof.training_hooks.integrations",
     ],
     package_dir={
         "phaseprof": "phaseprof",
@@ -40,7 +41,11 @@ setup(
     extras_require={
         "torch": ["torch>=2.1"],
         "tb-profiler": ["torch-tb-profiler==0.4.3"],
-        "test": ["pytest>=8", "playwright>=1.45", "ruff>=0.6", "hypothesis>=6.100"],
+        # the framework callbacks (phaseprof.lightning, phaseprof.transformers); install torch first
+        "lightning": ["lightning>=2.0"],
+        "transformers": ["transformers>=4.40", "accelerate>=0.26"],
+        "test": ["pytest>=8", "playwright>=1.45", "ruff>=0.6", "hypothesis>=6.100",
+                 "lightning>=2.0", "transformers>=4.40", "accelerate>=0.26"],
     },
     entry_points={
         "console_scripts": ["phaseprof = phaseprof.cli:main"],

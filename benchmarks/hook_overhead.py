@@ -20,6 +20,10 @@ schedule and settings, target <= 2% (the step that exports the trace is left out
    several percent from one run to the next on a shared machine (the range shows it), more than
    the 1% to resolve; the cost per step does not depend on what the step computes, so (1) divided
    by the MNIST CNN's median step bounds the overhead more tightly.
+3. The framework callbacks (``phaseprof.lightning``, ``phaseprof.transformers``; needs the
+   ``lightning`` / ``transformers`` extras): a Trainer of each whose step does next to nothing, with
+   and without the callback (timing only, after the window), rounds alternating which runs first;
+   the difference is the callback's cost per step, over the MNIST CNN's step as in (1).
 """
 
 from __future__ import annotations
@@ -216,16 +220,125 @@ def step_only(rounds: int, steps: int, keep: slice) -> dict[str, list[float]]:
     return runs
 
 
+# -- the framework callbacks ------------------------------------------------------------------------
+
+
+class _StepClock:
+    """CPU time of the loop's thread from one step's end to the next (ns), the warm-up steps dropped."""
+
+    def __init__(self, keep_from: int) -> None:
+        self.keep_from = keep_from
+        self.times: list[int] = []
+        self._last: int | None = None
+
+    def tick(self) -> None:
+        now = time.thread_time_ns()
+        if self._last is not None:
+            self.times.append(now - self._last)
+        self._last = now
+
+    def median(self) -> float:
+        return statistics.median(self.times[self.keep_from:])
+
+
+def _lightning_run(with_callback: bool, steps: int, keep_from: int, logdir: str) -> float:
+    import lightning.pytorch as L
+
+    from phaseprof.lightning import PhaseProfilerCallback
+
+    clock = _StepClock(keep_from)
+
+    class Tick(L.Callback):
+        def on_train_batch_end(self, *args) -> None:
+            clock.tick()
+
+    class Tiny(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    callbacks = [Tick()]
+    if with_callback:
+        callbacks.append(PhaseProfilerCallback(logdir=logdir, run="lightning", wait=0, warmup=1, active=1))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(steps, 1)), batch_size=1)
+    trainer = L.Trainer(max_steps=steps, callbacks=callbacks, accelerator="cpu", devices=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        trainer.fit(Tiny(), data)
+    return clock.median()
+
+
+def _transformers_run(with_callback: bool, steps: int, keep_from: int, logdir: str) -> float:
+    import transformers
+
+    from phaseprof.transformers import PhaseProfilerCallback
+
+    clock = _StepClock(keep_from)
+
+    class Tick(transformers.TrainerCallback):
+        def on_step_end(self, *args, **kwargs) -> None:
+            clock.tick()
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+
+        def forward(self, x):
+            return {"loss": self.layer(x).sum()}
+
+    callbacks = [Tick()]
+    if with_callback:
+        callbacks.append(PhaseProfilerCallback(logdir=logdir, run="transformers", wait=0, warmup=1, active=1))
+    args = transformers.TrainingArguments(output_dir=os.path.join(logdir, "out"), max_steps=steps,
+                                          per_device_train_batch_size=1, learning_rate=0.0, save_strategy="no",
+                                          logging_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
+    trainer = transformers.Trainer(model=Tiny(), args=args, train_dataset=[{"x": torch.ones(1)}] * steps,
+                                   callbacks=callbacks)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        trainer.train()
+    return clock.median()
+
+
+def callback_cost(rounds: int, seed_step_us: float) -> list[str]:
+    """Each framework's step with and without the callback (timing only, after the window), on a
+    step that does next to nothing, so that the difference is the callback's cost."""
+    rows = [f"| callback, cpu | framework's own step | cost per step [range over rounds] | share of the MNIST CNN's "
+            f"step ({seed_step_us / 1e3:.1f} ms) | target |", "|---|---:|---:|---:|---:|"]
+    for name, run, steps in (("Lightning", _lightning_run, 400), ("transformers", _transformers_run, 300)):
+        bare, costs = [], []
+        for r in range(rounds):
+            pair = {}
+            for with_callback in ((False, True) if r % 2 == 0 else (True, False)):
+                with tempfile.TemporaryDirectory() as logdir:
+                    pair[with_callback] = run(with_callback, steps, 50, logdir)
+            bare.append(pair[False])
+            costs.append((pair[True] - pair[False]) / 1e3)
+        share = statistics.median(costs) / seed_step_us
+        rows.append(f"| {name} `PhaseProfilerCallback` vs none | {statistics.median(bare) / 1e3:.1f} µs | "
+                    f"{_spread(costs, '.1f')} µs | {share:.3%} | <= 1% |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--no-callbacks", action="store_true", help="skip the Lightning and transformers callbacks")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     print(f"python benchmarks/hook_overhead.py --rounds {args.rounds}   (torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start)\n")
     seed_rows, seed_step_us = seed_cnn(args.rounds)
     print("\n".join(hook_cost(args.rounds, seed_step_us)) + "\n")
-    print("\n".join(seed_rows))
+    print("\n".join(seed_rows) + "\n")
+    if not args.no_callbacks:
+        print("\n".join(callback_cost(args.rounds, seed_step_us)))
     print(f"\n(load average {os.getloadavg()[0]:.2f} at the end)")
     return 0
 

@@ -18,25 +18,14 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from tensorboard.backend.event_processing import event_accumulator
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from phaseprof import PhaseProfiler, analyze
 from phaseprof.contract import COMPILE, EVAL_TAG, FORWARD, OTHER, PROFILER_TAG, STEP_TAG, TRACE_FILE_RE, cpu_tag
 from phaseprof.training_hooks.models import MnistNet
+from tests.timing import scalars, within
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def scalars(run_dir: Path) -> dict[str, dict[int, float]]:
-    """Every scalar of a run, by tag and step, read back by TensorBoard's own reader."""
-    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
-    acc.Reload()
-    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
-
-
-def within(measured: float, reference: float, rel: float = 0.05, abs_ms: float = 0.5) -> bool:
-    return abs(measured - reference) <= max(rel * reference, abs_ms)
 
 
 class TimedNet(torch.nn.Module):
@@ -159,6 +148,34 @@ def test_the_profilers_own_time_is_written_and_summarised(tmp_path, capsys):
     assert "the profiler's own time, outside the steps" in capsys.readouterr().out
 
 
+def test_a_closure_passed_to_the_optimizer_keeps_its_own_phases(tmp_path):
+    """LBFGS runs the closure (forward, backward) inside ``optimizer.step``: only the update is the
+    optimizer's."""
+    torch.manual_seed(0)
+    model = TimedNet()
+    optimizer = torch.optim.LBFGS(model.parameters(), max_iter=2, history_size=2)
+    data, target = mnist_data(8)[:]
+
+    def closure():
+        optimizer.zero_grad()
+        loss = F.nll_loss(model(data), target)
+        loss.backward()
+        return loss
+
+    with PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=2) as prof:
+        prof.attach(model, optimizer)
+        calls = []
+        for _ in range(2):
+            before = len(model.calls)
+            optimizer.step(closure)
+            calls.append(sum(ms for _, ms in model.calls[before:]))
+    values = scalars(tmp_path / "r")
+    for step, reference in enumerate(calls):
+        assert within(values[cpu_tag(FORWARD)][step], reference), (step, values[cpu_tag(FORWARD)], calls)
+        assert values[cpu_tag("backward")][step] > 0
+        assert values[cpu_tag("optimizer")][step] < values[cpu_tag(FORWARD)][step] + values[cpu_tag("backward")][step]
+
+
 # -- pickling and the loader ----------------------------------------------------------------------
 
 
@@ -224,6 +241,7 @@ CHILD = textwrap.dedent("""
     import torch, torch.nn.functional as F
     from phaseprof import PhaseProfiler
     from phaseprof.training_hooks.models import MnistNet
+from tests.timing import scalars, within
 
     mode = sys.argv[2]
     if mode == "user-handler":

@@ -16,7 +16,9 @@ on `Attachment` and undone on `remove`.
   backward is open (re-entrant calls). ``torch.autograd.grad`` is left alone.
 * optimizer: the optimizer's ``step`` and ``zero_grad``, wrapped on the instance (as bound methods,
   so LR schedulers that re-wrap ``optimizer.step`` keep working).
-  The step ends right after ``optimizer.step()`` returns. The optimizer's step post-hooks would be
+  The step ends right after ``optimizer.step()`` returns. A closure passed to ``step`` (LBFGS,
+  Lightning's training_step and backward) runs outside the optimizer phase: its forward, backward
+  and ``zero_grad`` are theirs, the rest of it ``other``. The optimizer's step post-hooks would be
   too early: they run inside torch's own ``Optimizer.step#<Cls>.step`` range, and ending
   ``ProfilerStep#N`` there leaves that range straddling two steps in the trace.
 
@@ -47,7 +49,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from phaseprof.contract import BACKWARD, COMPILE, FORWARD, OPTIMIZER
+from phaseprof.contract import BACKWARD, COMPILE, FORWARD, OPTIMIZER, OTHER
 
 from .tracker import PhaseTracker
 
@@ -56,19 +58,21 @@ _disable = getattr(torch.compiler, "disable", lambda f: f)  # torch < 2.1 has no
 
 
 class Attachment:
-    """The hooks of one attached model and optimizer. ``watch_eval``: tell evaluation passes apart
-    (a training loop); ``on_optimizer_step`` runs after each ``optimizer.step()``."""
+    """The hooks of one attached model and optimizer. ``also``: more modules whose forward is the
+    forward phase when called on their own (a framework's module calling its submodules);
+    ``watch_eval``: tell evaluation passes apart (a training loop); ``on_optimizer_step`` runs after
+    each ``optimizer.step()``."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, tracker: PhaseTracker, *,
-                 watch_eval: bool, on_optimizer_step: Callable[[], None]) -> None:
+                 watch_eval: bool, on_optimizer_step: Callable[[], None], also: tuple[nn.Module, ...] = ()) -> None:
         self.model = model
         self._tracker = tracker
         self._watch_eval = watch_eval
         self._forward_opened: list[bool] = []  # per nested forward call: whether it opened the phase
-        self._undo: list[Callable[[], None]] = [
-            model.register_forward_pre_hook(self._forward_pre, prepend=True).remove,
-            model.register_forward_hook(self._forward_post, always_call=True).remove,
-        ]
+        self._undo: list[Callable[[], None]] = []
+        for module in (model, *also):
+            self._undo += [module.register_forward_pre_hook(self._forward_pre, prepend=True).remove,
+                           module.register_forward_hook(self._forward_post, always_call=True).remove]
         self._patch(torch.autograd, "backward", self._timed(torch.autograd.backward, BACKWARD))
         if optimizer is not None:
             self._patch_method(optimizer, "zero_grad", OPTIMIZER)
@@ -115,6 +119,8 @@ class Attachment:
                 tracker.leave_eval()
             opened = begin(phase)
             try:
+                if opened and then is not None and (args or kwargs):
+                    args, kwargs = _closure_outside(tracker, phase, args, kwargs)
                 result = function(*args, **kwargs)
             finally:
                 end(phase, opened)
@@ -185,6 +191,28 @@ class Attachment:
         watch()
         self.watch_compiles = watch
         self._undo.append(unwatch)
+
+
+def _closure_outside(tracker: PhaseTracker, phase: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``optimizer.step(closure)`` with the closure's run charged as it would be outside the step:
+    what it does (a forward, a backward, Lightning's training_step and ``zero_grad``) keeps its own
+    phase, the rest is ``other`` — only the update is the optimizer's."""
+    closure = kwargs.get("closure", args[0] if args else None)
+    if not callable(closure):
+        return args, kwargs
+
+    def run_closure(*a: Any, **kw: Any) -> Any:
+        tracker.end(phase, True)  # the step's own phase pauses while the closure runs...
+        other = tracker.begin(OTHER)
+        try:
+            return closure(*a, **kw)
+        finally:
+            tracker.end(OTHER, other)
+            tracker.begin(phase)  # ...and resumes for the update
+
+    if "closure" in kwargs:
+        return args, {**kwargs, "closure": run_closure}
+    return (run_closure, *args[1:]), kwargs
 
 
 class Detached:

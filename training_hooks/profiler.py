@@ -109,6 +109,12 @@ class PhaseProfiler:
     def attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> PhaseProfiler:
         """Time ``model``'s forward, ``loss.backward()``, and ``optimizer``'s ``zero_grad`` and ``step``;
         each ``optimizer.step()`` ends a step. Without an optimizer, end steps with `step`. Returns self."""
+        return self._attach(model, optimizer)
+
+    def _attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                also: tuple[torch.nn.Module, ...] = (), watch_eval: bool | None = None) -> PhaseProfiler:
+        """`attach`, for the framework integrations too: ``also`` more modules whose own calls are
+        forward; ``watch_eval`` (default: with an optimizer) tells evaluation forwards apart."""
         if self._attachment is not None:
             raise RuntimeError("this PhaseProfiler is already attached; attach it once, before the loop")
         if not isinstance(model, torch.nn.Module):
@@ -116,7 +122,8 @@ class PhaseProfiler:
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"attach() needs a torch.optim.Optimizer, got {type(optimizer).__name__}")
         self._start()
-        self._attachment = Attachment(model, optimizer, self._phases, watch_eval=optimizer is not None,
+        self._attachment = Attachment(model, optimizer, self._phases, also=also,
+                                      watch_eval=optimizer is not None if watch_eval is None else watch_eval,
                                       on_optimizer_step=self._end_step)
         self._steps_with_optimizer = optimizer is not None
         return self

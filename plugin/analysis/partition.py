@@ -135,8 +135,12 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
     )
     seg_start, seg_end, seg_phase, seg_step = [], [], [], []
     windows = zip(ctx.ranges.per_step(steps), ctx.autograd.per_step(steps), ctx.main_top.per_step(steps))
+    running_on = np.zeros(0, dtype=np.int64)  # phase ranges begun in an earlier step, still open
     for index, (step, (ranges, autograd, top)) in enumerate(zip(steps, windows)):
-        segments = _split_step(step, ctx, code_of, ranges, autograd, top)
+        running_on = running_on[ctx.ranges.end[running_on] > step.start]
+        segments = _split_step(step, ctx, code_of, np.concatenate([running_on, np.arange(ranges.start, ranges.stop)]),
+                                autograd, top)
+        running_on = np.concatenate([running_on, ranges.start + np.flatnonzero(ctx.ranges.end[ranges] > step.end)])
         for s, e, p in segments:
             seg_start.append(s)
             seg_end.append(e)
@@ -336,10 +340,12 @@ class _Context(msgspec.Struct):
     name_autograd: np.ndarray
 
 
-def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], w: slice, autograd: slice,
+def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], w: np.ndarray, autograd: slice,
                 top: slice) -> list[Segment]:
     """Phase segments ``(start, end, phase code)`` covering ``step`` without gaps; ``w``,
-    ``autograd`` and ``top`` select the step's phase ranges, autograd ops and top-level events."""
+    ``autograd`` and ``top`` select the step's phase ranges, autograd ops and top-level events.
+    The phase ranges include those begun in an earlier step and still open: Lightning's
+    PyTorchProfiler cuts its steps inside the optimizer's step, whose range runs on into the next."""
     a, b = step.start, step.end
     ranges = [
         (max(s, a), min(e, b), int(p), EXPLICIT)
