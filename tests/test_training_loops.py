@@ -241,7 +241,6 @@ CHILD = textwrap.dedent("""
     import torch, torch.nn.functional as F
     from phaseprof import PhaseProfiler
     from phaseprof.training_hooks.models import MnistNet
-from tests.timing import scalars, within
 
     mode = sys.argv[2]
     if mode == "user-handler":
