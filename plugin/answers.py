@@ -9,7 +9,7 @@ rounded to the microsecond; memory is bytes. Phases are named keys, canonical on
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -548,5 +548,127 @@ class GateReport(Answer):
     errors: list[FileError]
 
 
+# --- below the phase: a step's trace, kernels, every op of a run, memory over a step --------------
+
+
+class TraceEvent(Answer, omit_defaults=True):
+    """One Chrome-trace event: ``X`` complete (µs on the trace's clock), ``s`` / ``f`` the start and
+    end of a flow (launch -> device work), ``M`` metadata (thread and process names)."""
+
+    ph: str
+    name: str
+    pid: int | str
+    tid: int | str
+    ts: float | None = None
+    dur: float | None = None
+    cat: str | None = None
+    id: int | None = None
+    bp: str | None = None
+    args: dict[str, Any] | None = None
+
+
+class StepTraceInfo(Answer):
+    """What a step trace holds: which step, its host window (µs), its phases, how many events."""
+
+    step: int
+    start_us: float
+    end_us: float
+    phases: list[str]
+    host_events: int
+    device_events: int
+
+
+class StepTrace(Answer):
+    """One step as a Chrome-trace JSON object (``/trace``), as chrome://tracing and Perfetto open it."""
+
+    traceEvents: list[TraceEvent]  # noqa: N815 - the format's own field names
+    otherData: StepTraceInfo  # noqa: N815
+    displayTimeUnit: str = "ms"  # noqa: N815
+
+
+class KernelRow(Answer):
+    """One kernel (or copy, or set) name over the chosen steps and phase; times in µs."""
+
+    name: str
+    kind: Literal["kernel", "memcpy", "memset"]
+    calls: int
+    total_us: float
+    mean_us: float
+    max_us: float
+    share: float  # of the GPU time of the chosen steps and phase
+    op: str  # the op that launched most of its time
+    phase: str  # the phase that launched most of its time
+    ops: list[str]  # every launching op, most time first
+    phases: list[str]  # every launching phase, most time first
+
+
+class KernelsAnswer(Answer):
+    """Device work by name over one step or every profiled step (``/kernels``)."""
+
+    run: str
+    worker: str
+    step: int | None  # None: every profiled step
+    phase: str | None  # None: every phase
+    steps: int  # how many steps the figures cover
+    gpu_us: float  # their GPU time (in the phase): what ``share`` divides
+    kernels: list[KernelRow]
+
+
+class RunOpRow(Answer):
+    """One op (or op and input shapes) summed over a worker's profiled steps."""
+
+    name: str
+    shapes: str | None  # with ``group=shapes``: the input shapes ("" where not recorded)
+    calls: int
+    self_cpu_ms: float
+    cpu_ms: float
+    self_gpu_ms: float
+    gpu_ms: float
+    calls_per_step: float  # means over the profiled steps, including those where it did not run
+    self_cpu_ms_per_step: float
+    self_gpu_ms_per_step: float
+    self_cpu_share: float  # of the steps' host (wall) time
+    self_gpu_share: float | None  # of the steps' GPU time; None without GPU activity
+    steps: list[int]  # step numbers it ran in
+    phases: list[str]  # phases it ran in, most self host time first
+
+
+class OpsAnswer(Answer):
+    """Every op of a worker over its profiled steps (``/ops``), most self host time first."""
+
+    run: str
+    worker: str
+    phase: str | None  # None: every phase
+    group: Literal["name", "shapes"]  # one row per op name, or per op name and input shapes
+    steps: int  # profiled (non-empty) steps the figures cover
+    wall_ms: float  # their host time, in the phase when one is chosen
+    gpu_ms: float  # their GPU time, in the phase when one is chosen
+    ops: list[RunOpRow]
+
+
+class MemorySeries(Answer):
+    """One memory device's curve over a step; times in ms from the step's start."""
+
+    device: str
+    t_ms: list[float]
+    allocated: list[int]  # bytes after each point's event
+    reserved: list[int] | None  # bytes the caching allocator held; None where the trace lacks it
+    peak_bytes: int
+    peak_ms: float
+
+
+class MemoryAnswer(Answer):
+    """Memory over one step (``/memory``), with the loop thread's phases beneath."""
+
+    run: str
+    worker: str
+    step: int
+    wall_ms: float
+    recorded: bool  # the worker's traces hold memory events at all (``profile_memory=True``)
+    devices: list[MemorySeries]
+    bands: list[tuple[float, float, str]]  # (from ms, to ms, phase)
+
+
 #: Every answer a client receives, for the generated TypeScript types and the schema checks.
-ANSWERS = (RunsAnswer, StepsAnswer, StepDetail, TimelineAnswer, CompareAnswer, RanksAnswer, Report, GateReport)
+ANSWERS = (RunsAnswer, StepsAnswer, StepDetail, TimelineAnswer, CompareAnswer, RanksAnswer, Report, GateReport,
+           StepTrace, KernelsAnswer, OpsAnswer, MemoryAnswer)

@@ -27,6 +27,10 @@ ROUTE_ANSWERS = {
     "/timeline": answers.TimelineAnswer,
     "/compare": answers.CompareAnswer,
     "/ranks": answers.RanksAnswer,
+    "/trace": answers.StepTrace,
+    "/kernels": answers.KernelsAnswer,
+    "/ops": answers.OpsAnswer,
+    "/memory": answers.MemoryAnswer,
 }
 
 

@@ -147,6 +147,32 @@ export interface GateSide {
   has_traces: boolean;
 }
 
+/** One kernel (or copy, or set) name over the chosen steps and phase; times in µs. */
+export interface KernelRow {
+  name: string;
+  kind: 'kernel' | 'memcpy' | 'memset';
+  calls: number;
+  total_us: number;
+  mean_us: number;
+  max_us: number;
+  share: number;
+  op: string;
+  phase: string;
+  ops: string[];
+  phases: string[];
+}
+
+/** Device work by name over one step or every profiled step (`/kernels`). */
+export interface KernelsAnswer {
+  run: string;
+  worker: string;
+  step: number | null;
+  phase: string | null;
+  steps: number;
+  gpu_us: number;
+  kernels: KernelRow[];
+}
+
 /** A step's swimlanes: lane 0 is the loop's thread, then other threads, then GPU streams. */
 export interface Lanes {
   labels: string[];
@@ -171,10 +197,31 @@ export interface MeanOp {
   gpu_ms: number;
 }
 
+/** Memory over one step (`/memory`), with the loop thread's phases beneath. */
+export interface MemoryAnswer {
+  run: string;
+  worker: string;
+  step: number;
+  wall_ms: number;
+  recorded: boolean;
+  devices: MemorySeries[];
+  bands: [number, number, string][];
+}
+
 /** Allocated bytes in a phase on one device: the peak seen (null if none) and the net change. */
 export interface MemoryFigures {
   peak_bytes: number | null;
   delta_bytes: number;
+}
+
+/** One memory device's curve over a step; times in ms from the step's start. */
+export interface MemorySeries {
+  device: string;
+  t_ms: number[];
+  allocated: number[];
+  reserved: number[] | null;
+  peak_bytes: number;
+  peak_ms: number;
 }
 
 /**
@@ -189,6 +236,18 @@ export interface OpRow {
   cpu_ms: number;
   self_gpu_ms: number;
   gpu_ms: number;
+}
+
+/** Every op of a worker over its profiled steps (`/ops`), most self host time first. */
+export interface OpsAnswer {
+  run: string;
+  worker: string;
+  phase: string | null;
+  group: 'name' | 'shapes';
+  steps: number;
+  wall_ms: number;
+  gpu_ms: number;
+  ops: RunOpRow[];
 }
 
 /** A phase's mean per step; `share`: of the mean step's wall time. */
@@ -279,6 +338,24 @@ export interface RunInfo {
   run: string;
   has_scalars: boolean;
   workers: WorkerInfo[];
+}
+
+/** One op (or op and input shapes) summed over a worker's profiled steps. */
+export interface RunOpRow {
+  name: string;
+  shapes: string | null;
+  calls: number;
+  self_cpu_ms: number;
+  cpu_ms: number;
+  self_gpu_ms: number;
+  gpu_ms: number;
+  calls_per_step: number;
+  self_cpu_ms_per_step: number;
+  self_gpu_ms_per_step: number;
+  self_cpu_share: number;
+  self_gpu_share: number | null;
+  steps: number[];
+  phases: string[];
 }
 
 export interface RunReport {
@@ -380,6 +457,23 @@ export interface StepRow {
   phases: Record<string, PhaseTimes>;
 }
 
+/** One step as a Chrome-trace JSON object (`/trace`), as chrome://tracing and Perfetto open it. */
+export interface StepTrace {
+  traceEvents: TraceEvent[];
+  otherData: StepTraceInfo;
+  displayTimeUnit?: string;
+}
+
+/** What a step trace holds: which step, its host window (µs), its phases, how many events. */
+export interface StepTraceInfo {
+  step: number;
+  start_us: number;
+  end_us: number;
+  phases: string[];
+  host_events: number;
+  device_events: number;
+}
+
 /** `GET /steps`: every step of one worker, and its summary. */
 export interface StepsAnswer {
   run: string;
@@ -454,6 +548,23 @@ export interface TimelineAnswer {
 export interface Times {
   cpu_ms: number;
   gpu_ms: number;
+}
+
+/**
+ * One Chrome-trace event: `X` complete (µs on the trace's clock), `s` / `f` the start and
+ * end of a flow (launch -> device work), `M` metadata (thread and process names).
+ */
+export interface TraceEvent {
+  ph: string;
+  name: string;
+  pid: number | string;
+  tid: number | string;
+  ts?: number;
+  dur?: number;
+  cat?: string;
+  id?: number;
+  bp?: string;
+  args?: Record<string, unknown>;
 }
 
 /** Every timed step of one writer of scalars: the run, or one of its ranks. */

@@ -6,6 +6,9 @@
 
 import type {
   CompareAnswer,
+  KernelsAnswer,
+  MemoryAnswer,
+  OpsAnswer,
   RanksAnswer,
   RunsAnswer,
   StepDetail,
@@ -34,6 +37,8 @@ export class Api {
   private bodies = new Map<string, string>();
   /** What the view on screen asked for (URL -> route), the answers `revalidate` checks. */
   private shown = new Map<string, string>();
+  /** Answers kept as text rather than parsed. */
+  private readonly texts = new Set<string>();
 
   runs = () => this.get<RunsAnswer>('runs', {}, false);
   steps = (run: string, worker: string) => this.get<StepsAnswer>('steps', { run, worker });
@@ -41,6 +46,12 @@ export class Api {
   timeline = (run: string) => this.get<TimelineAnswer>('timeline', { run });
   ranks = (run: string) => this.get<RanksAnswer>('ranks', { run });
   compare = (params: Params) => this.get<CompareAnswer>('compare', params);
+  kernels = (run: string, worker: string, step: number | null, phase = '') =>
+    this.get<KernelsAnswer>('kernels', { run, worker, step, phase });
+  ops = (run: string, worker: string, group: string, phase = '') => this.get<OpsAnswer>('ops', { run, worker, group, phase });
+  memory = (run: string, worker: string, step: number) => this.get<MemoryAnswer>('memory', { run, worker, step });
+  /** A step as Chrome-trace JSON, as text: what "Download" saves is exactly what was drawn. */
+  trace = (run: string, worker: string, step: number) => this.get<string>('trace', { run, worker, step }, true, true);
 
   /** A new view is being drawn: what it asks for from now on is what `revalidate` checks. */
   newView(): void {
@@ -65,14 +76,14 @@ export class Api {
       }
       changed ||= body !== this.bodies.get(url);
       bodies.set(url, body);
-      answers.set(url, Promise.resolve(JSON.parse(body)));
+      answers.set(url, Promise.resolve(this.texts.has(url) ? body : JSON.parse(body)));
     });
     this.answers = answers;
     this.bodies = bodies;
     return changed;
   }
 
-  private get<T>(route: string, params: Params, cached = true): Promise<T> {
+  private get<T>(route: string, params: Params, cached = true, text = false): Promise<T> {
     const url = new URL(route, BASE);
     for (const [key, value] of Object.entries(params)) {
       if (value !== null && value !== undefined && value !== '') url.searchParams.set(key, String(value));
@@ -80,11 +91,12 @@ export class Api {
     const key = url.toString();
     if (!cached) return request(key, route).then((body) => JSON.parse(body) as T);
     this.shown.set(key, route);
+    if (text) this.texts.add(key);
     let answer = this.answers.get(key);
     if (!answer) {
       answer = request(key, route).then((body) => {
         this.bodies.set(key, body);
-        return JSON.parse(body);
+        return text ? body : JSON.parse(body);
       });
       this.answers.set(key, answer);
       answer.catch(() => this.answers.delete(key)); // a failure is asked again next time

@@ -19,11 +19,12 @@ import { UrlHash } from './url_hash';
 import { compare } from './views/compare';
 import { overview } from './views/overview';
 import { ranks } from './views/ranks';
+import { operators } from './views/operators';
 import { step } from './views/step';
 import { timeline } from './views/timeline';
 import { defaultWorker, findRun, type View } from './views/view';
 
-const VIEW_OF: Record<ViewName, View> = { overview, timeline, step, compare, ranks };
+const VIEW_OF: Record<ViewName, View> = { overview, timeline, step, operators, compare, ranks };
 const POLL_MS = 1500;
 
 /** Which toolbar inputs each view reads. */
@@ -31,6 +32,7 @@ const USES: Record<ViewName, { worker: boolean; run: boolean; device: boolean }>
   overview: { run: true, worker: true, device: true },
   timeline: { run: true, worker: false, device: true },
   step: { run: true, worker: true, device: false },
+  operators: { run: true, worker: true, device: false },
   compare: { run: false, worker: false, device: true },
   ranks: { run: true, worker: false, device: true },
 };
@@ -81,7 +83,7 @@ export class App {
     const dataChanged = await this.api.revalidate();
     if (runsChanged) this.drawNotices(runs);
     const fixes = this.fixSelection(this.store.state, runs);
-    if (Object.keys(fixes).length) this.store.set(fixes);
+    if (Object.keys(fixes).length) this.store.set(fixes, { replace: true });
     else if (!before || dataChanged || shownRunsChanged(before, runs, this.store.state)) this.render();
     else if (runsChanged) this.drawToolbar(this.store.state, runs);
   }
@@ -111,7 +113,7 @@ export class App {
     if (this.runs) {
       const fixes = this.fixSelection(state, this.runs);
       if (Object.keys(fixes).length) {
-        this.store.set(fixes); // heard again, fixed
+        this.store.set(fixes, { replace: true }); // heard again, fixed
         return;
       }
     }
@@ -139,7 +141,7 @@ export class App {
     this.api.newView();
     const root = el('div', { class: `view view-${state.view}` });
     replace(this.pane, root);
-    void VIEW_OF[state.view].render({ root, state, runs, api: this.api, scope, go: (patch) => this.store.set(patch) });
+    void VIEW_OF[state.view].render({ root, state, runs, api: this.api, scope, go: (patch, navigation) => this.store.set(patch, navigation) });
   }
 
   private drawToolbar(state: State, runs: RunsAnswer | null): void {

@@ -3,12 +3,13 @@
 import type { Device } from './types';
 import type { UrlHash } from './url_hash';
 
-export type View = 'overview' | 'timeline' | 'step' | 'compare' | 'ranks';
+export type View = 'overview' | 'timeline' | 'step' | 'operators' | 'compare' | 'ranks';
 
 export const VIEWS: { view: View; label: string }[] = [
   { view: 'overview', label: 'Overview' },
   { view: 'timeline', label: 'Timeline' },
   { view: 'step', label: 'Step' },
+  { view: 'operators', label: 'Operators' },
   { view: 'compare', label: 'Compare' },
   { view: 'ranks', label: 'Ranks' },
 ];
@@ -31,7 +32,15 @@ export interface State {
   /** The steps brushed on the timeline. */
   from: number | null;
   to: number | null;
+  /** The op looked for (Operators' search; the row Compare shows first). */
+  op: string;
+  /** Operators: one row per op name, or per op name and input shapes. */
+  group: OpGroup;
+  /** Operators: the ops of one phase ('' for all). */
+  phase: string;
 }
+
+export type OpGroup = 'name' | 'shapes';
 
 function int(value: string | undefined): number | null {
   if (value === undefined || !/^-?\d+$/.test(value)) return null;
@@ -50,6 +59,9 @@ export function decode(v: Record<string, string>): State {
     b: { run: v.b_run ?? '', worker: v.b_worker ?? '', step: int(v.b_step) },
     from: int(v.from),
     to: int(v.to),
+    op: v.op ?? '',
+    group: v.group === 'shapes' ? 'shapes' : 'name',
+    phase: v.phase ?? '',
   };
 }
 
@@ -69,12 +81,23 @@ export function encode(s: State): Record<string, string> {
     b_step: text(s.b.step),
     from: text(s.from),
     to: text(s.to),
+    op: s.op,
+    group: s.group === 'shapes' ? 'shapes' : '',
+    phase: s.phase,
   };
+}
+
+export interface Navigation {
+  /** Change the current history entry instead of adding one (defaults, corrections). */
+  replace?: boolean;
 }
 
 type Listener = (state: State, previous: State) => void;
 
-/** The selections, kept in the URL hash; listeners hear every change, ours or the user's. */
+/**
+ * The selections, kept in the URL hash; listeners hear every change, ours or the user's. Opening
+ * another view or step adds a history entry, so Back returns to what was shown before.
+ */
 export class Store {
   private current: State;
   private listeners: Listener[] = [];
@@ -88,9 +111,10 @@ export class Store {
     return this.current;
   }
 
-  set(patch: Partial<State>): void {
+  set(patch: Partial<State>, navigation: Navigation = {}): void {
     const next = { ...this.current, ...patch };
-    this.hash.write(encode(next));
+    const moved = next.view !== this.current.view || next.step !== this.current.step;
+    this.hash.write(encode(next), moved && !navigation.replace);
     this.replace(next);
   }
 

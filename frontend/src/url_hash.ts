@@ -33,20 +33,24 @@ export class UrlHash {
     return out;
   }
 
-  /** Replace our entries (the empty ones dropped), keeping the host's; no new history entry. */
-  write(values: Record<string, string>): void {
+  /** Replace our entries (the empty ones dropped), keeping the host's; `push`: as a new history
+   * entry (Back returns to the one before), else in place. */
+  write(values: Record<string, string>, push = false): void {
     const others = this.prefix ? this.pieces().filter((p) => !decodeURIComponent(p).startsWith(this.prefix)) : [];
     const ours = Object.entries(values)
       .filter(([, value]) => value !== '')
       .map(([key, value]) => `${encodeURIComponent(this.prefix + key)}=${encodeURIComponent(value)}`);
     const url = new URL(this.host.location.href);
     url.hash = [...others, ...ours].join('&');
-    if (url.href !== this.host.location.href) this.host.history.replaceState(this.host.history.state, '', url.href);
+    if (url.href === this.host.location.href) return;
+    if (push) this.host.history.pushState(this.host.history.state, '', url.href);
+    else this.host.history.replaceState(this.host.history.state, '', url.href);
   }
 
-  /** The user edited the URL or went back: `listener` reads the hash again. */
+  /** The user edited the URL or went back or forward: `listener` reads the hash again. */
   onChange(listener: () => void): void {
     this.host.addEventListener('hashchange', listener);
+    this.host.addEventListener('popstate', listener);
   }
 
   private pieces(): string[] {

@@ -29,9 +29,10 @@ def mean_side(w: Worker, rows: np.ndarray, phases: list[str], label: str = "") -
 
 
 def compare(a: tuple[Worker, np.ndarray], b: tuple[Worker, np.ndarray], phases: list[str],
-            labels: tuple[str, str] = ("", ""), top: int = TOP_OPS) -> CompareAnswer:
+            labels: tuple[str, str] = ("", ""), top: int = TOP_OPS, op: str | None = None) -> CompareAnswer:
     """Side A and side B (a worker and some of its step rows each), per-phase deltas and the
-    ``top`` ops that changed most (B - A)."""
+    ``top`` ops that changed most (B - A), then the rows of op ``op`` (by name) where they are not
+    among them."""
     side_a, side_b = mean_side(*a, phases, labels[0]), mean_side(*b, phases, labels[1])
     delta = Delta(
         wall_ms=round(side_b.wall_ms - side_a.wall_ms, 3),
@@ -41,7 +42,8 @@ def compare(a: tuple[Worker, np.ndarray], b: tuple[Worker, np.ndarray], phases: 
             for p in phases
         },
     )
-    ops = changed_ops(_op_means(*a), _op_means(*b))[:top]
+    changed = changed_ops(_op_means(*a), _op_means(*b))
+    ops = changed[:top] + [r for r in changed[top:] if r.name == op]
     return CompareAnswer(a=side_a, b=side_b, delta=delta, ops=ops, phases=phases)
 
 

@@ -35,20 +35,6 @@ class OpTable(msgspec.Struct):
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
 
 
-class KernelTable(msgspec.Struct):
-    """Device work (kernels, copies, sets) per (step, phase that launched it, name), in step order:
-    what advice about the GPU side rests on (which kernels, in what precision, how short)."""
-
-    step: np.ndarray  # int32 index into SpanAnalysis.steps
-    phase: np.ndarray  # int32 code into SpanAnalysis.phases
-    name: np.ndarray  # int32 into SpanAnalysis.names
-    calls: np.ndarray  # int64
-    us: np.ndarray  # device time
-
-    def rows(self, step: int) -> slice:
-        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
-
-
 class Lanes(msgspec.Struct):
     """A swimlane picture per step: host threads with phase bands, GPU streams by launching phase."""
 
@@ -58,6 +44,41 @@ class Lanes(msgspec.Struct):
     start: np.ndarray  # µs
     end: np.ndarray
     phase: np.ndarray  # int32
+
+    def rows(self, step: int) -> slice:
+        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+
+
+class KernelTable(msgspec.Struct):
+    """Device work (kernels, copies, sets) grouped per (step, phase that launched it, name, launching
+    op, kind), in step order; only work whose launch lies in a step (what ``SpanAnalysis.gpu_us``
+    counts). What the kernel tables and advice about the GPU side (which kernels, in what precision,
+    how short) rest on. The launching op is the op that made the runtime call (the call itself when no
+    op encloses it)."""
+
+    step: np.ndarray  # int32 index into SpanAnalysis.steps
+    phase: np.ndarray  # int32 code into SpanAnalysis.phases
+    name: np.ndarray  # int32 into SpanAnalysis.names
+    op: np.ndarray  # int32 into SpanAnalysis.names
+    kind: np.ndarray  # int8: reading.events.KERNEL, MEMCPY or MEMSET
+    calls: np.ndarray  # int64
+    us: np.ndarray  # device time
+    max_us: np.ndarray  # the longest one
+
+    def rows(self, step: int) -> slice:
+        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+
+
+class MemoryCurve(msgspec.Struct):
+    """Allocated (and reserved) bytes over each step, per memory device, in (step, device, time)
+    order. Long curves keep, per time bucket, the points holding its lowest and highest value, so
+    the peak survives exactly."""
+
+    step: np.ndarray  # int32 index into SpanAnalysis.steps
+    device: np.ndarray  # int32 into SpanAnalysis.memory_devices
+    ts: np.ndarray  # µs, trace clock
+    allocated: np.ndarray  # int64 bytes after the event
+    reserved: np.ndarray  # int64 bytes, -1 where the trace does not record it
 
     def rows(self, step: int) -> slice:
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
@@ -90,6 +111,7 @@ class SpanAnalysis(msgspec.Struct):
     memory_delta: np.ndarray  # (steps, phases, devices) net allocated bytes
     ops: OpTable
     kernels: KernelTable
+    memory_curve: MemoryCurve
     lanes: Lanes
     has_gpu: bool
     rank: int | None = None

@@ -15,7 +15,9 @@ import numpy as np
 
 from ..reading.discovery import display
 from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
-from .model import KernelTable, Lanes, OpTable, SpanAnalysis
+from .kernels import kernel_table
+from .memory import memory_curve, running_allocated
+from .model import Lanes, OpTable, SpanAnalysis
 from .nesting import Nesting, nest
 from .partition import Partition, partition
 
@@ -42,14 +44,14 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
     seg_key = part.step.astype(np.int64) * len(phases) + part.phase
     cpu_us = _sums(seg_key, part.end - part.start, shape2)
 
-    launch = _launches(trace, n)
+    launch = launches(trace, n)
     dev = trace.device
     has_gpu = len(dev) > 0
     dev_step, dev_phase = part.locate(launch.ts)
     attributed = dev_step >= 0
     dev_key = dev_step[attributed].astype(np.int64) * len(phases) + dev_phase[attributed]
     gpu_us = _sums(dev_key, dev.dur[attributed], shape2)
-    launches = np.bincount(dev_key, minlength=flat_size).reshape(shape2)
+    launch_count = np.bincount(dev_key, minlength=flat_size).reshape(shape2)
     busy = _Busy(dev.ts, dev.ts + dev.dur)
     seg_idle = (part.end - part.start) - busy.within(part.start, part.end)
     gpu_idle = _sums(seg_key, seg_idle, shape2)
@@ -63,9 +65,10 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
 
     wait = np.minimum(_waits(trace, n, part, shape2), cpu_us)
     exposed = _exposed_collectives(trace, dev_step, dev_phase, shape2)
-    peak, delta = _memory(trace, part, shape2)
+    allocated = running_allocated(trace)
+    peak, delta = _memory(trace, part, shape2, allocated)
     ops = _op_table(trace, n, part, launch)
-    kernels = _kernel_table(trace, dev_step, dev_phase)
+    kernels = kernel_table(trace, launch.op_name(n), dev_step, dev_phase)
     lanes = _lanes(trace, n, part, launch, dev_step, dev_phase)
     return SpanAnalysis(
         file=display(os.path.basename(trace.path)),
@@ -77,7 +80,7 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
         cpu_us=cpu_us,
         gpu_us=gpu_us,
         gpu_idle_us=gpu_idle,
-        launches=launches,
+        launches=launch_count,
         wait_us=wait,
         exposed_comm_us=exposed,
         step_gpu_us=step_gpu,
@@ -87,6 +90,7 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
         memory_delta=delta,
         ops=ops,
         kernels=kernels,
+        memory_curve=memory_curve(trace, part, allocated),
         lanes=lanes,
         has_gpu=has_gpu,
         rank=trace.rank,
@@ -103,7 +107,7 @@ def _sums(key: np.ndarray, weights: np.ndarray, shape2: tuple[int, int]) -> np.n
     return flat.reshape(shape2)
 
 
-class _Launch:
+class Launch:
     """For each device event: the runtime call that launched it (sorted host index, -1 if unknown)
     and that call's start."""
 
@@ -111,8 +115,24 @@ class _Launch:
         self.runtime = runtime
         self.ts = ts
 
+    def owner(self, n: Nesting) -> np.ndarray:
+        """The op that launched each device event: the one enclosing its runtime call, else the call
+        itself (-1 where the launch is unknown); indices into ``n``."""
+        if not len(n.parent):  # no host events: no launch is known
+            return np.full(len(self.runtime), -1, dtype=np.int64)
+        runtime = np.maximum(self.runtime, 0)
+        owner = np.where(n.parent[runtime] >= 0, n.parent[runtime], runtime)
+        return np.where(self.runtime >= 0, owner, -1)
 
-def _launches(trace: Trace, n: Nesting) -> _Launch:
+    def op_name(self, n: Nesting) -> np.ndarray:
+        """Name code of the op that launched each device event (-1 where unknown)."""
+        owner = self.owner(n)
+        if not len(n.name):
+            return owner
+        return np.where(owner >= 0, n.name[np.maximum(owner, 0)], -1)
+
+
+def launches(trace: Trace, n: Nesting) -> Launch:
     dev = trace.device
     rt = np.flatnonzero(n.kind == RUNTIME)
     corr = trace.host.corr[n.order[rt]]
@@ -127,7 +147,7 @@ def _launches(trace: Trace, n: Nesting) -> _Launch:
     ts = np.full(len(dev), np.nan)
     found = runtime >= 0
     ts[found] = n.ts[runtime[found]]
-    return _Launch(runtime, ts)
+    return Launch(runtime, ts)
 
 
 class _Busy:
@@ -196,24 +216,10 @@ def _exposed_collectives(trace: Trace, dev_step: np.ndarray, dev_phase: np.ndarr
     return out
 
 
-def _kernel_table(trace: Trace, dev_step: np.ndarray, dev_phase: np.ndarray) -> KernelTable:
-    """Device events grouped by (launching step, phase, name)."""
-    dev = trace.device
-    ok = dev_step >= 0
-    nn = max(len(trace.names), 1)
-    phases = int(dev_phase[ok].max()) + 1 if ok.any() else 1
-    key = (dev_step[ok].astype(np.int64) * phases + dev_phase[ok]) * nn + dev.name[ok]
-    unique, inverse = _dense(key)
-    return KernelTable(
-        step=(unique // (phases * nn)).astype(np.int32),
-        phase=(unique // nn % phases).astype(np.int32),
-        name=(unique % nn).astype(np.int32),
-        calls=np.bincount(inverse, minlength=len(unique)),
-        us=np.bincount(inverse, weights=dev.dur[ok], minlength=len(unique)),
-    )
-
-
-def _memory(trace: Trace, part: Partition, shape2: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+def _memory(trace: Trace, part: Partition, shape2: tuple[int, int],
+            total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Peak allocated and net allocated bytes per (step, phase, device); ``total`` is the allocated
+    bytes after each memory event."""
     mem = trace.memory
     devices = max(len(trace.memory_devices), 1)
     shape3 = (*shape2, devices)
@@ -221,17 +227,6 @@ def _memory(trace: Trace, part: Partition, shape2: tuple[int, int]) -> tuple[np.
     delta = np.zeros(shape3, dtype=np.int64)
     if not len(mem):
         return peak, delta
-    total = mem.total
-    if (total < 0).any():  # no "Total Allocated" (2021): running sum per device, in time order
-        order = np.lexsort((mem.ts, mem.device))
-        running = np.empty_like(total)
-        nbytes = mem.nbytes[order]
-        dev = mem.device[order]
-        csum = np.cumsum(nbytes)
-        first = np.flatnonzero(np.r_[True, dev[1:] != dev[:-1]])
-        offsets = np.repeat(csum[first] - nbytes[first], np.diff(np.r_[first, len(dev)]))
-        running[order] = csum - offsets
-        total = np.where(total < 0, running, total)
     step, phase = part.locate(mem.ts)
     inside = step >= 0
     key = (step[inside].astype(np.int64) * shape2[1] + phase[inside]) * devices + mem.device[inside]
@@ -240,15 +235,14 @@ def _memory(trace: Trace, part: Partition, shape2: tuple[int, int]) -> tuple[np.
     return peak, delta
 
 
-def _op_table(trace: Trace, n: Nesting, part: Partition, launch: _Launch) -> OpTable:
+def _op_table(trace: Trace, n: Nesting, part: Partition, launch: Launch) -> OpTable:
     name, kind, shapes = n.name, n.kind, n.shapes
     # Device time belongs to the op that made the runtime call launching it ("self"), and through
     # it to that op's ancestors. A runtime call outside any op keeps it itself.
     self_gpu = np.zeros(len(n.ts))
-    ok = launch.runtime >= 0
-    runtime = launch.runtime[ok]
-    owner = np.where(n.parent[runtime] >= 0, n.parent[runtime], runtime)
-    np.add.at(self_gpu, owner, trace.device.dur[ok])
+    owner = launch.owner(n)
+    ok = owner >= 0
+    np.add.at(self_gpu, owner[ok], trace.device.dur[ok])
     gpu = self_gpu.copy()
     if ok.any():
         for d in range(int(n.depth.max()), 0, -1):
@@ -293,7 +287,7 @@ def _dense(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return unique, inverse.ravel()
 
 
-def _lanes(trace: Trace, n: Nesting, part: Partition, launch: _Launch, dev_step: np.ndarray,
+def _lanes(trace: Trace, n: Nesting, part: Partition, launch: Launch, dev_step: np.ndarray,
            dev_phase: np.ndarray) -> Lanes:
     """Per step: the loop's thread as phase segments, other threads' top-level work and each GPU
     stream's work coloured by the phase that launched it, close bands of one phase merged."""

@@ -62,14 +62,14 @@ class Worker:
 
     def _gather(self, table: str, missing: float = 0.0) -> np.ndarray:
         out = np.full((len(self.refs), len(self.phases)), missing, dtype=np.float64)
-        for span, at, index in self._by_span(range(len(self.refs))):
+        for span, at, index in self.by_span(range(len(self.refs))):
             # phases without time anywhere are not listed (nor gathered)
             kept = [j for j, p in enumerate(span.phases) if p in self.phases]
             columns = [self.phases.index(span.phases[j]) for j in kept]
             out[np.ix_(at, columns)] = getattr(span, table)[np.ix_(index, kept)]
         return out
 
-    def _by_span(self, rows) -> list[tuple[SpanAnalysis, list[int], list[int]]]:
+    def by_span(self, rows) -> list[tuple[SpanAnalysis, list[int], list[int]]]:
         """``rows`` grouped by span: (span, the rows, their step indices in the span)."""
         groups: dict[int, tuple[SpanAnalysis, list[int], list[int]]] = {}
         for k in rows:
@@ -102,7 +102,7 @@ class Worker:
     def op_means(self, rows: np.ndarray) -> dict[tuple[str, str], np.ndarray]:
         """(phase, op name) -> the `OP_COLUMNS` per step, averaged over ``rows``."""
         totals: dict[tuple[str, str], np.ndarray] = defaultdict(lambda: np.zeros(len(OP_COLUMNS)))
-        for span, _, indices in self._by_span(rows.tolist()):
+        for span, _, indices in self.by_span(rows.tolist()):
             t = span.ops
             picked = np.isin(t.step, indices)
             key = t.phase[picked].astype(np.int64) * len(span.names) + t.name[picked]
@@ -117,7 +117,7 @@ class Worker:
     def kernel_means(self, rows: np.ndarray) -> dict[tuple[str, str], np.ndarray]:
         """(phase, kernel name) -> [launches, device µs] per step, averaged over ``rows``."""
         totals: dict[tuple[str, str], np.ndarray] = defaultdict(lambda: np.zeros(2))
-        for span, _, indices in self._by_span(rows.tolist()):
+        for span, _, indices in self.by_span(rows.tolist()):
             t = span.kernels
             picked = np.isin(t.step, indices)
             key = t.phase[picked].astype(np.int64) * len(span.names) + t.name[picked]
@@ -135,7 +135,7 @@ class Worker:
         host = np.zeros((len(rows), len(phases)))
         device = np.zeros((len(rows), len(phases)))
         position = {int(r): k for k, r in enumerate(rows.tolist())}
-        for span, at, indices in self._by_span(rows.tolist()):
+        for span, at, indices in self.by_span(rows.tolist()):
             t = span.ops
             collective = np.array([bool(is_collective(n)) for n in span.names] or [False])
             picked = np.isin(t.step, indices) & collective[t.name]

@@ -51,6 +51,7 @@ _CORRELATION = attrgetter("args.correlation")
 _INPUT_DIMS = attrgetter("args.input_dims")
 _NBYTES = attrgetter("args.nbytes")
 _TOTAL = attrgetter("args.total_allocated")
+_RESERVED = attrgetter("args.total_reserved")
 _DEVICE_TYPE = attrgetter("args.device_type")
 _DEVICE_ID = attrgetter("args.device_id")
 _STREAM = attrgetter("args.stream")
@@ -213,10 +214,13 @@ def _memory_columns(events: list[Event], part: Part, problems: Problems) -> dict
     )
     total = np.fromiter(map(_TOTAL, events), np.float64, n)
     total[~(np.abs(total) < 2.0**62)] = -1
+    reserved = np.fromiter(map(_RESERVED, events), np.float64, n)
+    reserved[~(np.abs(reserved) < 2.0**62)] = -1
     return {
         "ts": ts,
         "nbytes": nbytes.astype(np.int64),
         "total": total.astype(np.int64),
+        "reserved": reserved.astype(np.int64),
         "device": local[codes.ravel()] if n else np.empty(0, np.int32),
     }
 

@@ -70,6 +70,7 @@ class MemoryEvents(msgspec.Struct):
     ts: np.ndarray  # float64 µs
     nbytes: np.ndarray  # int64
     total: np.ndarray  # int64; -1 when the trace does not record "Total Allocated"
+    reserved: np.ndarray  # int64; -1 when the trace does not record "Total Reserved"
     device: np.ndarray  # int32, indexes Trace.memory_devices
 
     def __len__(self) -> int:

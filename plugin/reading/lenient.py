@@ -44,6 +44,7 @@ class _LooseArgs(msgspec.Struct, gc=False):
     correlation: Any = -1
     input_dims: msgspec.Raw = field(default=msgspec.Raw(b""), name="Input Dims")
     total_allocated: Any = field(default=-1.0, name="Total Allocated")
+    total_reserved: Any = field(default=-1.0, name="Total Reserved")
     nbytes: Any = field(default=None, name="Bytes")
     device_type: Any = field(default=0, name="Device Type")
     device_id: Any = field(default=-1, name="Device Id")
@@ -143,12 +144,13 @@ def _loose_args(raw, index: int, label: str, problems: Problems) -> Args:
             problems.degrade(index, label, f"{key.replace('_', ' ')} is not a number")
             as_int = default
         values[key] = as_int
-    for key, default in (("total_allocated", -1.0), ("nbytes", NAN)):
+    labels = {"nbytes": "Bytes", "total_allocated": "Total Allocated", "total_reserved": "Total Reserved"}
+    for key, default in (("total_allocated", -1.0), ("total_reserved", -1.0), ("nbytes", NAN)):
         value = getattr(loose, key)
         number = to_float(value)
         if number is None:
             if value is not None:
-                problems.degrade(index, label, f"{'Bytes' if key == 'nbytes' else 'Total Allocated'} is not a number")
+                problems.degrade(index, label, f"{labels[key]} is not a number")
             number = default
         values[key] = number
     stream = loose.stream

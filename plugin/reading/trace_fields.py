@@ -18,6 +18,7 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     correlation: int = -1
     input_dims: msgspec.Raw = field(default=msgspec.Raw(b""), name="Input Dims")
     total_allocated: float = field(default=-1.0, name="Total Allocated")
+    total_reserved: float = field(default=-1.0, name="Total Reserved")
     nbytes: float = field(default=NAN, name="Bytes")
     device_type: int = field(default=0, name="Device Type")
     device_id: int = field(default=-1, name="Device Id")

@@ -27,14 +27,20 @@ from werkzeug import wrappers
 from phaseprof.contract import PHASE_REGISTRY, SCALAR_PREFIX, USER_PHASE_COLOURS
 
 from ..analysis.compare import compare
+from ..analysis.kernels import kernel_rows
+from ..analysis.memory import memory_series
+from ..analysis.operators import GROUPS, run_ops
 from ..analysis.ranks import ranks
-from ..analysis.steps import step_detail, step_rows
+from ..analysis.steps import ms, step_detail, step_rows
 from ..analysis.timeline import timeline
 from ..analysis.worker import Worker, phase_names, rank_of, rank_order
 from ..analysis.worker_summary import summarize
 from ..answers import (
     CompareAnswer,
     FileError,
+    KernelsAnswer,
+    MemoryAnswer,
+    OpsAnswer,
     PhaseStyle,
     RanksAnswer,
     RunInfo,
@@ -45,6 +51,7 @@ from ..answers import (
     TimelineAnswer,
     WorkerInfo,
 )
+from ..reading.decode import TraceError
 from ..reading.discovery import Run
 from .store import LOADING, PENDING, READY, TraceStore
 
@@ -94,6 +101,10 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
             "/timeline": self._serve_timeline,
             "/compare": self._serve_compare,
             "/ranks": self._serve_ranks,
+            "/trace": self._serve_trace,
+            "/kernels": self._serve_kernels,
+            "/ops": self._serve_ops,
+            "/memory": self._serve_memory,
         }
 
     # --- static files -----------------------------------------------------------------------------
@@ -189,11 +200,11 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
     def _serve_compare(self, request):
         a = self._resolve(request.args, worker=True, step="optional", side="a")
         b = self._resolve(request.args, worker=True, step="optional", side="b")
-        return _json(request, self.compare_impl(a, b))
+        return _json(request, self.compare_impl(a, b, request.args.get("op") or None))
 
-    def compare_impl(self, a: Target, b: Target) -> CompareAnswer:
+    def compare_impl(self, a: Target, b: Target, op: str | None = None) -> CompareAnswer:
         phases = phase_names(a.worker.spans + b.worker.spans)
-        return compare(_side(a), _side(b), phases, labels=(_label(a), _label(b)))
+        return compare(_side(a), _side(b), phases, labels=(_label(a), _label(b)), op=op)
 
     @wrappers.Request.application
     def _serve_ranks(self, request):
@@ -203,6 +214,68 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         run = target.run
         workers = [self._store.worker(run, name) for name in run.workers]
         return ranks(run.name, [w for w in workers if w.spans])
+
+    @wrappers.Request.application
+    def _serve_trace(self, request):
+        target = self._resolve(request.args, worker=True, step="required")
+        return http_util.Respond(request, self.trace_impl(target), "application/json")
+
+    def trace_impl(self, target: Target) -> bytes:
+        """The step as a `StepTrace`, already encoded: it is cut out of its file as JSON bytes."""
+        ref = target.worker.refs[target.rows[0]]
+        f = next(f for f in target.run.workers[target.worker.name] if f.name == ref.span.file)
+        try:
+            body = self._store.step_trace(f, target.step)
+        except TraceError as e:
+            raise errors.NotFoundError(f"the trace of step {target.step} cannot be read again: {e.reason}") from None
+        if body is None:
+            raise errors.NotFoundError(f"{f.name} no longer holds step {target.step}")
+        return body
+
+    @wrappers.Request.application
+    def _serve_kernels(self, request):
+        target = self._resolve(request.args, worker=True, step="optional")
+        return _json(request, self.kernels_impl(target, _phase_arg(request.args, target.worker)))
+
+    def kernels_impl(self, target: Target, phase: str | None) -> KernelsAnswer:
+        w = target.worker
+        rows = target.rows[:1] if target.rows is not None else w.full().tolist()
+        kernels, gpu_us = kernel_rows(w, rows, phase)
+        return KernelsAnswer(run=target.run.name, worker=w.name, step=target.step, phase=phase, steps=len(rows),
+                             gpu_us=round(gpu_us, 3), kernels=kernels)
+
+    @wrappers.Request.application
+    def _serve_ops(self, request):
+        target = self._resolve(request.args, worker=True)
+        group = request.args.get("group") or "name"
+        if group not in GROUPS:
+            raise errors.InvalidArgumentError(f"parameter 'group' must be one of {', '.join(GROUPS)}, not {group!r}")
+        return _json(request, self.ops_impl(target, _phase_arg(request.args, target.worker), group))
+
+    def ops_impl(self, target: Target, phase: str | None, group: str) -> OpsAnswer:
+        """Every op over all profiled steps; kept per worker version, so asking again is free."""
+        answer = self._store.derived(target.run, target.worker.name, run_ops, phase, group)
+        answer.run = target.run.name
+        return answer
+
+    @wrappers.Request.application
+    def _serve_memory(self, request):
+        return _json(request, self.memory_impl(self._resolve(request.args, worker=True, step="required")))
+
+    def memory_impl(self, target: Target) -> MemoryAnswer:
+        w = target.worker
+        ref = w.refs[target.rows[0]]
+        span, i = ref.span, ref.index
+        step = span.steps[i]
+        lanes = span.lanes
+        rows = lanes.rows(i)
+        main = lanes.lane[rows] == 0  # the loop's thread: its phase segments
+        bands = [(round((a - step.start) / 1000.0, 4), round((b - step.start) / 1000.0, 4), span.phases[p])
+                 for a, b, p in zip(lanes.start[rows][main].tolist(), lanes.end[rows][main].tolist(),
+                                    lanes.phase[rows][main].tolist())]
+        return MemoryAnswer(run=target.run.name, worker=w.name, step=target.step, wall_ms=ms(step.end - step.start),
+                            recorded=any(len(s.memory_curve.step) for s in w.spans),
+                            devices=memory_series(span, i), bands=bands)
 
     # --- arguments --------------------------------------------------------------------------------
 
@@ -284,6 +357,14 @@ def _int_arg(args, name: str, required: bool = False) -> int | None:
     if not _INTEGER.fullmatch(value):
         raise errors.InvalidArgumentError(f"parameter {name!r} must be an integer, not {value!r}")
     return int(value)
+
+
+def _phase_arg(args, w: Worker) -> str | None:
+    """The optional ``phase`` parameter: one of the worker's phases (404 otherwise), or None."""
+    phase = args.get("phase") or None
+    if phase is not None and phase not in w.phases:
+        raise errors.NotFoundError(f"worker {w.name!r} has no phase named {phase!r}")
+    return phase
 
 
 def _side(target: Target) -> tuple[Worker, np.ndarray]:

@@ -5,13 +5,15 @@ demand, stopped when idle, proof against files that hang or kill their reader): 
 only ever holds the compact `SpanAnalysis`. Entries are keyed by path and revalidated by size and
 modification time, so a span added or rewritten while TensorBoard runs is picked up on the next
 scan; a file modified within the last moments may still be being written and waits for the next
-scan. A span whose analysis is on disk already (`phaseprof.plugin.cache`:
-written by an earlier reader, or at the source by the training job) loads from there, with no
-worker process; the workers write what they analyse to that cache.
+scan. A span whose analysis is on disk already (`phaseprof.plugin.cache`: written by an earlier
+reader, or at the source by the training job) loads from there, with no worker process; the workers
+write what they analyse to that cache. A step's trace (`/trace`), the one answer that needs events,
+is cut out of its file again by a worker process of a pool of its own; the last answers are kept.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -25,6 +27,7 @@ from .. import cache
 from ..analysis.model import SpanAnalysis
 from ..analysis.worker import Worker
 from ..answers import Loading
+from ..reading.decode import TraceError
 from ..reading.discovery import Run, TraceFile, discover
 from ..report import problems_of
 from .loading import LoaderPool
@@ -34,6 +37,20 @@ logger = logging.getLogger(__name__)
 PENDING, LOADING, READY, ERROR = "pending", "loading", "ready", "error"
 
 T = TypeVar("T")
+
+#: Step trace documents kept (encoded), oldest dropped first; a 50,000-event step is ~10 MB.
+TRACE_CACHE_BYTES = 96 << 20
+
+
+def cut_step(item: tuple[str, int]) -> bytes | None:
+    """What a trace worker does: step ``number`` of the trace file at ``path`` as Chrome-trace JSON
+    (None if the file has no such step); the file is decoded again, only the step comes back."""
+    from ..analysis.step_trace import step_trace
+    from ..reading.decode import read_trace
+
+    path, number = item
+    doc = step_trace(read_trace(path), number)
+    return None if doc is None else msgspec.json.encode(doc)
 
 
 class Span(msgspec.Struct):
@@ -67,6 +84,10 @@ class TraceStore:
         self._scanning = False  # a background scan is running
         #: (run, worker, what) -> (the worker's version, a result derived from its analyses)
         self._derived: dict[tuple, tuple[tuple, object]] = {}
+        #: Step traces by (path, size, mtime, step), oldest first; the pool that cuts them out.
+        self._traces: collections.OrderedDict[tuple, bytes | None] = collections.OrderedDict()
+        self._trace_pool: LoaderPool | None = None
+        self._trace_waits: dict[tuple, tuple[threading.Event, list]] = {}
 
     # --- scanning ---------------------------------------------------------------------------------
 
@@ -172,20 +193,54 @@ class TraceStore:
         """The analysis of a worker's loaded spans as one `Worker`, built once per version."""
         return self.derived(run, worker, None)
 
-    def derived(self, run: Run, worker: str, compute: Callable[[Worker], T] | None) -> T:
-        """``compute(the worker's analysis)``, cached until the worker's version changes, so that a
-        request derives its answer from one analysis computed once."""
-        key = (run.name, worker, compute)
+    def derived(self, run: Run, worker: str, compute: Callable[..., T] | None, *params) -> T:
+        """``compute(the worker's analysis, *params)``, cached until the worker's version changes, so
+        that a request derives its answer from one analysis computed once."""
+        key = (run.name, worker, compute, params)
         with self._lock:
             version = self.version(run, worker)
             hit = self._derived.get(key)
             if hit is not None and hit[0] == version:
                 return hit[1]
             analyses = self.analyses(run, worker)
-        value = Worker(worker, analyses) if compute is None else compute(self.worker(run, worker))
+        value = Worker(worker, analyses) if compute is None else compute(self.worker(run, worker), *params)
         with self._lock:
             self._derived[key] = (version, value)
         return value
+
+    def step_trace(self, f: TraceFile, number: int) -> bytes | None:
+        """Step ``number`` of span ``f`` as Chrome-trace JSON (None if the span has no such step), cut
+        out of the file by a worker process (TensorBoard keeps no events) and kept for the next asks.
+        Raises `TraceError` if the file can no longer be read."""
+        key = (f.path, f.size, f.mtime_ns, number)
+        with self._lock:
+            if key in self._traces:
+                self._traces.move_to_end(key)
+                return self._traces[key]
+            waiting = self._trace_waits.get(key)
+            if waiting is None:
+                waiting = self._trace_waits[key] = (threading.Event(), [])
+                if self._trace_pool is None:
+                    self._trace_pool = LoaderPool(self._trace_done, 1, target=cut_step)
+                self._trace_pool.submit(key, (f.path, number))
+        event, outcome = waiting
+        event.wait()
+        state, result = outcome
+        if state != "ready":
+            raise TraceError(f.path, result)
+        return result
+
+    def _trace_done(self, key: tuple, state: str, result) -> None:
+        with self._lock:
+            if key not in self._trace_waits:
+                return  # closed meanwhile
+            event, outcome = self._trace_waits.pop(key)
+            outcome[:] = [state, result]
+            if state == "ready":
+                self._traces[key] = result
+                while sum(len(b or b"") for b in self._traces.values()) > TRACE_CACHE_BYTES and len(self._traces) > 1:
+                    self._traces.popitem(last=False)
+        event.set()
 
     def progress(self) -> Loading:
         with self._lock:
@@ -212,6 +267,12 @@ class TraceStore:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+            pools = [self._pool, self._trace_pool]
+            self._pool = self._trace_pool = None
+            waits, self._trace_waits = list(self._trace_waits.values()), {}
+        for event, outcome in waits:  # nobody waits for a trace that will not come
+            outcome[:] = ["error", "TensorBoard is shutting down"]
+            event.set()
+        for pool in pools:
+            if pool is not None:
+                pool.close()

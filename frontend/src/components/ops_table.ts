@@ -19,6 +19,10 @@ export interface OpsTableOptions {
   shapes?: boolean;
   /** Sort by self GPU time first (ops of a GPU-bound phase) rather than self CPU time. */
   bySelfGpu?: boolean;
+  /** The table's name (its CSV file is named after it). */
+  label?: string;
+  /** How an op's name shows (default: `opName`). */
+  name?: (op: OpFigures) => HTMLElement;
 }
 
 /** An op's name, kept whole: in a narrow cell its middle gives way, never its end; the full name on hover. */
@@ -73,7 +77,7 @@ export function opsTable(ops: OpFigures[], options: OpsTableOptions): HTMLElemen
 }
 
 function opsGrid(ops: OpFigures[], options: OpsTableOptions, shapes: boolean): HTMLElement {
-  const columns: Column<OpFigures>[] = [{ label: 'Op', value: (o) => o.name, cell: (o) => opName(o.name) }];
+  const columns: Column<OpFigures>[] = [{ label: 'Op', value: (o) => o.name, cell: (o) => options.name?.(o) ?? opName(o.name) }];
   if (shapes) {
     columns.push({
       label: 'Input shapes',
@@ -94,5 +98,5 @@ function opsGrid(ops: OpFigures[], options: OpsTableOptions, shapes: boolean): H
       { label: 'GPU ms', value: (o) => o.gpu_ms, cell: (o) => ms(o.gpu_ms), numeric: true, title: 'Device time launched within the op' },
     );
   }
-  return table({ label: 'Ops', rows: ops, columns, limit: options.limit, empty: 'No ops recorded.', sortBy: options.gpu && options.bySelfGpu ? selfGpuColumn : selfColumn, descending: true });
+  return table({ label: options.label ?? 'Ops', rows: ops, columns, limit: options.limit, empty: 'No ops recorded.', sortBy: options.gpu && options.bySelfGpu ? selfGpuColumn : selfColumn, descending: true });
 }

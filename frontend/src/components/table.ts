@@ -1,4 +1,7 @@
-/** Tables of figures: sortable by any column, long ones cut to their first rows until asked. */
+/**
+ * Tables of figures: sortable by any column, long ones cut to their first rows until asked, each
+ * downloadable as CSV (every row, in the order shown, the values the columns sort by).
+ */
 
 import { append, el, replace, type Child } from '../dom';
 
@@ -10,6 +13,8 @@ export interface Column<T> {
   cell?: (row: T) => Child;
   numeric?: boolean;
   title?: string;
+  /** What the CSV holds for the column (default: the sort value). */
+  csv?: (row: T) => number | string | null;
 }
 
 export interface TableOptions<T> {
@@ -23,6 +28,8 @@ export interface TableOptions<T> {
   rowClass?: (row: T) => string;
   empty?: string;
   label?: string;
+  /** Content shown in the table's header bar, before the CSV button (filters, counts). */
+  tools?: Child[];
 }
 
 export function table<T>(options: TableOptions<T>): HTMLElement {
@@ -97,6 +104,44 @@ export function table<T>(options: TableOptions<T>): HTMLElement {
     );
   });
   draw();
-  if (!rows.length) return el('div', { class: 'empty' }, options.empty ?? 'Nothing to show.');
-  return el('div', { class: 'table-box' }, el('table', { 'aria-label': options.label }, el('thead', null, head), body), more);
+  if (!rows.length) return el('div', null, options.tools?.length ? el('div', { class: 'table-tools' }, ...options.tools) : null,
+    el('div', { class: 'empty' }, options.empty ?? 'Nothing to show.'));
+  const download = el('button', {
+    type: 'button',
+    class: 'link csv',
+    title: 'Download every row of this table as CSV',
+    onclick: () => saveFile(`${fileName(options.label ?? 'table')}.csv`, toCsv(columns, ordered()), 'text/csv'),
+  }, 'CSV');
+  return el(
+    'div',
+    { class: 'table-box' },
+    el('div', { class: 'table-tools' }, ...(options.tools ?? []), download),
+    el('table', { 'aria-label': options.label }, el('thead', null, head), body),
+    more,
+  );
+}
+
+/** RFC 4180 text of the rows: a header of the column labels, then each row's sort values. */
+export function toCsv<T>(columns: Column<T>[], rows: T[]): string {
+  const quote = (value: unknown) => {
+    const text = value === null || value === undefined ? '' : String(value);
+    return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+  };
+  const lines = [columns.map((c) => quote(c.label)).join(',')];
+  for (const row of rows) lines.push(columns.map((c) => quote(c.csv ? c.csv(row) : c.value(row))).join(','));
+  return `${lines.join('\r\n')}\r\n`;
+}
+
+/** Let the browser save `text` as a file (no request leaves the page). */
+export function saveFile(name: string, text: string, type: string): void {
+  const url = URL.createObjectURL(new Blob([text], { type }));
+  const link = el('a', { href: url, download: name });
+  document.body.appendChild(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 0);
+}
+
+function fileName(label: string): string {
+  return label.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '') || 'table';
 }

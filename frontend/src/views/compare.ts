@@ -17,13 +17,13 @@ import { defaultWorker, deviceLabel, fetchInto, findRun, onDevice, type View, ty
 type SideKey = 'a' | 'b';
 
 export const compare: View = {
-  keys: ['a', 'b', 'device'],
+  keys: ['a', 'b', 'device', 'op'],
   async render(ctx) {
     const { a, b } = ctx.state;
     if (!a.run || !b.run) {
       const sides = await defaultSides(ctx);
       if (!ctx.scope.live) return;
-      if (sides) ctx.go(sides);
+      if (sides) ctx.go(sides, { replace: true });
       else replace(ctx.root, notice('Nothing to compare yet: no run has trace files.'));
       return;
     }
@@ -38,10 +38,10 @@ export const compare: View = {
       button('⇄ Swap', () => ctx.go({ a: ctx.state.b, b: ctx.state.a }), 'Swap A and B'),
       sidePicker(ctx, 'b', stepsB),
     );
-    const data = await fetchInto(ctx, 'the comparison', () => ctx.api.compare(params(a, b)), result);
+    const data = await fetchInto(ctx, 'the comparison', () => ctx.api.compare({ ...params(a, b), op: ctx.state.op }), result);
     if (!data) return;
     const device: Device = ctx.state.device === 'gpu' && (stepsA?.gpu || stepsB?.gpu) ? 'gpu' : 'cpu';
-    replace(result, headline(data, device), chartCard(ctx, data, device), phasesCard(data, device), opsCard(data));
+    replace(result, headline(data, device), chartCard(ctx, data, device), phasesCard(data, device), opsCard(ctx, data, device));
   },
 };
 
@@ -167,26 +167,45 @@ function phasesCard(data: CompareAnswer, device: Device): HTMLElement {
   );
 }
 
-function opsCard(data: CompareAnswer): HTMLElement {
+/**
+ * The ops that changed most, with the A and B columns of the time in use (host or GPU); an op
+ * opened from elsewhere (`op`) comes first, marked.
+ */
+function opsCard(ctx: ViewContext, data: CompareAnswer, device: Device): HTMLElement {
   const delta = (value: number) => el('span', { class: deltaClass(value) }, signedMs(value));
+  const wanted = ctx.state.op;
+  const rows = wanted ? [...data.ops.filter((o) => o.name === wanted), ...data.ops.filter((o) => o.name !== wanted)] : data.ops;
+  const found = wanted && rows.length && rows[0].name === wanted;
   const gpu = data.ops.some((o) => o.a_gpu_ms || o.b_gpu_ms);
+  const side = device === 'gpu'
+    ? ([
+        { label: 'Self GPU A', value: (o: ChangedOp) => o.a_self_gpu_ms, cell: (o: ChangedOp) => ms(o.a_self_gpu_ms), numeric: true },
+        { label: 'Self GPU B', value: (o: ChangedOp) => o.b_self_gpu_ms, cell: (o: ChangedOp) => ms(o.b_self_gpu_ms), numeric: true },
+        { label: 'Δ self GPU', value: (o: ChangedOp) => o.delta_self_gpu_ms, cell: (o: ChangedOp) => delta(o.delta_self_gpu_ms), numeric: true },
+        { label: 'Δ GPU', value: (o: ChangedOp) => o.delta_gpu_ms, cell: (o: ChangedOp) => delta(o.delta_gpu_ms), numeric: true, title: 'Device time launched within the op' },
+      ])
+    : ([
+        { label: 'Self CPU A', value: (o: ChangedOp) => o.a_self_cpu_ms, cell: (o: ChangedOp) => ms(o.a_self_cpu_ms), numeric: true },
+        { label: 'Self CPU B', value: (o: ChangedOp) => o.b_self_cpu_ms, cell: (o: ChangedOp) => ms(o.b_self_cpu_ms), numeric: true },
+        { label: 'Δ self CPU', value: (o: ChangedOp) => o.delta_self_cpu_ms, cell: (o: ChangedOp) => delta(o.delta_self_cpu_ms), numeric: true },
+        { label: 'Δ CPU', value: (o: ChangedOp) => o.delta_cpu_ms, cell: (o: ChangedOp) => delta(o.delta_cpu_ms), numeric: true, title: 'Host time including called ops' },
+        ...(gpu ? [{ label: 'Δ GPU', value: (o: ChangedOp) => o.delta_gpu_ms, cell: (o: ChangedOp) => delta(o.delta_gpu_ms), numeric: true, title: 'Device time launched within the op' }] : []),
+      ]);
   return card(
-    'Ops that changed most (per step)',
+    `Ops that changed most (${deviceLabel(device)} ms per step)`,
+    wanted && !found ? notice(`${wanted} did not run on either side.`) : null,
     table<ChangedOp>({
       label: 'Ops that changed most',
-      rows: data.ops,
-      limit: 15,
+      rows,
+      limit: found ? Math.max(15, rows.filter((o) => o.name === wanted).length) : 15,
       empty: 'No op changed.',
+      rowClass: (o) => (o.name === wanted ? 'selected' : ''),
       columns: [
         { label: 'Phase', value: (o) => o.phase, cell: (o) => phaseName(o.phase) },
         { label: 'Op', value: (o) => o.name, cell: (o) => opName(o.name) },
         { label: 'Calls A', value: (o) => o.a_calls, cell: (o) => count(o.a_calls), numeric: true },
         { label: 'Calls B', value: (o) => o.b_calls, cell: (o) => count(o.b_calls), numeric: true },
-        { label: 'Self CPU A', value: (o) => o.a_self_cpu_ms, cell: (o) => ms(o.a_self_cpu_ms), numeric: true },
-        { label: 'Self CPU B', value: (o) => o.b_self_cpu_ms, cell: (o) => ms(o.b_self_cpu_ms), numeric: true },
-        { label: 'Δ self CPU', value: (o) => o.delta_self_cpu_ms, cell: (o) => delta(o.delta_self_cpu_ms), numeric: true },
-        { label: 'Δ CPU', value: (o) => o.delta_cpu_ms, cell: (o) => delta(o.delta_cpu_ms), numeric: true, title: 'Host time including called ops' },
-        ...(gpu ? [{ label: 'Δ GPU', value: (o: ChangedOp) => o.delta_gpu_ms, cell: (o: ChangedOp) => delta(o.delta_gpu_ms), numeric: true }] : []),
+        ...side,
       ],
     }),
   );

@@ -1,18 +1,27 @@
-/** One step in full: its phases, a swimlane timeline, memory per phase, and the ops of each phase. */
+/**
+ * One step in full: its phases, a swimlane timeline, its trace (every op and kernel), memory over
+ * the step and per phase, its kernels, and the ops of each phase.
+ */
 
 import { mountChart } from '../charts/echarts';
+import { drawMemory } from '../charts/memory_chart';
 import { drawSwimlanes, LANE_HEIGHT } from '../charts/swimlane';
+import { drawTrace, layoutTrace } from '../charts/trace_view';
 import { select } from '../components/controls';
 import { badge, button, card, chartBox, figure, figures, legend, phaseName } from '../components/layout';
-import { notice } from '../components/status';
+import { failure, loading, notice } from '../components/status';
 import { opsTable } from '../components/ops_table';
-import { table } from '../components/table';
+import { saveFile, table } from '../components/table';
 import { el, replace } from '../dom';
-import { bytes, ms, pct } from '../format';
-import type { StepDetail, StepsAnswer } from '../types';
+import { bytes, ms, pct, thousands } from '../format';
+import type { KernelRow, StepDetail, StepTrace, StepsAnswer } from '../types';
 import { fetchInto, findRun, noSteps, type View, type ViewContext } from './view';
 
 const OPS_SHOWN = 10;
+const KERNELS_SHOWN = 15;
+/** User Timing marks around drawing the step's trace (benchmarks/step_trace_render.py reads them). */
+const TRACE_DATA = 'phaseprof:trace-data';
+const TRACE_DRAW = 'phaseprof:trace-draw';
 
 export const step: View = {
   keys: ['run', 'worker', 'step'],
@@ -31,7 +40,7 @@ export const step: View = {
     const number = ctx.state.step;
     if (number === null) {
       // None chosen: open the slowest step (the new selection draws the view again).
-      ctx.go({ step: steps.summary.slowest?.step ?? steps.steps[0].step });
+      ctx.go({ step: steps.summary.slowest?.step ?? steps.steps[0].step }, { replace: true });
       return;
     }
     const nav = navigation(ctx, steps, number);
@@ -39,7 +48,17 @@ export const step: View = {
     replace(ctx.root, nav, body);
     const detail = await fetchInto(ctx, `step ${number} of ${run}`, () => ctx.api.step(run, steps.worker, number), body);
     if (!detail) return;
-    replace(body, headline(detail), phasesCard(detail), lanesCard(ctx, detail), memoryCard(detail), opsCard(detail));
+    const gpu = detail.gpu_idle_ms !== null;
+    replace(
+      body,
+      headline(detail),
+      phasesCard(detail),
+      lanesCard(ctx, detail),
+      traceCard(ctx, detail),
+      el('div', { class: 'columns' }, memoryCurveCard(ctx, detail), memoryCard(detail)),
+      gpu ? kernelsCard(ctx, detail) : null,
+      opsCard(ctx, detail),
+    );
   },
 };
 
@@ -124,6 +143,118 @@ function lanesCard(ctx: ViewContext, d: StepDetail): HTMLElement {
   return out;
 }
 
+function traceCard(ctx: ViewContext, d: StepDetail): HTMLElement {
+  const box = el('div', { class: 'trace-box' }, loading('Cutting the step out of its trace file…'));
+  const actions = el('div', { class: 'actions' });
+  const out = card(
+    'Trace of the step',
+    legend(Object.keys(d.phases)),
+    actions,
+    box,
+    el('p', { class: 'hint' }, 'Threads with their ops nested by depth, then GPU streams with the work the step launched, coloured by the phase that launched it. Scroll to zoom, drag to pan, double-click to see the whole step; the red line is the step’s end.'),
+  );
+  void (async () => {
+    let text: string;
+    try {
+      text = await ctx.api.trace(d.run, d.worker, d.step);
+    } catch (error) {
+      if (ctx.scope.live) replace(box, failure(`the trace of step ${d.step}`, error));
+      return;
+    }
+    if (!ctx.scope.live) return;
+    performance.clearMarks(TRACE_DATA);
+    performance.clearMeasures(TRACE_DRAW);
+    performance.mark(TRACE_DATA);
+    const doc = JSON.parse(text) as StepTrace;
+    const layout = layoutTrace(doc);
+    replace(
+      actions,
+      el('span', { class: 'muted' }, `${thousands(doc.otherData.host_events)} host events, ${thousands(doc.otherData.device_events)} on the GPU. `),
+      button('Download', () => saveFile(`${d.worker}.step${d.step}.pt.trace.json`, text, 'application/json'),
+        'Save this step as Chrome-trace JSON (opens in chrome://tracing and Perfetto)'),
+    );
+    drawTrace(box, layout, ctx.scope);
+    performance.measure(TRACE_DRAW, TRACE_DATA);
+  })();
+  return out;
+}
+
+function memoryCurveCard(ctx: ViewContext, d: StepDetail): HTMLElement {
+  const body = el('div', null, loading('Loading memory…'));
+  const out = card('Memory over the step', body);
+  void (async () => {
+    const answer = await ctx.api.memory(d.run, d.worker, d.step).catch(() => null);
+    if (!ctx.scope.live) return;
+    if (!answer) {
+      replace(body, notice('The memory of this step could not be read.'));
+    } else if (!answer.recorded) {
+      replace(body, notice(el('strong', null, 'No memory events in this trace. '),
+        'Profile with ', el('code', null, 'profile_memory=True'), ' (PhaseProfiler(profile_memory=True) or torch.profiler.profile(profile_memory=True)) to see memory over the step.'));
+    } else if (!answer.devices.length) {
+      replace(body, notice('No memory event in this step.'));
+    } else {
+      const box = chartBox(240);
+      replace(
+        body,
+        el('div', { class: 'figures' }, ...answer.devices.map((s) => figure(`Peak ${s.device}`, bytes(s.peak_bytes), `at ${ms(s.peak_ms)} ms from the step's start`))),
+        box,
+        el('p', { class: 'hint' }, 'Allocated bytes after each memory event (dashed: reserved by the caching allocator), the phases shaded beneath.'),
+      );
+      drawMemory(mountChart(box, ctx.scope), answer);
+    }
+  })();
+  return out;
+}
+
+function kernelsCard(ctx: ViewContext, d: StepDetail): HTMLElement {
+  const body = el('div', null, loading('Loading kernels…'));
+  const out = card(`Kernels of step ${d.step}`, body);
+  void (async () => {
+    const answer = await ctx.api.kernels(d.run, d.worker, d.step).catch((error) => error as Error);
+    if (!ctx.scope.live) return;
+    if (answer instanceof Error) {
+      replace(body, failure('the kernels', answer));
+      return;
+    }
+    replace(body, kernelsTable(ctx, answer.kernels, KERNELS_SHOWN));
+  })();
+  return out;
+}
+
+/** Kernels by name: calls, device time, the op and phase that launched them. */
+export function kernelsTable(ctx: ViewContext, kernels: KernelRow[], limit?: number): HTMLElement {
+  return table<KernelRow>({
+    label: 'Kernels',
+    rows: kernels,
+    limit,
+    sortBy: 2,
+    empty: 'No GPU work recorded.',
+    columns: [
+      { label: 'Kernel', value: (k) => k.name, cell: (k) => el('span', { class: 'op', title: k.name }, k.name) },
+      { label: 'Calls', value: (k) => k.calls, numeric: true },
+      { label: 'Total µs', value: (k) => k.total_us, cell: (k) => k.total_us.toFixed(1), numeric: true },
+      { label: 'Mean µs', value: (k) => k.mean_us, cell: (k) => k.mean_us.toFixed(1), numeric: true },
+      { label: 'Max µs', value: (k) => k.max_us, cell: (k) => k.max_us.toFixed(1), numeric: true },
+      { label: 'Share', value: (k) => k.share, cell: (k) => pct(k.share), numeric: true, title: 'Of the GPU time shown' },
+      {
+        label: 'Launched by',
+        value: (k) => k.op,
+        cell: (k) => opLink(ctx, k.op, k.ops.length > 1 ? `${k.op} (+${k.ops.length - 1})` : k.op),
+        title: 'The op that launched most of its time',
+      },
+      { label: 'Phase', value: (k) => k.phase, cell: (k) => phaseName(k.phase) },
+    ],
+  });
+}
+
+/** An op name that opens the Operators view on that op. */
+export function opLink(ctx: ViewContext, name: string, text = name): HTMLElement {
+  return el('button', { type: 'button', class: 'link op', title: `${name}: open in Operators`, onclick: (e: Event) => {
+    e.stopPropagation();
+    ctx.go({ view: 'operators', op: name, phase: '' });
+  } }, text);
+}
+
 function memoryCard(d: StepDetail): HTMLElement {
   const rows = Object.entries(d.memory).flatMap(([phase, devices]) =>
     Object.entries(devices).map(([device, m]) => ({ phase, device, ...m })),
@@ -144,7 +275,7 @@ function memoryCard(d: StepDetail): HTMLElement {
   );
 }
 
-function opsCard(d: StepDetail): HTMLElement {
+function opsCard(ctx: ViewContext, d: StepDetail): HTMLElement {
   const gpu = d.gpu_idle_ms !== null;
   const sections = Object.entries(d.ops)
     .filter(([, ops]) => ops.length)
@@ -153,7 +284,7 @@ function opsCard(d: StepDetail): HTMLElement {
         'div',
         { class: 'ops-phase' },
         el('h4', null, phaseName(phase), el('span', { class: 'muted' }, ` ${ops.length} ops · ${ms(d.phases[phase].cpu_ms)} ms`)),
-        opsTable(ops, { gpu, limit: OPS_SHOWN, shapes: true }),
+        opsTable(ops, { gpu, limit: OPS_SHOWN, shapes: true, label: `Ops of ${phase} in step ${d.step}`, name: (o) => opLink(ctx, o.name) }),
       ),
     );
   return card('Ops by phase', ...(sections.length ? sections : [el('p', { class: 'empty' }, 'No ops recorded in this step.')]));

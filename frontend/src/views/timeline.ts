@@ -86,7 +86,7 @@ function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
       `Every step (${deviceLabel(device)} time)`,
       legend(phases),
       box,
-      el('p', { class: 'hint' }, 'Scroll to zoom, drag to select a range of steps; shaded: the profiled windows.'),
+      el('p', { class: 'hint' }, 'Scroll to zoom, drag to select a range of steps, click a profiled step (shaded) to open it.'),
     ),
     selection,
     windowsCard(ctx, data),
@@ -111,6 +111,13 @@ function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
     tooltip: (i) => stepTooltip(data, phases, values, i),
     onSelect: select,
   });
+  // A click on a profiled step opens it (a drag selects a range instead).
+  chart.getZr().on('click', (event: { offsetX: number; offsetY: number }) => {
+    if (!chart.containPixel({ gridIndex: 0 }, [event.offsetX, event.offsetY])) return;
+    const [x] = chart.convertFromPixel({ gridIndex: 0 }, [event.offsetX, event.offsetY]) as number[];
+    const step = Math.round(x);
+    if (isProfiled(data, step) && data.steps.includes(step)) ctx.go({ view: 'step', step });
+  });
   const { from, to } = ctx.state;
   if (from !== null && to !== null) {
     showRange(chart, [from, to]);
@@ -122,8 +129,11 @@ function stepTooltip(data: TimelineAnswer, phases: string[], values: Record<stri
   const rows: TooltipRow[] = [...phases].reverse().map((phase) => ({ phase, label: phase, value: `${ms(values[phase][i])} ms` }));
   rows.push({ label: 'step (wall)', value: `${ms(data.wall[i])} ms`, strong: true });
   const step = data.steps[i];
-  const profiled = data.profiled.some(([first, last]) => step >= first && step <= last);
-  return tooltipBody(`Step ${step}`, rows, profiled ? 'profiled: open it from the Overview' : undefined);
+  return tooltipBody(`Step ${step}`, rows, isProfiled(data, step) ? 'profiled: click to open this step' : undefined);
+}
+
+function isProfiled(data: TimelineAnswer, step: number): boolean {
+  return data.profiled.some(([first, last]) => step >= first && step <= last);
 }
 
 /** Per-step totals over the indices [start, end): the wall time on the host, the phase sum on the GPU. */

@@ -4,7 +4,7 @@ import type { Api } from '../api';
 import { failure, loading, notice } from '../components/status';
 import { replace } from '../dom';
 import type { Scope } from '../scope';
-import type { State } from '../state';
+import type { Navigation, State } from '../state';
 import type { Device, RunInfo, RunsAnswer } from '../types';
 
 export interface ViewContext {
@@ -15,7 +15,7 @@ export interface ViewContext {
   api: Api;
   scope: Scope;
   /** Change selections (they go to the URL hash); views listening on them are drawn again. */
-  go: (patch: Partial<State>) => void;
+  go: (patch: Partial<State>, navigation?: Navigation) => void;
 }
 
 export interface View {
