@@ -155,8 +155,11 @@ def test_kernels_of_a_step_match_the_api(tab):
     kernels = tab.api("kernels", run="gpu", worker=steps["worker"], step=number)["kernels"]
     rows = tab.rows(f"Kernels of step {number}")
     assert len(rows) == min(15, len(kernels))
+    def joined(name: str) -> str:  # a long name shows as head and tail, whose boundary space may go
+        return name.replace(" ", "")
+
     for row, k in zip(rows[:5], kernels):
-        assert row[:6] == [k["name"], str(k["calls"]), f"{k['total_us']:.1f}", f"{k['mean_us']:.1f}",
+        assert [joined(row[0]), *row[1:6]] == [joined(k["name"]), str(k["calls"]), f"{k['total_us']:.1f}", f"{k['mean_us']:.1f}",
                            f"{k['max_us']:.1f}", pct(k["share"])]
         assert row[6].startswith(k["op"]) and row[7] == k["phase"]
     assert tab.card("Trace of the step").count() and "Kernels of step" in tab.text()
@@ -173,17 +176,18 @@ def test_operators_view_lists_every_op_sorted_by_self_cpu_and_searches(tab, run)
     assert len(rows) == min(50, len(answer["ops"]))
     gpu = answer["gpu_ms"] > 0
     for row, o in zip(rows[:5], answer["ops"]):
-        expected = [o["name"], f"{o['calls']:,}", ms(o["self_cpu_ms"]), ms(o["cpu_ms"])]
+        expected = [o["name"].replace(" ", ""), f"{o['calls']:,}", ms(o["self_cpu_ms"]), ms(o["cpu_ms"])]
         if gpu:
             expected += [ms(o["self_gpu_ms"]), ms(o["gpu_ms"])]
         expected += [count(o["calls_per_step"]), ms(o["self_cpu_ms_per_step"]), pct(o["self_cpu_share"])]
-        assert row[:len(expected)] == expected
+        assert [row[0].replace(" ", ""), *row[1:len(expected)]] == expected
     assert tab.figure("Steps") == str(answer["steps"])
 
     wanted = answer["ops"][3]["name"]
     tab.frame.get_by_label("Search ops").fill(wanted)
-    names = [r[0] for r in tab.rows("Operators over")]
-    assert wanted in names and all(wanted.lower() in n.lower() for n in names)
+    names = [r[0].replace(" ", "") for r in tab.rows("Operators over")]
+    wanted_text = wanted.replace(" ", "").lower()
+    assert wanted.replace(" ", "") in names and all(wanted_text in n.lower() for n in names)
     assert tab.selections()["op"] == wanted
 
     if run == "cpu":  # by op and input shapes: the shapes column, more rows
@@ -195,7 +199,7 @@ def test_operators_view_lists_every_op_sorted_by_self_cpu_and_searches(tab, run)
         assert "Input shapes" in header
         first = tab.rows("Operators over")[0]
         top = [o for o in by_shapes["ops"] if wanted.lower() in o["name"].lower()][0]
-        assert first[:2] == [top["name"], top["shapes"] or "–"]
+        assert [first[0].replace(" ", ""), first[1]] == [top["name"].replace(" ", ""), top["shapes"] or "–"]
     tab.screenshot(f"operators-{run}")
 
 

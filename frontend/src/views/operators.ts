@@ -7,6 +7,7 @@
 import { segmented, select } from '../components/controls';
 import { card, figure, figures, swatch } from '../components/layout';
 import { notice } from '../components/status';
+import { opName } from '../components/ops_table';
 import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { count, ms, pct, thousands } from '../format';
@@ -95,7 +96,7 @@ function opsCard(ctx: ViewContext, answer: OpsAnswer, gpu: boolean): HTMLElement
 
 function opsTable(ctx: ViewContext, rows: RunOpRow[], answer: OpsAnswer, gpu: boolean, search: HTMLInputElement): HTMLElement {
   const columns: Column<RunOpRow>[] = [
-    { label: 'Op', value: (o) => o.name, cell: (o) => el('span', { class: 'op', title: o.name }, o.name) },
+    { label: 'Op', value: (o) => o.name, cell: (o) => opName(o.name) },
   ];
   if (answer.group === 'shapes') {
     columns.push({

@@ -10,7 +10,7 @@ import { drawTrace, layoutTrace } from '../charts/trace_view';
 import { select } from '../components/controls';
 import { badge, button, card, chartBox, figure, figures, legend, phaseName } from '../components/layout';
 import { failure, loading, notice } from '../components/status';
-import { opsTable } from '../components/ops_table';
+import { opName, opsTable } from '../components/ops_table';
 import { saveFile, table } from '../components/table';
 import { el, replace } from '../dom';
 import { bytes, ms, pct, thousands } from '../format';
@@ -230,7 +230,7 @@ export function kernelsTable(ctx: ViewContext, kernels: KernelRow[], limit?: num
     sortBy: 2,
     empty: 'No GPU work recorded.',
     columns: [
-      { label: 'Kernel', value: (k) => k.name, cell: (k) => el('span', { class: 'op', title: k.name }, k.name) },
+      { label: 'Kernel', value: (k) => k.name, cell: (k) => opName(k.name) },
       { label: 'Calls', value: (k) => k.calls, numeric: true },
       { label: 'Total µs', value: (k) => k.total_us, cell: (k) => k.total_us.toFixed(1), numeric: true },
       { label: 'Mean µs', value: (k) => k.mean_us, cell: (k) => k.mean_us.toFixed(1), numeric: true },
