@@ -162,3 +162,13 @@ EVENT_FILE_MARKER = "tfevents"
 #: Folder inside a run directory holding each trace's analysis (``<trace file name>.analysis``), written
 #: beside the traces by the training side (at the source) or by the first reader; never a run itself.
 ANALYSIS_DIR = ".phaseprof"
+
+#: Under torch.distributed every rank writes its per-step scalars into a TensorBoard run of its own
+#: inside the run directory, ``<run>/rank<N>/`` (TensorBoard overlays the ranks in each chart); a
+#: process outside torch.distributed writes them into the run directory itself.
+RANK_SCALARS_RE = re.compile(r"^rank(?P<rank>\d+)$")
+
+
+def rank_scalars_dir(rank: int) -> str:
+    """The folder, inside the run directory, of rank ``rank``'s scalars."""
+    return f"rank{rank}"

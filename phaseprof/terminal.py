@@ -34,8 +34,10 @@ def render(report: Report, console: Console, evidence: bool = False) -> None:
     for run in report.runs:
         for worker in run.workers:
             _worker(run.run, worker, console, evidence)
-        for whole in run.whole_run:
-            _whole_run(run.run, whole, console)
+        if len(run.whole_run) == 1:
+            _whole_run(run.run, run.whole_run[0], console)
+        elif run.whole_run:
+            _ranks_whole_run(run.run, run.whole_run, console)
     if report.errors:
         console.print(Text("Errors", style="bold red"))
         for e in report.errors:
@@ -125,6 +127,31 @@ def _whole_run(run: str, w: WholeRun, console: Console) -> None:
         p = w.profiler
         console.print(f"  profiler's own time: {_fmt(p.total_ms)} ms in all ({p.share:.2%} of the run), "
                       f"at most {_fmt(p.max_ms)} ms after step {p.max_step}")
+    console.print()
+
+
+def _ranks_whole_run(run: str, ranks: list[WholeRun], console: Console) -> None:
+    """Every timed step of each rank, one row per rank; the highest median of each column in bold."""
+    console.print(Text(f"run {run} · whole run of {len(ranks)} ranks (per-step scalars)", style="bold"))
+    phases: list[str] = []
+    for w in ranks:
+        phases += [p.phase for p in w.phases if p.clock == "host" and p.phase not in phases]
+    medians = [{p.phase: p.median_ms for p in w.phases if p.clock == "host"} for w in ranks]
+    worst = {ph: max(m.get(ph, float("-inf")) for m in medians) for ph in phases}
+    t = Table(show_edge=False, pad_edge=False, header_style="bold",
+              caption="median ms per step over every timed step; the highest of each column in bold")
+    for col in ("rank", "steps", "step p90", "step max", *phases):
+        t.add_column(col, justify="right")
+    for w, m in zip(ranks, medians):
+        step = next(p for p in w.phases if p.phase == "step" and p.clock == "host")
+        cells = [Text(_fmt(m.get(ph)), style="bold" if m.get(ph) == worst[ph] else "") for ph in phases]
+        t.add_row("-" if w.rank is None else str(w.rank), f"{w.steps:,}", _fmt(step.p90_ms), _fmt(step.max_ms), *cells)
+    console.print(t)
+    slowest = max((s for w in ranks for s in w.slowest[:1]), key=lambda s: s.wall_ms, default=None)
+    if slowest is not None:
+        rank = next(w.rank for w in ranks if w.slowest and w.slowest[0] is slowest)
+        console.print(f"  slowest step of any rank: {slowest.step} on rank {rank} ({_fmt(slowest.wall_ms)} ms; "
+                      f"{slowest.phase} +{_fmt(slowest.phase_over_median_ms)})")
     console.print()
 
 

@@ -353,89 +353,6 @@ class StepsAnswer(Answer):
     summary: Summary
 
 
-# --- ranks and the timeline -----------------------------------------------------------------------
-
-
-class RankRow(Answer):
-    """A worker's mean step; ``comm_ms``: mean time per step in collectives; ``compute_ms``: the step
-    less its collectives, and ``phase_compute_ms`` each phase's host time less its collectives (the
-    figures the straggler rule compares)."""
-
-    worker: str
-    rank: int | None
-    steps: int
-    wall_ms: float
-    comm_ms: float
-    compute_ms: float
-    phases: dict[str, Times]
-    phase_compute_ms: dict[str, float]
-
-
-class Straggler(Answer):
-    """The rank whose compute (its steps less collectives) is beyond the other ranks' noise band
-    (``noise_ms`` above their median); ``waited_for`` when the others also spend that much longer in
-    collectives. ``phase``: where its compute is longest against the median of the other ranks."""
-
-    worker: str
-    rank: int | None
-    wall_ms: float
-    behind_median_ms: float
-    comm_ms: float
-    median_comm_ms: float
-    waited_for: bool
-    reason: str
-    phase: str
-    phase_behind_ms: float
-    noise_ms: float
-
-
-class RanksAnswer(Answer):
-    """``GET /ranks``: each worker of a run side by side, and the straggler: null with fewer than two
-    ranks, fewer than three steps in a rank, or ranks even within noise; ``note`` says which."""
-
-    run: str
-    phases: list[str]
-    ranks: list[RankRow]
-    straggler: Straggler | None
-    note: str
-
-
-#: A value per step, aligned with `TimelineAnswer.steps`; null where a step has none.
-Series = list[float | None]
-
-
-class TimelineAnswer(Answer):
-    """``GET /timeline``: every step's phase times from the per-step scalars, and the profiled
-    windows as ``[first, last]`` step pairs."""
-
-    run: str
-    phases: list[str]
-    steps: list[int]
-    cpu: dict[str, Series]
-    gpu: dict[str, Series]
-    wall: Series
-    wall_gpu: Series
-    profiled: list[tuple[int, int]]
-    downsampled: bool
-
-
-# --- the report (CLI and `analyze()`) -------------------------------------------------------------
-
-
-class WorkerReport(Answer, omit_defaults=True):
-    """A worker in the report: its steps and summary; ``detail`` when one step was asked for."""
-
-    worker: str
-    rank: int | None
-    world_size: int | None
-    gpu: bool
-    gpu_names: list[str]
-    spans: list[str]
-    steps: list[StepRow]
-    summary: Summary
-    detail: StepDetail | None = None
-
-
 # --- the whole run, from the every-step scalars ----------------------------------------------------
 
 
@@ -484,6 +401,91 @@ class WholeRun(Answer):
     phases: list[PhaseSpread]
     slowest: list[SlowStep]
     profiler: ProfilerTime | None
+
+
+# --- ranks and the timeline -----------------------------------------------------------------------
+
+
+class RankRow(Answer):
+    """A worker's mean step; ``comm_ms``: mean time per step in collectives; ``compute_ms``: the step
+    less its collectives, and ``phase_compute_ms`` each phase's host time less its collectives (the
+    figures the straggler rule compares)."""
+
+    worker: str
+    rank: int | None
+    steps: int
+    wall_ms: float
+    comm_ms: float
+    compute_ms: float
+    phases: dict[str, Times]
+    phase_compute_ms: dict[str, float]
+
+
+class Straggler(Answer):
+    """The rank whose compute (its steps less collectives) is beyond the other ranks' noise band
+    (``noise_ms`` above their median); ``waited_for`` when the others also spend that much longer in
+    collectives. ``phase``: where its compute is longest against the median of the other ranks."""
+
+    worker: str
+    rank: int | None
+    wall_ms: float
+    behind_median_ms: float
+    comm_ms: float
+    median_comm_ms: float
+    waited_for: bool
+    reason: str
+    phase: str
+    phase_behind_ms: float
+    noise_ms: float
+
+
+class RanksAnswer(Answer):
+    """``GET /ranks``: each worker of a run side by side, and the straggler: null with fewer than two
+    ranks, fewer than three steps in a rank, or ranks even within noise; ``note`` says which.
+    ``whole_run``: every timed step of each rank that wrote per-step scalars."""
+
+    run: str
+    phases: list[str]
+    ranks: list[RankRow]
+    straggler: Straggler | None
+    note: str
+    whole_run: list[WholeRun] = msgspec.field(default_factory=list)
+
+
+#: A value per step, aligned with `TimelineAnswer.steps`; null where a step has none.
+Series = list[float | None]
+
+
+class TimelineAnswer(Answer):
+    """``GET /timeline``: every step's phase times from the per-step scalars, and the profiled
+    windows as ``[first, last]`` step pairs."""
+
+    run: str
+    phases: list[str]
+    steps: list[int]
+    cpu: dict[str, Series]
+    gpu: dict[str, Series]
+    wall: Series
+    wall_gpu: Series
+    profiled: list[tuple[int, int]]
+    downsampled: bool
+
+
+# --- the report (CLI and `analyze()`) -------------------------------------------------------------
+
+
+class WorkerReport(Answer, omit_defaults=True):
+    """A worker in the report: its steps and summary; ``detail`` when one step was asked for."""
+
+    worker: str
+    rank: int | None
+    world_size: int | None
+    gpu: bool
+    gpu_names: list[str]
+    spans: list[str]
+    steps: list[StepRow]
+    summary: Summary
+    detail: StepDetail | None = None
 
 
 class RunReport(Answer):

@@ -57,8 +57,8 @@ class _Side:
                     self.workers.add((run.name, f.worker))
                 except TraceError as e:
                     self.errors.append(FileError(path=f.path, error=e.reason))
-        self.scalars: list[Scalars] = [s for run in self.runs if run.has_scalars
-                                       if (s := read_scalars(run.path)) is not None]
+        self.scalars: list[Scalars] = [s for run in self.runs for _, directory in run.scalar_dirs()
+                                       if (s := read_scalars(directory)) is not None]
 
     def workers_of(self) -> list[Worker]:
         """The spans as workers (a run's worker is not another run's)."""

@@ -135,15 +135,20 @@ def _run_report(root: str, run: Run, step: int | None, errors: list[FileError],
 
 
 def _whole_run(run: Run) -> list[WholeRun]:
-    """Every timed step of the run, from its scalars (empty without scalars)."""
-    if not run.has_scalars:
+    """Every timed step of the run from its scalars: the run's own, or one entry per rank."""
+    dirs = run.scalar_dirs()
+    if not dirs:
         return []
     from .analysis.whole_run import whole_run
     from .reading.scalars import read_scalars
 
-    scalars = read_scalars(run.path)
-    figures = whole_run(scalars) if scalars is not None else None
-    return [figures] if figures is not None else []
+    out = []
+    for rank, directory in dirs:
+        scalars = read_scalars(directory)
+        figures = whole_run(scalars, rank) if scalars is not None else None
+        if figures is not None:
+            out.append(figures)
+    return out
 
 
 def _display_path(root: str, f: TraceFile) -> str:

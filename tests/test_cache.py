@@ -154,3 +154,15 @@ def test_the_cli_fills_the_cache_and_tensorboard_reuses_it(tmp_path):
         assert store._pool is None  # nothing was sent to a worker process to be decoded
     finally:
         store.close()
+
+
+def test_cache_command_analyses_ahead_of_readers(tmp_path):
+    good = _trace(tmp_path / "run" / "w.1.pt.trace.json")
+    (tmp_path / "run" / "bad.1.pt.trace.json").write_text("{")
+    out = subprocess.run([sys.executable, "-m", "phaseprof.cli", "cache", str(tmp_path)], capture_output=True,
+                         text=True, env={**os.environ, "PHASEPROF_CACHE": ""})
+    assert out.returncode == 1 and "bad.1.pt.trace.json: not valid JSON" in out.stderr
+    assert os.path.isfile(_entry(good))
+    shown = analyze(str(good))
+    _replace_keeping_stamp(good, b" " * good.stat().st_size)
+    assert analyze(str(good)) == shown

@@ -61,12 +61,19 @@ def test_two_ranks_under_torchrun(tmp_path):
     traces = sorted(p.name for p in (logdir / "ddp").glob("*.pt.trace.json.gz"))
     workers = sorted(TRACE_FILE_RE.match(name)["worker"] for name in traces)
     assert [w.split(".")[0] for w in workers] == ["rank0", "rank1"]  # one span per rank, names distinct
-    assert len(list((logdir / "ddp").glob("events.out.tfevents.*"))) == 1  # scalars from rank 0 only
+    # every rank's scalars, each in a TensorBoard run of its own
+    assert not list((logdir / "ddp").glob("events.out.tfevents.*"))
+    for rank in (0, 1):
+        assert len(list((logdir / "ddp" / f"rank{rank}").glob("events.out.tfevents.*"))) == 1
 
     report = analyze(str(logdir))
     (ddp,) = report["runs"]
     assert report["errors"] == []
     assert sorted(w["rank"] for w in ddp["workers"]) == [0, 1]
+    # the whole run of each rank, from its scalars: rank 1 waits on its data every step
+    whole = {w["rank"]: {p["phase"]: p for p in w["phases"] if p["clock"] == "host"} for w in ddp["whole_run"]}
+    assert sorted(whole) == [0, 1] and all(w["step"]["steps"] >= 8 for w in whole.values())
+    assert whole[1]["data"]["median_ms"] > whole[0]["data"]["median_ms"] + 15
     for worker in ddp["workers"]:
         assert worker["world_size"] == 2
         assert [s["step"] for s in worker["steps"]] == [2, 3, 4, 5]

@@ -41,7 +41,7 @@ import torch.distributed as dist
 from rich.console import Console
 from torch.profiler import ProfilerAction
 
-from phaseprof.contract import DATA, OPTIMIZER, OTHER, OUT_OF_STEP, PAUSED, validate_phase_name
+from phaseprof.contract import DATA, OPTIMIZER, OTHER, OUT_OF_STEP, PAUSED, rank_scalars_dir, validate_phase_name
 
 from .cuda_timing import CudaPhaseTimer
 from .faults import Faults
@@ -50,6 +50,7 @@ from .ranges import Ranges
 from .recorder import StepRecorder
 from .records import StepTimes
 from .signals import CloseOnSigterm
+from .source_analysis import SourceAnalysis
 from .summary import print_summary
 from .traces import TraceWriter, worker_name
 from .tracker import PhaseError, PhaseTracker, phase_ns
@@ -81,12 +82,15 @@ class PhaseProfiler:
             close). Steps are timed all along, profiled or not.
         record_shapes, profile_memory, with_stack, activities: passed to ``torch.profiler.profile``.
         gzip: write ``.pt.trace.json.gz`` traces (default) rather than plain JSON.
+        analyze_traces: after each trace is written, analyse it in a background process at idle
+            priority and store the analysis beside it (``<run>/.phaseprof/``), so that TensorBoard
+            and ``phaseprof report`` read that instead of the trace (default True).
     """
 
     def __init__(self, logdir: str = "./profile", run: str | None = None, *, wait: int = 1, warmup: int = 1,
                  active: int = 10, repeat: int = 1, record_shapes: bool = False, profile_memory: bool = False,
                  with_stack: bool = False, activities: Iterable[torch.profiler.ProfilerActivity] | None = None,
-                 gzip: bool = True) -> None:
+                 gzip: bool = True, analyze_traces: bool = True) -> None:
         if min(wait, warmup, repeat) < 0 or active < 1:
             raise ValueError(f"the schedule needs wait, warmup, repeat >= 0 and active >= 1, got wait={wait}, "
                              f"warmup={warmup}, active={active}, repeat={repeat}")
@@ -97,6 +101,7 @@ class PhaseProfiler:
         self._options = dict(record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack,
                              activities=activities)
         self._gzip = gzip
+        self._analyze_traces = analyze_traces
         #: The current step's number: ``ProfilerStep#<step_num>`` in traces, the step of its scalars.
         self.step_num = 0
         self._state = _NEW
@@ -219,9 +224,13 @@ class PhaseProfiler:
         self._rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         worker = worker_name()
         self._faults = Faults(self.run_dir)
-        # One event file of scalars per run: from rank 0 (the others' steps would collide on its tags).
-        self._recorder = StepRecorder(self.run_dir if self._rank == 0 else None, worker, self._faults)
-        self._traces = TraceWriter(self.run_dir, worker, self._gzip, self._faults)
+        # Under torch.distributed each rank's scalars are a TensorBoard run of their own (one run's
+        # tags would collide across ranks).
+        distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        scalars_dir = os.path.join(self.run_dir, rank_scalars_dir(self._rank)) if distributed else self.run_dir
+        self._recorder = StepRecorder(scalars_dir, worker, self._faults)
+        analysis = SourceAnalysis(self._faults) if self._analyze_traces else None
+        self._traces = TraceWriter(self.run_dir, worker, self._gzip, self._faults, analysis)
         self._profiler = self._start_profiler()
         self._cuda_possible = torch.cuda.is_available()
         self._thread = threading.get_ident()

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from phaseprof.contract import trace_file_name
 
 from .faults import Faults
+from .source_analysis import SourceAnalysis
 
 #: zlib's default level: nearly as small as torch's level 9, in a fraction of the time (the export
 #: runs inside the training loop's step).
@@ -40,11 +41,13 @@ def worker_name() -> str:
 class TraceWriter:
     """The profiler's ``on_trace_ready``: never raises into the training loop."""
 
-    def __init__(self, run_dir: str, worker: str, use_gzip: bool, faults: Faults) -> None:
+    def __init__(self, run_dir: str, worker: str, use_gzip: bool, faults: Faults,
+                 analysis: SourceAnalysis | None = None) -> None:
         self.run_dir = run_dir
         self.worker = worker
         self.gzip = use_gzip
         self.faults = faults
+        self.analysis = analysis  # started on each trace written
         self.written: list[str] = []
 
     def __call__(self, prof: torch.profiler.profile) -> None:
@@ -72,3 +75,5 @@ class TraceWriter:
             self.faults.report(f"could not write trace {name}", e)
         else:
             self.written.append(path)
+            if self.analysis is not None:
+                self.analysis.start(path)

@@ -318,6 +318,7 @@ export interface RankRow {
 /**
  * `GET /ranks`: each worker of a run side by side, and the straggler: null with fewer than two
  * ranks, fewer than three steps in a rank, or ranks even within noise; `note` says which.
+ * `whole_run`: every timed step of each rank that wrote per-step scalars.
  */
 export interface RanksAnswer {
   run: string;
@@ -325,6 +326,7 @@ export interface RanksAnswer {
   ranks: RankRow[];
   straggler: Straggler | null;
   note: string;
+  whole_run?: WholeRun[];
 }
 
 /** `phaseprof report --json` and `phaseprof.analyze`: runs, workers, steps, summaries, errors. */

@@ -19,6 +19,19 @@ from ..reading.scalars import Scalars
 SLOWEST = 5
 
 
+def scalars_of(series: dict[str, list[tuple[int, float]]]) -> Scalars:
+    """`Scalars` from ``tag -> [(step, value)]`` (what TensorBoard's data provider gives)."""
+    steps = np.array(sorted({s for points in series.values() for s, _ in points}), dtype=np.int64)
+    values = {}
+    for tag, points in series.items():
+        column = np.full(len(steps), np.nan)
+        if points:
+            at = np.searchsorted(steps, np.array([s for s, _ in points], dtype=np.int64))
+            column[at] = [v for _, v in points]
+        values[tag] = column
+    return Scalars(steps=steps, wall_time=np.full(len(steps), np.nan), values=values, files=[])
+
+
 def whole_run(scalars: Scalars, rank: int | None = None) -> WholeRun | None:
     """The figures of one set of scalars, or None if it holds no step times."""
     step_ms = scalars.values.get(STEP_TAG)

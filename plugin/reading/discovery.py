@@ -16,7 +16,7 @@ import zlib
 
 import msgspec
 
-from phaseprof.contract import ANALYSIS_DIR, EVENT_FILE_MARKER, JSON_FILE_RE, TRACE_FILE_RE
+from phaseprof.contract import ANALYSIS_DIR, EVENT_FILE_MARKER, JSON_FILE_RE, RANK_SCALARS_RE, TRACE_FILE_RE
 
 #: How much of a JSON file without the trace suffix is read to decide whether it is a trace.
 _SNIFF_BYTES = 4096
@@ -48,6 +48,14 @@ class Run(msgspec.Struct):
     path: str  # to open
     files: list[TraceFile] = msgspec.field(default_factory=list)
     has_scalars: bool = False  # holds TensorBoard event files (per-step timings)
+    #: Per-rank scalars of a distributed run: rank -> its folder (``<run>/rank<N>/``, `RANK_SCALARS_RE`).
+    rank_scalars: dict[int, str] = msgspec.field(default_factory=dict)
+
+    def scalar_dirs(self) -> list[tuple[int | None, str]]:
+        """(rank, folder) of every set of per-step scalars of the run: its own (rank None), then each
+        rank's in rank order."""
+        own = [(None, self.path)] if self.has_scalars else []
+        return own + sorted(self.rank_scalars.items())
 
     @property
     def workers(self) -> dict[str, list[TraceFile]]:
@@ -89,6 +97,16 @@ def discover(root: str) -> list[Run]:
             if f is not None:
                 run = run or runs.setdefault(rel, Run(name=rel, path=directory))
                 run.files.append(f)
+    # A rank's folder of scalars with no trace in it is part of its run, not a run of its own.
+    for name in sorted(runs, key=len, reverse=True):
+        r = runs[name]
+        m = RANK_SCALARS_RE.match(os.path.basename(name))
+        if name == "." or not m or r.files or r.rank_scalars or not r.has_scalars:
+            continue
+        parent = os.path.dirname(name) or "."
+        owner = runs.setdefault(parent, Run(name=parent, path=os.path.dirname(r.path)))
+        owner.rank_scalars[int(m.group("rank"))] = r.path
+        del runs[name]
     return [runs[k] for k in sorted(runs)]
 
 

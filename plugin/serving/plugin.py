@@ -33,6 +33,7 @@ from ..analysis.operators import GROUPS, run_ops
 from ..analysis.ranks import ranks
 from ..analysis.steps import ms, step_detail, step_rows
 from ..analysis.timeline import timeline
+from ..analysis.whole_run import scalars_of, whole_run
 from ..analysis.worker import Worker, phase_names, rank_of, rank_order
 from ..analysis.worker_summary import summarize
 from ..answers import (
@@ -151,7 +152,7 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
                                     gpu=s.analysis.has_gpu if s.analysis else None)
                            for s in spans],
                 ))
-            out.append(RunInfo(run=run.name, has_scalars=run.has_scalars, workers=workers))
+            out.append(RunInfo(run=run.name, has_scalars=bool(run.scalar_dirs()), workers=workers))
         return RunsAnswer(runs=out, loading=self._store.progress(), errors=problems,
                           phases=[PhaseStyle(name=p.name, colour=p.colour) for p in PHASE_REGISTRY],
                           user_phase_colours=list(USER_PHASE_COLOURS))
@@ -185,7 +186,11 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
 
     def timeline_impl(self, environ, target: Target) -> TimelineAnswer:
         run = target.run
-        series = self._phase_scalars(environ, run.name)
+        series = {}
+        for _, directory in run.scalar_dirs():  # the run's own scalars, else its lowest rank's
+            series = self._phase_scalars(environ, [self._tb_run(directory)]).get(self._tb_run(directory), {})
+            if series:
+                break
         if not series:
             raise errors.NotFoundError(f"run {run.name!r} has no phaseprof scalars (yet)")
         dense = max(series.values(), key=len)
@@ -208,12 +213,26 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _serve_ranks(self, request):
-        return _json(request, self.ranks_impl(self._resolve(request.args)))
+        return _json(request, self.ranks_impl(request.environ, self._resolve(request.args)))
 
-    def ranks_impl(self, target: Target) -> RanksAnswer:
+    def ranks_impl(self, environ, target: Target) -> RanksAnswer:
         run = target.run
         workers = [self._store.worker(run, name) for name in run.workers]
-        return ranks(run.name, [w for w in workers if w.spans])
+        answer = ranks(run.name, [w for w in workers if w.spans])
+        dirs = run.rank_scalars
+        if dirs:
+            series = self._phase_scalars(environ, [self._tb_run(d) for d in dirs.values()])
+            for rank, directory in sorted(dirs.items()):
+                points = series.get(self._tb_run(directory))
+                figures = whole_run(scalars_of(points), rank) if points else None
+                if figures is not None:
+                    answer.whole_run.append(figures)
+        return answer
+
+    def _tb_run(self, directory: str) -> str:
+        """TensorBoard's name of the run in ``directory``: its path relative to the logdir."""
+        rel = os.path.relpath(directory, os.path.realpath(self._store.logdir))
+        return rel.replace(os.sep, "/")
 
     @wrappers.Request.application
     def _serve_trace(self, request):
@@ -316,20 +335,22 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
 
     # --- scalars ----------------------------------------------------------------------------------
 
-    def _phase_scalars(self, environ, run: str) -> dict[str, list[tuple[int, float]]]:
+    def _phase_scalars(self, environ, runs: list[str]) -> dict[str, dict[str, list[tuple[int, float]]]]:
+        """TensorBoard run -> phaseprof tag -> its (step, value) points, for ``runs`` in one request."""
         if self._data_provider is None:
             return {}
         ctx = plugin_util.context(environ)
         eid = plugin_util.experiment_id(environ)
         listing = self._data_provider.list_scalars(ctx, experiment_id=eid, plugin_name="scalars",
-                                                   run_tag_filter=provider.RunTagFilter(runs=[run]))
-        tags = [t for t in listing.get(run, {}) if t.startswith(SCALAR_PREFIX)]
+                                                   run_tag_filter=provider.RunTagFilter(runs=runs))
+        tags = sorted({t for run in runs for t in listing.get(run, {}) if t.startswith(SCALAR_PREFIX)})
         if not tags:
             return {}
         data = self._data_provider.read_scalars(ctx, experiment_id=eid, plugin_name="scalars",
                                                 downsample=_ALL_SAMPLES,
-                                                run_tag_filter=provider.RunTagFilter(runs=[run], tags=tags))
-        return {tag: [(d.step, d.value) for d in points] for tag, points in data.get(run, {}).items()}
+                                                run_tag_filter=provider.RunTagFilter(runs=runs, tags=tags))
+        return {run: {tag: [(d.step, d.value) for d in points] for tag, points in by_tag.items()}
+                for run, by_tag in data.items()}
 
     def _has_phase_scalars(self) -> bool:
         """Whether any run holds phaseprof scalars (a run profiled before its first trace)."""

@@ -1,0 +1,136 @@
+"""TensorBoard on logdirs of many ranks: from TensorBoard's start to ``/ranks`` answering for all.
+
+    python benchmarks/ranks_load.py [--ranks 64] [--summaries 1000]
+
+1. ``--ranks`` ranks of real traces: copies of a real rank's trace (tests/data: V100, 68,692 events,
+   1.1 MB gzipped), renamed ``rank<N>.host_<pid>.<time>.pt.trace.json.gz`` with the rank in their
+   ``distributedInfo`` set to N. Measured three ways: *cold* (no analysis anywhere: TensorBoard's
+   worker processes read every trace), *summaries at the source* (each trace's analysis written beside
+   it first, as ``PhaseProfiler`` does on each rank's own node), and *reopened* (a second TensorBoard
+   on the logdir the cold one left, its analyses cached).
+2. ``--summaries`` ranks with their analyses beside them (the traces are links to one file, never read):
+   start to ``/ranks`` answering for every rank, and TensorBoard's memory once it has.
+
+Targets: 64 ranks < 5 s on 2 cores (with summaries); 1,000 ranks < 10 s and TensorBoard < 1 GiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _measure import TensorBoardServer, median, tree_kib  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEMPLATE = os.path.join(ROOT, "tests", "data", "gpu", "hta_ns_resolution",
+                        "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz")
+RUN = "job"
+#: Old enough that TensorBoard does not wait for the files to settle.
+_SETTLED = time.time() - 3600
+
+
+def rank_traces(logdir: str, ranks: int) -> list[str]:
+    """``ranks`` renamed copies of the template trace, each telling its own rank."""
+    with gzip.open(TEMPLATE, "rb") as fh:
+        doc = json.load(fh)
+    out = []
+    os.makedirs(os.path.join(logdir, RUN), exist_ok=True)
+    for r in range(ranks):
+        doc["distributedInfo"].update(rank=r, world_size=ranks)
+        path = os.path.join(logdir, RUN, f"rank{r}.node{r // 8}_{1000 + r}.1712170295000000000.pt.trace.json.gz")
+        with gzip.open(path, "wb", compresslevel=1) as fh:
+            fh.write(json.dumps(doc).encode())
+        os.utime(path, (_SETTLED, _SETTLED))
+        out.append(path)
+    return out
+
+
+def write_summaries(logdir: str, linked: bool) -> int:
+    """Each trace's analysis beside it, as the training side writes them; ``linked``: the traces are
+    one file, analysed once."""
+    from phaseprof.plugin import cache
+    from phaseprof.plugin.reading.discovery import discover
+    from phaseprof.plugin.report import analyze_file
+
+    os.environ["PHASEPROF_CACHE"] = "off"  # analyse without storing; entries are stored below
+    (run,) = discover(logdir)
+    template = None
+    for f in run.files:
+        if linked and template is not None:
+            analysis = template
+            analysis.rank = int(f.worker.split(".")[0][4:])
+        else:
+            analysis = template = analyze_file(f)
+        del os.environ["PHASEPROF_CACHE"]
+        assert cache.store(f, analysis)
+        os.environ["PHASEPROF_CACHE"] = "off"
+    del os.environ["PHASEPROF_CACHE"]
+    return len(run.files)
+
+
+def time_to_ranks(logdir: str, ranks: int) -> tuple[float, float, float]:
+    """(seconds from launch to /ranks answering for every rank, TensorBoard RSS MiB, with children MiB)."""
+    server = TensorBoardServer(sys.executable, logdir)
+    try:
+        answered = server.poll(f"/data/plugin/phaseprof/ranks?run={RUN}",
+                               lambda b: len([r for r in json.loads(b)["ranks"] if r["steps"]]) == ranks, timeout=600)
+        rss = server.rss_mib()
+        tree = tree_kib(server.proc.pid, "Rss:") / 1024
+        return answered, rss, tree
+    finally:
+        server.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=64)
+    parser.add_argument("--summaries", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} CPUs; template {os.path.relpath(TEMPLATE, ROOT)}; median of {args.repeat}")
+    os.environ.pop("PHASEPROF_CACHE", None)
+
+    rows = {"cold": [], "summaries at the source": [], "reopened": []}
+    for _ in range(args.repeat):
+        logdir = tempfile.mkdtemp(prefix="tb-ranks-")
+        try:
+            rank_traces(logdir, args.ranks)
+            rows["cold"].append(time_to_ranks(logdir, args.ranks))
+            rows["reopened"].append(time_to_ranks(logdir, args.ranks))
+            shutil.rmtree(os.path.join(logdir, RUN, ".phaseprof"))
+            write_summaries(logdir, linked=False)
+            rows["summaries at the source"].append(time_to_ranks(logdir, args.ranks))
+        finally:
+            shutil.rmtree(logdir)
+    for label, runs in rows.items():
+        print(f"{args.ranks} ranks, {label:24} start->/ranks {median([r[0] for r in runs]):6.2f} s   "
+              f"TensorBoard RSS {median([r[1] for r in runs]):5.0f} MiB")
+
+    if args.summaries:
+        logdir = tempfile.mkdtemp(prefix="tb-summaries-")
+        try:
+            os.makedirs(os.path.join(logdir, RUN))
+            one = rank_traces(tempfile.mkdtemp(prefix="tb-one-"), 1)[0]
+            for r in range(args.summaries):
+                name = f"rank{r}.node{r // 8}_{1000 + r}.1712170295000000000.pt.trace.json.gz"
+                os.link(one, os.path.join(logdir, RUN, name))
+            write_summaries(logdir, linked=True)
+            runs = [time_to_ranks(logdir, args.summaries) for _ in range(args.repeat)]
+            print(f"{args.summaries} ranks of summaries         start->/ranks {median([r[0] for r in runs]):6.2f} s   "
+                  f"TensorBoard RSS {median([r[1] for r in runs]):5.0f} MiB (with its data server "
+                  f"{median([r[2] for r in runs]):.0f} MiB)")
+        finally:
+            shutil.rmtree(logdir)
+            shutil.rmtree(os.path.dirname(os.path.dirname(one)))
+
+
+if __name__ == "__main__":
+    main()
