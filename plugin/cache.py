@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import struct
 import sys
 
 import msgspec
@@ -75,8 +76,8 @@ def load(f: TraceFile) -> SpanAnalysis | None:
             continue
         try:
             entry = _decode(data)
-        except (msgspec.DecodeError, ValueError, TypeError):
-            continue  # corrupt, truncated or from another layout: ignored
+        except Exception:  # noqa: BLE001 - corrupt, truncated or from another layout: ignored
+            continue
         k = entry.key
         if (k.path, k.size, k.mtime_ns, k.version) != (key_path, f.size, f.mtime_ns, version()):
             continue
@@ -156,14 +157,14 @@ _version: str | None = None
 
 
 def version() -> str:
-    """The analysis version: a digest of the source of the code that reads and analyses traces (and
-    of the file contract, which names the phases)."""
+    """The analysis version: a digest of the source of the code that reads and analyses traces, of
+    the file contract (which names the phases) and of this module (the format of entries)."""
     global _version
     if _version is None:
         here = os.path.dirname(os.path.abspath(__file__))
         sources = [os.path.join(here, folder, name) for folder in ("reading", "analysis")
                    for name in sorted(os.listdir(os.path.join(here, folder))) if name.endswith(".py")]
-        sources.append(os.path.abspath(contract.__file__))
+        sources += [os.path.abspath(contract.__file__), os.path.abspath(__file__)]  # and this entry format
         digest = hashlib.blake2b(digest_size=12)
         for path in sources:
             digest.update(os.path.basename(path).encode())
@@ -179,22 +180,27 @@ def version() -> str:
 def _enc_hook(obj):
     if isinstance(obj, np.ndarray):
         array = np.ascontiguousarray(obj)
-        header = msgspec.msgpack.encode((array.dtype.str, array.shape))
-        return msgspec.msgpack.Ext(_ARRAY, len(header).to_bytes(4, "little") + header + array.tobytes())
+        if array.dtype.hasobject:
+            raise NotImplementedError("object arrays are never cached")
+        dtype = array.dtype.str.encode()
+        header = struct.pack(f"<B{len(dtype)}sB{array.ndim}q", len(dtype), dtype, array.ndim, *array.shape)
+        return msgspec.msgpack.Ext(_ARRAY, header + array.tobytes())
     if isinstance(obj, np.generic):
         return obj.item()
     raise NotImplementedError(f"cannot cache a {type(obj).__name__}")
 
 
 def _ext_hook(code: int, data: memoryview):
+    """An array from its extension bytes: dtype length and text, rank, shape (int64s), raw data."""
     if code != _ARRAY:
         raise ValueError(f"unknown extension {code}")
-    n = int.from_bytes(data[:4], "little")
-    dtype, shape = msgspec.msgpack.decode(data[4:4 + n], type=tuple[str, tuple[int, ...]])
-    dtype = np.dtype(dtype)
+    n = data[0]
+    dtype = np.dtype(bytes(data[1:1 + n]).decode("ascii"))
+    ndim = data[1 + n]
+    shape = struct.unpack_from(f"<{ndim}q", data, 2 + n)
     if dtype.hasobject:
         raise ValueError("object arrays are never cached")
-    return np.frombuffer(data[4 + n:], dtype=dtype).reshape(shape).copy()
+    return np.frombuffer(data[2 + n + 8 * ndim:], dtype=dtype).reshape(shape).copy()
 
 
 def _dec_hook(kind, obj):

@@ -43,7 +43,7 @@ class TraceFile(msgspec.Struct, frozen=True):
     mtime_ns: int
 
 
-class Run(msgspec.Struct):
+class Run(msgspec.Struct, dict=True):
     name: str  # displayable
     path: str  # to open
     files: list[TraceFile] = msgspec.field(default_factory=list)
@@ -59,11 +59,15 @@ class Run(msgspec.Struct):
 
     @property
     def workers(self) -> dict[str, list[TraceFile]]:
-        """Trace files per worker, each worker's spans in name (time) order."""
-        out: dict[str, list[TraceFile]] = {}
-        for f in sorted(self.files, key=lambda f: f.name):
-            out.setdefault(f.worker, []).append(f)
-        return out
+        """Trace files per worker, each worker's spans in name (time) order (grouped once: a run of
+        a thousand ranks is asked this for each of them)."""
+        cached = self.__dict__.get("_workers")
+        if cached is None or cached[0] != len(self.files):
+            out: dict[str, list[TraceFile]] = {}
+            for f in sorted(self.files, key=lambda f: f.name):
+                out.setdefault(f.worker, []).append(f)
+            cached = self.__dict__["_workers"] = (len(self.files), out)
+        return cached[1]
 
 
 def within(root: str, path: str) -> bool:
@@ -87,7 +91,7 @@ def discover(root: str) -> list[Run]:
         run = None
         for name in sorted(files):
             full = os.path.join(directory, name)
-            if not within(root, full):
+            if os.path.islink(full) and not within(root, full):  # the walk itself never leaves the root
                 continue
             if EVENT_FILE_MARKER in name:
                 run = run or runs.setdefault(rel, Run(name=rel, path=directory))
@@ -125,8 +129,9 @@ def _trace_file(directory: str, name: str, run: str, *, force: bool = False) -> 
         st = os.stat(path)  # a FIFO or device named like a trace is listed: reading it reports what it is
     except OSError:
         return None
-    return TraceFile(run=run, worker=display(worker), path=os.path.realpath(path), name=display(name),
-                     size=st.st_size, mtime_ns=st.st_mtime_ns)
+    real = os.path.realpath(path) if os.path.islink(path) else path
+    return TraceFile(run=run, worker=display(worker), path=real, name=display(name), size=st.st_size,
+                     mtime_ns=st.st_mtime_ns)
 
 
 def _looks_like_trace(path: str) -> bool:
