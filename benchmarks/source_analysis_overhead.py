@@ -16,6 +16,8 @@ Target: no difference beyond the machine's noise (the range over rounds).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import statistics
 import sys
@@ -49,7 +51,8 @@ def train(logdir: str, analyze: bool, after: int) -> tuple[float, float, float]:
         optimizer.step()  # the step boundary: the trace is written at the window's last one
         ends.append(time.perf_counter())
     analyses = list(prof._traces.analysis.running) if analyze else []
-    prof.close()
+    with contextlib.redirect_stdout(io.StringIO()):  # the summary it prints
+        prof.close()
     cpu = 0.0
     for p in analyses:
         _, status, usage = os.wait4(p.pid, 0)
