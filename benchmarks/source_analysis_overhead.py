@@ -45,18 +45,20 @@ def train(logdir: str, analyze: bool, after: int) -> tuple[float, float, float]:
                          analyze_traces=analyze)
     prof.attach(model, optimizer)
     ends = []
-    for _ in range(window + after):
+    analyses = []
+    for i in range(window + after):
         optimizer.zero_grad()
         F.nll_loss(model(batch[0]), batch[1]).backward()
         optimizer.step()  # the step boundary: the trace is written at the window's last one
         ends.append(time.perf_counter())
-    analyses = list(prof._traces.analysis.running) if analyze else []
+        if analyze and i == window - 1:
+            analyses = list(prof._traces.analysis._running)  # started just now
     with contextlib.redirect_stdout(io.StringIO()):  # the summary it prints
         prof.close()
     cpu = 0.0
-    for p in analyses:
+    for p in analyses:  # nothing else waits for them: their CPU time comes with their exit status
         _, status, usage = os.wait4(p.pid, 0)
-        p.returncode = status
+        p.returncode = os.waitstatus_to_exitcode(status)
         cpu += usage.ru_utime + usage.ru_stime
     steps = [(b - a) * 1000 for a, b in zip(ends[window:], ends[window + 1:])]
     boundary = (ends[window] - ends[window - 1]) * 1000

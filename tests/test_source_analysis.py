@@ -38,11 +38,11 @@ def test_each_trace_is_analysed_beside_it(tmp_path, monkeypatch):
     assert sorted(p.name for p in entries.iterdir()) == [t + ".analysis" for t in traces]
     stamps = {p.name: p.stat().st_mtime_ns for p in entries.iterdir()}
 
-    from_entries = analyze(str(tmp_path))
+    report = analyze(str(tmp_path))  # from the entries
     assert {p.name: p.stat().st_mtime_ns for p in entries.iterdir()} == stamps  # read, not rewritten
     monkeypatch.setenv("PHASEPROF_CACHE", "off")
-    assert from_entries == analyze(str(tmp_path))  # what reading the traces afresh gives
-    assert [s["step"] for s in from_entries["runs"][0]["workers"][0]["steps"]] == [2, 3, 4, 7, 8, 9]
+    assert report == analyze(str(tmp_path))  # what reading the traces afresh gives
+    assert [s["step"] for s in report["runs"][0]["workers"][0]["steps"]] == [2, 3, 4, 7, 8, 9]
 
 
 def test_off_with_a_flag(tmp_path, monkeypatch):

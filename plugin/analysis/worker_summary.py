@@ -94,7 +94,7 @@ def _slowest(w: Worker, full: np.ndarray, band) -> Slowest:
         return out
     why = compare((w, np.array([typical])), (w, np.array([slowest])), w.phases, top=50)
     phase, grew = grew_most(why.delta)
-    grown = sorted((o for o in why.ops if o.phase == phase), key=lambda o: -o.delta_self_cpu_ms)
+    grown = sorted((o for o in why.ops if o.phase == phase), key=lambda o: (-o.delta_self_cpu_ms, o.name))
     out.median_step = w.numbers[typical]
     out.vs_median_ms = ms(wall - w.wall_us[typical])
     out.phase = phase
@@ -112,5 +112,5 @@ def _top_ops(w: Worker, full: np.ndarray, phase: str, costs: Costs, top: int) ->
         if p == phase
     ]
     by_gpu = costs.measure == GPU
-    rows.sort(key=lambda r: -(r.self_gpu_ms if by_gpu else r.self_cpu_ms))
+    rows.sort(key=lambda r: (-(r.self_gpu_ms if by_gpu else r.self_cpu_ms), r.name))  # ties by name
     return rows[:top]

@@ -98,6 +98,8 @@ def logdir(tmp_path_factory, traces) -> Path:
     _xss_run(root)
     two_rank_job(root / "straggler", collectives=True)  # rank 1 loads data 50% longer: the others wait
     write_scalars(root / "growing", range(10))  # timings only, more steps written during a test
+    for rank in (0, 1):  # the per-step scalars each rank of the "ranks" job writes
+        write_scalars(root / "ranks" / f"rank{rank}", range(20))
     for f in root.rglob("*"):
         settled(f)
     return root

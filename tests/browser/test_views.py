@@ -216,6 +216,17 @@ def test_ranks_even_within_noise_say_so(tab):
     assert f"No straggler: {data['note']}." in tab.text()
 
 
+def test_ranks_over_the_whole_run(tab):
+    tab.open(view="ranks", run="ranks")
+    whole = tab.api("ranks", run="ranks")["whole_run"]
+    assert [w["rank"] for w in whole] == [0, 1]
+    rows = tab.rows("Every step of each rank")
+    step = [next(p for p in w["phases"] if p["phase"] == "step" and p["clock"] == "host") for w in whole]
+    assert [r[:4] for r in rows] == [[str(w["rank"]), str(w["steps"]), ms(s["p90_ms"]), ms(s["max_ms"])]
+                                     for w, s in zip(whole, step)]
+    assert [r[4] for r in rows] == [ms(s["median_ms"]) for s in step]
+
+
 def test_gpu_view_is_off_for_runs_without_device_activity(tab):
     tab.open(view="overview", run="early_exit")
     gpu = tab.frame.get_by_role("radio", name="GPU")

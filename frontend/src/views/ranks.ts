@@ -8,7 +8,7 @@ import { notice } from '../components/status';
 import { table } from '../components/table';
 import { el, replace } from '../dom';
 import { ms, signedMs } from '../format';
-import type { Device, RankRow, RanksAnswer } from '../types';
+import type { Device, RankRow, RanksAnswer, WholeRun } from '../types';
 import { deviceLabel, fetchInto, findRun, onDevice, type View, type ViewContext } from './view';
 
 export const ranks: View = {
@@ -26,7 +26,7 @@ export const ranks: View = {
       return;
     }
     const device: Device = ctx.state.device;
-    replace(ctx.root, stragglerLine(data), chartCard(ctx, data, device), tableCard(ctx, data, device));
+    replace(ctx.root, stragglerLine(data), chartCard(ctx, data, device), tableCard(ctx, data, device), wholeRunCard(data));
   },
 };
 
@@ -121,4 +121,44 @@ function tableCard(ctx: ViewContext, data: RanksAnswer, device: Device): HTMLEle
       ],
     }),
   );
+}
+
+/** Every timed step of each rank, from its per-step scalars: the traced window is a few steps, these
+ *  are all of them. The highest median of each column is flagged. */
+function wholeRunCard(data: RanksAnswer): HTMLElement | null {
+  const rows = data.whole_run ?? [];
+  if (!rows.length) return null;
+  const phases = ['step', ...data.phases].filter((p) => rows.some((r) => median(r, p) !== null));
+  const worst = new Map(phases.map((p) => [p, Math.max(...rows.map((r) => median(r, p) ?? -Infinity))]));
+  return card(
+    'Every step of each rank (per-step scalars, host ms)',
+    table<WholeRun>({
+      label: 'Ranks over the whole run',
+      rows,
+      columns: [
+        { label: 'Rank', value: (r) => r.rank, cell: (r) => (r.rank === null ? '–' : String(r.rank)), numeric: true },
+        { label: 'Steps', value: (r) => r.steps, numeric: true },
+        { label: 'Step p90', value: (r) => spread(r, 'step')?.p90_ms ?? null, cell: (r) => ms(spread(r, 'step')?.p90_ms), numeric: true },
+        { label: 'Step max', value: (r) => spread(r, 'step')?.max_ms ?? null, cell: (r) => ms(spread(r, 'step')?.max_ms), numeric: true },
+        ...phases.map((phase) => ({
+          label: `${phase} median`,
+          value: (r: WholeRun) => median(r, phase),
+          cell: (r: WholeRun) => {
+            const v = median(r, phase);
+            return rows.length > 1 && v !== null && v === worst.get(phase) ? el('strong', null, ms(v)) : ms(v);
+          },
+          numeric: true,
+        })),
+      ],
+    }),
+    el('p', { class: 'hint' }, 'Median time per step over every timed step of each rank; the highest of each column in bold.'),
+  );
+}
+
+function spread(r: WholeRun, phase: string) {
+  return r.phases.find((p) => p.phase === phase && p.clock === 'host');
+}
+
+function median(r: WholeRun, phase: string): number | null {
+  return spread(r, phase)?.median_ms ?? null;
 }
