@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from phaseprof.plugin.analysis.regression import median_draws
+from phaseprof.plugin.analysis.regression import compare_figures, median_draws
 from tests.logdir import write_scalars, write_trace
 from tests.tracebuilder import annotation, op, step
 
@@ -47,6 +47,27 @@ def test_exact_bootstrap_of_the_median_matches_resampling(n):
     resampled = np.median(x[rng.integers(0, n, (40_000, n))], axis=1)
     q = [0.025, 0.25, 0.5, 0.75, 0.975]
     assert np.allclose(np.quantile(exact, q), np.quantile(resampled, q), rtol=0.05)
+
+
+def _runs(rng, levels, steps=60):
+    return [level * (1 + 0.01 * rng.standard_normal(steps)) for level in levels]
+
+
+def test_runs_that_drift_apart_are_not_a_regression_but_every_run_slower_is():
+    rng = np.random.default_rng(3)
+    base = _runs(rng, [1.0, 1.0, 1.01, 0.99])
+
+    def verdict(new_levels):
+        (change,) = compare_figures([("forward", "host", base, _runs(rng, new_levels))], base_step_ms=1.0,
+                                    threshold=0.05, confidence=0.95, min_share=0.01)
+        return change
+
+    # each new run a little slower, by a different amount: four numbers that do not show +5% with
+    # 95% confidence, though the bootstrap of their steps alone would say so
+    drift = verdict([1.06, 1.08, 1.07, 1.12])
+    assert drift.change > 0.05 and not drift.slower and drift.low < 0.05
+    slower = verdict([1.2, 1.21, 1.19, 1.2])
+    assert slower.slower and slower.low > 0.05
 
 
 # --- traced steps ------------------------------------------------------------------------------
@@ -153,7 +174,7 @@ TRAIN = textwrap.dedent("""
     for spec in sys.argv[3:]:  # <side>/<run>:<seed>:<sleep in forward, ms>
         run, seed, sleep_ms = spec.split(":")
         torch.manual_seed(int(seed))
-        model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+        model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
         if float(sleep_ms):
             model.register_forward_hook(lambda *_, s=float(sleep_ms) / 1000: time.sleep(s))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

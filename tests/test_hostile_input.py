@@ -351,6 +351,30 @@ def test_a_file_that_hangs_or_kills_its_loader_fails_alone(tmp_path):
     assert done["die"][0] == "error" and "exited (3)" in done["die"][1] and "replaced" in done["die"][1]
 
 
+def _may_split(f):
+    from phaseprof.plugin.reading import split
+
+    return split.fork_is_safe()
+
+
+def test_a_loader_process_may_decode_a_large_file_on_two_cores():
+    """Nothing the pool starts in its workers (a parent watch) keeps a large file from the two-process split."""
+    result = {}
+    finished = threading.Event()
+
+    def record(key, state, value):
+        result[key] = (state, value)
+        finished.set()
+
+    pool = LoaderPool(record, 1, target=_may_split)
+    try:
+        pool.submit("big", "big")
+        assert finished.wait(60), result
+    finally:
+        pool.close()
+    assert result["big"] == ("ready", True)
+
+
 # --- the phase partition -------------------------------------------------------------------------------------
 
 def test_the_phase_partition_of_many_ranges_is_the_innermost_range_everywhere():

@@ -90,11 +90,18 @@ def _worker_main(conn, target: Callable, parent: int) -> None:
 
 
 def _die_with(parent: int) -> None:
-    """Exit when the parent process is gone, even if it was killed outright."""
+    """Exit when the parent process is gone, even if it was killed outright.
+
+    On Linux the kernel does it; elsewhere a thread watches the parent. Only where it must: a
+    process with a second thread does not fork, and the reader forks to decode a large file on
+    two cores (`reading.split`)."""
     try:  # Linux: the kernel sends SIGKILL when the thread that started this process ends
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) == 0:  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # gone before the signal was asked for
+                os._exit(0)
+            return
     except (OSError, AttributeError):
         pass
 
