@@ -81,11 +81,47 @@ def load(f: TraceFile) -> SpanAnalysis | None:
         k = entry.key
         if (k.path, k.size, k.mtime_ns, k.version) != (key_path, f.size, f.mtime_ns, version()):
             continue
-        if _still(f):
+        if _still(f) and consistent(entry.analysis):
             entry.analysis.file = f.name
             entry.analysis.worker = f.worker
             return entry.analysis
     return None
+
+
+def consistent(a: SpanAnalysis) -> bool:
+    """Whether an analysis read from an entry holds together: arrays of numbers sized by its steps,
+    phases and devices, tables with columns of one length, sorted by step, and codes that index the
+    lists they name. An entry sits in a logdir others write; one that passes this can show wrong
+    figures (as a forged trace can) but cannot make a reader fail."""
+    steps, phases, devices = len(a.steps), len(a.phases), len(a.memory_devices)
+    grids = [(x, (steps, phases)) for x in (a.cpu_us, a.gpu_us, a.gpu_idle_us, a.launches, a.wait_us,
+                                           a.exposed_comm_us)]
+    per_device = (steps, phases, max(devices, 1))  # one column of "no event" when the trace has no device
+    grids += [(a.step_gpu_us, (steps,)), (a.step_gpu_idle_us, (steps,)),
+              (a.memory_peak, per_device), (a.memory_delta, per_device)]
+    if any(x.dtype.kind not in "iuf" or x.shape != shape for x, shape in grids):
+        return False
+    names, shapes, lanes = len(a.names), len(a.shapes), len(a.lanes.labels)
+    tables = [  # (table, its code columns and the length of the list each indexes)
+        (a.ops, [("phase", phases), ("name", names), ("shapes", shapes)]),
+        (a.kernels, [("phase", phases), ("name", names), ("op", names)]),
+        (a.memory_curve, [("device", devices)]),
+        (a.lanes, [("lane", lanes), ("phase", phases)]),
+    ]
+    for table, codes in tables:
+        columns = [getattr(table, k) for k in table.__struct_fields__ if k != "labels"]
+        rows = len(table.step)
+        if any(c.ndim != 1 or len(c) != rows or c.dtype.kind not in "iuf" for c in columns):
+            return False
+        if rows and not _codes_within(table.step, steps) or (np.diff(table.step) < 0).any():
+            return False
+        if rows and not all(_codes_within(getattr(table, k), n) for k, n in codes):
+            return False
+    return True
+
+
+def _codes_within(codes: np.ndarray, n: int) -> bool:
+    return codes.dtype.kind in "iu" and int(codes.min()) >= 0 and int(codes.max()) < n
 
 
 def store(f: TraceFile, analysis: SpanAnalysis) -> str | None:

@@ -83,6 +83,37 @@ def test_a_corrupt_entry_is_ignored_and_replaced(tmp_path, damage):
         assert fh.read() == data  # rewritten whole
 
 
+def _forge(analysis, how: str) -> None:
+    import numpy as np
+
+    if how == "op name out of range":
+        analysis.ops.name = analysis.ops.name + len(analysis.names)
+    elif how == "grid of another shape":
+        analysis.cpu_us = analysis.cpu_us[:, :2]
+    elif how == "columns of two lengths":
+        analysis.ops.calls = analysis.ops.calls[:-1]
+    elif how == "steps out of order":
+        analysis.ops.step = analysis.ops.step[::-1].copy()
+    elif how == "text where numbers go":
+        analysis.gpu_us = np.array([["x"] * analysis.gpu_us.shape[1]] * analysis.gpu_us.shape[0])
+
+
+@pytest.mark.parametrize("how", ["op name out of range", "grid of another shape", "columns of two lengths",
+                                 "steps out of order", "text where numbers go"])
+def test_a_forged_entry_with_a_valid_key_is_not_trusted(tmp_path, how):
+    """An entry whose key matches its trace but whose analysis does not hold together (written by
+    someone who can write the logdir) is read again from the trace, never served."""
+    trace = _trace(tmp_path / "w.1.pt.trace.json")
+    first = analyze(str(trace))
+    entry = _entry(trace)
+    with open(entry, "rb") as fh:
+        forged = cache._decode(fh.read())
+    _forge(forged.analysis, how)
+    with open(entry, "wb") as fh:
+        fh.write(cache._encode(forged))
+    assert analyze(str(trace)) == first
+
+
 def test_an_entry_of_another_analysis_version_is_not_trusted(tmp_path, monkeypatch):
     trace = _trace(tmp_path / "w.1.pt.trace.json")
     analyze(str(trace))
