@@ -1,5 +1,6 @@
 """Render a report (`phaseprof.plugin.answers.Report`) for a terminal with rich: per-step phase
-table, averages, the slowest step and why, top ops of the dominant phase, findings, and errors."""
+table (with the time kept out of each step apart, after the step's own columns), averages, the
+slowest step and why, top ops of the dominant phase, findings, and errors."""
 
 from __future__ import annotations
 
@@ -66,30 +67,42 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
     console.print(Text(title, style="bold"))
     console.print(Text(f"  {len(w.spans)} span(s): {', '.join(w.spans)}", style="dim"))
     gpu = w.gpu
-    table = Table(show_edge=False, pad_edge=False, header_style="bold",
-                  caption=("host/GPU ms (GPU: work launched in the phase)" if gpu else "host ms") + "; * inferred")
+    # time kept out of the steps: a column of its own only where some step's window held any
+    apart = [(kind, label) for kind, label in (("eval", "eval ms"), ("paused", "paused ms"))
+             if any(getattr(r, f"{kind}_ms") for r in w.steps)]
+    caption = ("host/GPU ms (GPU: work launched in the phase)" if gpu else "host ms") + "; * inferred"
+    if apart:
+        caption += "; " + " and ".join(label for _, label in apart) + ": inside the step's window, not in the step"
+    if summary.compiling_steps:
+        caption += "; c: compiled, left out of the means"
+    table = Table(show_edge=False, pad_edge=False, header_style="bold", caption=caption)
     table.add_column("step", justify="right")
     table.add_column("wall ms", justify="right")
     for p in phases:
         table.add_column(Text(p, style=f"bold {phase_colour(p)}"), justify="right")
     if gpu:
         table.add_column("GPU idle ms", justify="right")
+    for _, label in apart:
+        table.add_column(label, justify="right", style="dim")
     outliers = summary.outliers or []
+    compiled = set(summary.compiling_steps or [])
+    blank = [""] * (gpu + len(apart))
     for row in _rows_to_show(w.steps, summary):
         if row is None:
-            table.add_row("…", *[""] * (len(phases) + 1 + gpu))
+            table.add_row("…", *[""] * (len(phases) + 1 + gpu + len(apart)))
             continue
         cells = [_cell(row.phases[p], gpu) + ("*" if row.phases[p].inferred else "") for p in phases]
-        label = str(row.step) + (" (empty)" if row.empty else "")
+        label = str(row.step) + (" (empty)" if row.empty else "") + (" c" if row.step in compiled else "")
         style = "dim" if row.empty else ("yellow" if row.step in outliers else None)
         extra = [_fmt(row.gpu_idle_ms)] if gpu else []
+        extra += [_outside_cell(row, kind, gpu) for kind, _ in apart]
         table.add_row(label, _fmt(row.wall_ms), *cells, *extra, style=style)
     if summary.mean is not None and len(w.steps) > 1:
         mean = summary.mean
         table.add_section()
         cells = [_cell(mean[p], gpu) for p in phases]
-        table.add_row("mean", _fmt(summary.mean_wall_ms), *cells, *([""] if gpu else []), style="bold")
-        table.add_row("share", "", *[f"{mean[p].share:.0%}" for p in phases], *([""] if gpu else []))
+        table.add_row("mean", _fmt(summary.mean_wall_ms), *cells, *blank, style="bold")
+        table.add_row("share", "", *[f"{mean[p].share:.0%}" for p in phases], *blank)
     console.print(table)
     if w.detail is not None:
         _detail(w.detail, phases, console)
@@ -105,6 +118,14 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
             if shown:
                 console.print(Text("      " + " · ".join(shown), style="dim"))
     console.print()
+
+
+def _outside_cell(row: StepRow, kind: str, gpu: bool) -> str:
+    """A step's time of one kind kept out of it: host ms (host/GPU ms on GPU runs), blank if none."""
+    host, device = getattr(row, f"{kind}_ms"), getattr(row, f"{kind}_gpu_ms")
+    if not host and not device:
+        return ""
+    return f"{host:,.1f}/{device:,.1f}" if gpu else _fmt(host)
 
 
 def _whole_run(run: str, w: WholeRun, console: Console) -> None:
@@ -123,11 +144,21 @@ def _whole_run(run: str, w: WholeRun, console: Console) -> None:
     if w.slowest:
         console.print("  slowest steps: " + ", ".join(
             f"{s.step} ({_fmt(s.wall_ms)} ms; {s.phase} +{_fmt(s.phase_over_median_ms)})" for s in w.slowest))
+    _outside_lines(w, console)
+    console.print()
+
+
+def _outside_lines(w: WholeRun, console: Console) -> None:
+    """The time the run spent outside its steps: evaluation passes and the profiler's own."""
+    if w.eval and w.eval.total_ms:
+        e = w.eval
+        console.print(f"  evaluation, outside the steps: {e.steps} pass(es), {_fmt(e.total_ms)} ms in all "
+                      f"({e.share:.2%} of the run), median {_fmt(e.median_ms)} ms, at most {_fmt(e.max_ms)} ms "
+                      f"(before step {e.max_step})")
     if w.profiler:
         p = w.profiler
         console.print(f"  profiler's own time: {_fmt(p.total_ms)} ms in all ({p.share:.2%} of the run), "
-                      f"at most {_fmt(p.max_ms)} ms after step {p.max_step}")
-    console.print()
+                      f"median {_fmt(p.median_ms)} ms, at most {_fmt(p.max_ms)} ms after step {p.max_step}")
 
 
 def _ranks_whole_run(run: str, ranks: list[WholeRun], console: Console) -> None:
@@ -138,13 +169,18 @@ def _ranks_whole_run(run: str, ranks: list[WholeRun], console: Console) -> None:
         phases += [p.phase for p in w.phases if p.clock == "host" and p.phase not in phases]
     medians = [{p.phase: p.median_ms for p in w.phases if p.clock == "host"} for w in ranks]
     worst = {ph: max(m.get(ph, float("-inf")) for m in medians) for ph in phases}
+    outside = [(label, kind) for label, kind in (("eval ms in all", "eval"), ("profiler ms in all", "profiler"))
+               if any(getattr(w, kind) and getattr(w, kind).total_ms for w in ranks)]
     t = Table(show_edge=False, pad_edge=False, header_style="bold",
-              caption="median ms per step over every timed step; the highest of each column in bold")
-    for col in ("rank", "steps", "step p90", "step max", *phases):
+              caption="median ms per step over every timed step; the highest of each column in bold"
+                      + ("; outside the steps: " + " and ".join(label for label, _ in outside) if outside else ""))
+    for col in ("rank", "steps", "step p90", "step max", *phases, *(label for label, _ in outside)):
         t.add_column(col, justify="right")
     for w, m in zip(ranks, medians):
         step = next(p for p in w.phases if p.phase == "step" and p.clock == "host")
         cells = [Text(_fmt(m.get(ph)), style="bold" if m.get(ph) == worst[ph] else "") for ph in phases]
+        cells += [Text(_fmt(getattr(w, kind).total_ms if getattr(w, kind) else None), style="dim")
+                  for _, kind in outside]
         t.add_row("-" if w.rank is None else str(w.rank), f"{w.steps:,}", _fmt(step.p90_ms), _fmt(step.max_ms), *cells)
     console.print(t)
     slowest = max((s for w in ranks for s in w.slowest[:1]), key=lambda s: s.wall_ms, default=None)

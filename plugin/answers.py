@@ -4,7 +4,9 @@ This module is the one definition of those answers. The analysis builds these St
 and ``phaseprof report --json`` encode them, the terminal renders them, and the tab's TypeScript
 types are generated from them (``python -m phaseprof.plugin.typescript``). Times are milliseconds
 rounded to the microsecond; memory is bytes. Phases are named keys, canonical ones first (see
-`phaseprof.contract.PHASE_REGISTRY`), then the user's own.
+`phaseprof.contract.PHASE_REGISTRY`), then the user's own (``compile``: torch.compile's compile time
+inside a step). Time the training hook keeps out of the steps — evaluation passes (``eval``) and
+``prof.paused()`` blocks (``paused``) — is in no phase and no step's time: a step carries it apart.
 """
 
 from __future__ import annotations
@@ -114,12 +116,21 @@ class PhaseTimes(Answer):
 
 class StepRow(Answer):
     """One step: wall time and every phase of its worker; host phase times add up to ``wall_ms``.
-    ``empty``: a step holding no work (a loop that ended inside the active window)."""
+    ``empty``: a step holding no work (a loop that ended inside the active window).
+
+    ``eval_ms`` / ``paused_ms``: host time of evaluation passes / ``prof.paused()`` blocks inside the
+    step's window (``ProfilerStep#N``), kept out of ``wall_ms`` and of every phase, as the scalars
+    keep them out of ``phaseprof/step_ms`` (an evaluation pass is ``phaseprof/eval_ms``);
+    ``eval_gpu_ms`` / ``paused_gpu_ms``: device time of the work launched in them."""
 
     step: int
     span: str
     start_ms: float
     wall_ms: float
+    eval_ms: float
+    eval_gpu_ms: float
+    paused_ms: float
+    paused_gpu_ms: float
     gpu_ms: float
     gpu_idle_ms: float | None
     inferred: bool
@@ -163,6 +174,9 @@ class MemoryFigures(Answer):
 
 #: ``[lane, start_ms, end_ms, phase]``, times relative to the step's start.
 Band = tuple[int, float, float, str]
+#: ``[start_ms, end_ms, kind]``: time in a step's window kept out of the step, relative to the step's
+#: start; ``kind`` is ``eval`` (an evaluation pass) or ``paused`` (``prof.paused()``).
+OutsideBand = tuple[float, float, str]
 
 
 class Lanes(Answer):
@@ -173,7 +187,9 @@ class Lanes(Answer):
 
 
 class StepDetail(StepRow):
-    """``GET /step``: one step in full: its row, the ops and memory of each phase, its swimlanes."""
+    """``GET /step``: one step in full: its row, the ops and memory of each phase, its swimlanes, and
+    where in its window time was kept out of it (``outside``: the lanes leave those stretches empty;
+    their ops are in no phase)."""
 
     run: str
     worker: str
@@ -181,6 +197,7 @@ class StepDetail(StepRow):
     memory: dict[str, dict[str, MemoryFigures]]
     lanes: Lanes
     gpu_names: list[str]
+    outside: list[OutsideBand]
 
 
 # --- comparisons ----------------------------------------------------------------------------------
@@ -299,6 +316,8 @@ class Evidence(Answer, omit_defaults=True):
     phase_delta_ms: float | None = None  # how much the phase grew against the median step
     steps: list[int] | None = None
     phases: list[str] | None = None
+    eval_ms: float | None = None  # evaluation passes inside the steps' windows, in all
+    paused_ms: float | None = None  # prof.paused() blocks inside the steps' windows, in all
 
 
 class Finding(Answer):
@@ -322,7 +341,12 @@ class Summary(Answer, omit_defaults=True):
     """A worker's profiled steps in a few numbers, over its non-empty steps; the figures after
     ``findings`` are absent when no step holds work. ``measure``: what the phases are ranked by,
     ``costs``: each phase's cost per step in it (ms); ``dominant_phase``: the first finding's phase.
-    ``outliers``: steps beyond the noise band, slow or fast."""
+    ``outliers``: steps beyond the noise band, slow or fast.
+
+    ``compiling_steps``: steps in which torch.compile compiled (a ``compile`` phase), left out of the
+    means, costs, the slowest step, outliers, top ops and findings, as the training side's summary
+    leaves them out (kept when every step compiled). ``eval_ms`` / ``paused_ms``: evaluation passes /
+    ``prof.paused()`` blocks inside the profiled steps' windows, in all, kept out of every step."""
 
     steps: int
     empty_steps: list[int]
@@ -339,6 +363,9 @@ class Summary(Answer, omit_defaults=True):
     inferred_phases: list[str] | None = None
     measure: Measure | None = None
     costs: dict[str, float] | None = None
+    compiling_steps: list[int] | None = None
+    eval_ms: float | None = None
+    paused_ms: float | None = None
 
 
 class StepsAnswer(Answer):
@@ -381,11 +408,16 @@ class SlowStep(Answer):
     phase_over_median_ms: float
 
 
-class ProfilerTime(Answer):
-    """What profiling itself cost the run, outside every step's time; ``share`` of the run's wall time."""
+class OutsideTime(Answer):
+    """Time the run spent outside every step's time: evaluation passes (``phaseprof/eval_ms``) or the
+    profiler's own (``phaseprof/profiler_ms``). ``steps``: the steps that had some (for evaluation,
+    the passes); ``median_ms`` over those; ``max_step``: where the most was (an evaluation pass is
+    written at the step it precedes); ``share``: of the run's wall time (steps, evaluation and
+    profiler together)."""
 
     total_ms: float
     steps: int
+    median_ms: float
     max_ms: float
     max_step: int
     share: float
@@ -400,7 +432,8 @@ class WholeRun(Answer):
     last_step: int
     phases: list[PhaseSpread]
     slowest: list[SlowStep]
-    profiler: ProfilerTime | None
+    profiler: OutsideTime | None
+    eval: OutsideTime | None
 
 
 # --- ranks and the timeline -----------------------------------------------------------------------
@@ -458,7 +491,9 @@ Series = list[float | None]
 
 class TimelineAnswer(Answer):
     """``GET /timeline``: every step's phase times from the per-step scalars, and the profiled
-    windows as ``[first, last]`` step pairs."""
+    windows as ``[first, last]`` step pairs. ``eval``: host time of the evaluation passes run before
+    each step (``phaseprof/eval_ms``); ``profiler``: the profiler's own time after each step
+    (``phaseprof/profiler_ms``): both outside every step's time, never part of ``wall`` or a phase."""
 
     run: str
     phases: list[str]
@@ -467,6 +502,8 @@ class TimelineAnswer(Answer):
     gpu: dict[str, Series]
     wall: Series
     wall_gpu: Series
+    eval: Series
+    profiler: Series
     profiled: list[tuple[int, int]]
     downsampled: bool
 
@@ -660,7 +697,8 @@ class MemorySeries(Answer):
 
 
 class MemoryAnswer(Answer):
-    """Memory over one step (``/memory``), with the loop thread's phases beneath."""
+    """Memory over one step (``/memory``), with the loop thread's phases beneath; ``outside``: time in
+    the step's window kept out of the step (its memory events are in no phase and not drawn)."""
 
     run: str
     worker: str
@@ -669,6 +707,7 @@ class MemoryAnswer(Answer):
     recorded: bool  # the worker's traces hold memory events at all (``profile_memory=True``)
     devices: list[MemorySeries]
     bands: list[tuple[float, float, str]]  # (from ms, to ms, phase)
+    outside: list[OutsideBand]
 
 
 #: Every answer a client receives, for the generated TypeScript types and the schema checks.

@@ -11,8 +11,8 @@ from pathlib import Path
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from phaseprof.contract import STEP_TAG, cpu_tag, gpu_tag
-from tests.tracebuilder import annotation, op, step, thread_names
+from phaseprof.contract import EVAL_TAG, PROFILER_TAG, STEP_TAG, cpu_tag, gpu_tag
+from tests.tracebuilder import annotation, kernel, launch, memory, op, step, thread_names
 
 
 def write_trace(path: os.PathLike, events: list[dict], **top) -> Path:
@@ -76,3 +76,71 @@ def two_rank_job(run_dir, collectives: bool) -> None:
                     distributedInfo={"backend": "gloo", "rank": rank, "world_size": 2})
     for f in run_dir.iterdir():
         settled(f)
+
+
+def evaluation_run(run_dir) -> None:
+    """A run as the training hook writes it when its profiled window holds an evaluation pass and a
+    ``prof.paused()`` block, each launching device work: a trace of steps 1..5 (each 10 ms of
+    training, 3 ms forward, 4 ms backward, 2 ms optimizer, 1 ms other, a kernel launched by each of
+    forward and backward) and per-step scalars of steps 0..9.
+
+    Step 2's window also holds the batch fetch that ended the epoch (data, 0.5 ms), then the
+    evaluation pass: 0.5 ms of ``other`` (its loader's first batch: the hook counts it in the pass),
+    then the ``phaseprof::eval`` range, 14 ms holding a forward range of the model in eval mode, a
+    5 ms kernel and a memory event. Step 3's window ends with a 10 ms ``phaseprof::paused`` range
+    (a checkpoint, launching a 1 ms copy kernel) before its last 1 ms of other. The scalars have the
+    pass as ``phaseprof/eval_ms`` at step 2 (14.5 ms; another at step 7) and the profiler's own time
+    after each step (30 ms after step 5, which wrote the trace)."""
+    events = thread_names()
+    t, corr = 0.0, 0
+
+    def phase(name: str, dur: float, kernel_us: float = 0.0, kernel_name: str = "") -> None:
+        nonlocal t, corr
+        events.append(annotation(f"phaseprof::{name}", t, dur))
+        if kernel_us:
+            corr += 1
+            events.extend([launch(t + 10, corr), kernel(kernel_name or f"{name}_gemm", t + 20, kernel_us, corr)])
+        t += dur
+
+    for number in range(1, 6):
+        start = t
+        if number == 2:
+            phase("data", 500)
+            events.append(op("aten::stack", t + 100, 300))  # the eval loader's first batch, before the pass
+            t += 500
+            events.append(annotation("phaseprof::eval", t, 14_000))
+            events.append(annotation("phaseprof::forward", t + 100, 9_000))  # a forward inside the pass
+            events.append(op("aten::conv2d", t + 200, 5_000))
+            corr += 1
+            events.extend([launch(t + 1_000, corr), kernel("eval_conv", t + 1_100, 5_000, corr),
+                           memory(t + 1_500, 1 << 20, 5 << 20)])
+            t += 14_000
+        phase("forward", 3_000, 1_000)
+        phase("backward", 4_000, 2_000)
+        phase("optimizer", 2_000)
+        if number == 3:
+            events.append(annotation("phaseprof::paused", t, 10_000))
+            events.append(op("aten::save", t + 100, 5_000))
+            corr += 1
+            events.extend([launch(t + 200, corr), kernel("checkpoint_copy", t + 300, 1_000, corr)])
+            t += 10_000
+        events.append(op("aten::item", t + 100, 50))  # other: 1 ms
+        t += (500 if number == 2 else 1_000)
+        events.append(step(number, start, t - start))
+        t += 5  # the profiler's own time between two steps
+    write_trace(Path(run_dir) / "w.1.pt.trace.json", events)
+
+    writer = EventFileWriter(str(run_dir))
+    for s in range(10):
+        phases = {"forward": 3.0, "backward": 4.0, "optimizer": 2.0, "other": 1.0}
+        if s == 2:
+            phases.update(data=0.5, other=0.5)
+        values = {cpu_tag(p): v for p, v in phases.items()}
+        values[STEP_TAG] = sum(phases.values())
+        values[PROFILER_TAG] = 30.0 if s == 5 else 0.05
+        if s in (2, 7):
+            values[EVAL_TAG] = 14.5 if s == 2 else 15.0
+        summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=k, simple_value=v)
+                                             for k, v in values.items()])
+        writer.add_event(event_pb2.Event(step=s, wall_time=time.time(), summary=summary))
+    writer.close()

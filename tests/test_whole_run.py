@@ -17,7 +17,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from phaseprof import PhaseProfiler, analyze
-from phaseprof.contract import SCALAR_PREFIX, STEP_TAG, cpu_tag, parse_tag
+from phaseprof.contract import EVAL_TAG, PROFILER_TAG, SCALAR_PREFIX, STEP_TAG, cpu_tag, parse_tag
 from phaseprof.plugin.reading.scalars import read_scalars
 
 
@@ -94,25 +94,35 @@ def test_whole_run_figures_equal_those_of_the_event_files(tmp_path):
     assert "slowest steps: 37 (" in text
 
 
-def test_profiler_time_and_phases_that_start_later(tmp_path):
+def test_profiler_and_evaluation_time_and_phases_that_start_later(tmp_path):
     rows = []
     for s in range(10):
-        values = {STEP_TAG: 10.0 + s, cpu_tag("forward"): 4.0, SCALAR_PREFIX + "profiler_ms": 0.0}
+        values = {STEP_TAG: 10.0 + s, cpu_tag("forward"): 4.0, PROFILER_TAG: 0.0}
         if s >= 5:
             values[cpu_tag("loss")] = 1.0  # a phase of the user's, first run at step 5
         if s == 6:
-            values[SCALAR_PREFIX + "profiler_ms"] = 300.0  # the trace was written after step 6
+            values[PROFILER_TAG] = 300.0  # the trace was written after step 6
+        if s in (4, 8):
+            values[EVAL_TAG] = 100.0 * s  # an evaluation pass before steps 4 and 8
         rows.append((s, values))
+    rows.append((10, {EVAL_TAG: 50.0}))  # and one after the last step, written at close
     write_events(tmp_path / "r", rows)
     (whole,) = analyze(str(tmp_path))["runs"][0]["whole_run"]
     spreads = {p["phase"]: p for p in whole["phases"]}
-    assert "profiler" not in spreads
+    assert "profiler" not in spreads and "eval" not in spreads
+    assert whole["steps"] == 10  # a pass at close adds no step
+    assert spreads["step"]["max_ms"] == 19.0  # the passes are in no step
     assert spreads["loss"]["steps"] == 10 and spreads["loss"]["median_ms"] == 0.5  # 0 before it ran
-    assert whole["profiler"] == {"total_ms": 300.0, "steps": 1, "max_ms": 300.0, "max_step": 6,
-                                 "share": round(300 / (sum(10.0 + s for s in range(10)) + 300), 5)}
+    run_ms = sum(10.0 + s for s in range(10)) + 300 + 1250
+    assert whole["profiler"] == {"total_ms": 300.0, "steps": 1, "median_ms": 300.0, "max_ms": 300.0, "max_step": 6,
+                                 "share": round(300 / run_ms, 5)}
+    assert whole["eval"] == {"total_ms": 1250.0, "steps": 3, "median_ms": 400.0, "max_ms": 800.0, "max_step": 8,
+                             "share": round(1250 / run_ms, 5)}
     out = report(tmp_path)
     assert out.returncode == 0  # a run with scalars and no trace is a readable run
     assert "profiler's own time: 300.00 ms in all" in out.stdout
+    assert "evaluation, outside the steps: 3 pass(es), 1,250.00 ms in all" in out.stdout
+    assert "median 400.00 ms" in out.stdout
 
 
 def test_scalar_reader_stops_at_a_record_cut_short_and_later_files_win(tmp_path):

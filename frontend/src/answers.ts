@@ -98,6 +98,8 @@ export interface Evidence {
   phase_delta_ms?: number;
   steps?: number[];
   phases?: string[];
+  eval_ms?: number;
+  paused_ms?: number;
 }
 
 /** A file (or path) that could not be read or analysed, and why, in one line. */
@@ -197,7 +199,10 @@ export interface MeanOp {
   gpu_ms: number;
 }
 
-/** Memory over one step (`/memory`), with the loop thread's phases beneath. */
+/**
+ * Memory over one step (`/memory`), with the loop thread's phases beneath; `outside`: time in
+ * the step's window kept out of the step (its memory events are in no phase and not drawn).
+ */
 export interface MemoryAnswer {
   run: string;
   worker: string;
@@ -206,6 +211,7 @@ export interface MemoryAnswer {
   recorded: boolean;
   devices: MemorySeries[];
   bands: [number, number, string][];
+  outside: [number, number, string][];
 }
 
 /** Allocated bytes in a phase on one device: the peak seen (null if none) and the net change. */
@@ -250,6 +256,22 @@ export interface OpsAnswer {
   ops: RunOpRow[];
 }
 
+/**
+ * Time the run spent outside every step's time: evaluation passes (`phaseprof/eval_ms`) or the
+ * profiler's own (`phaseprof/profiler_ms`). `steps`: the steps that had some (for evaluation,
+ * the passes); `median_ms` over those; `max_step`: where the most was (an evaluation pass is
+ * written at the step it precedes); `share`: of the run's wall time (steps, evaluation and
+ * profiler together).
+ */
+export interface OutsideTime {
+  total_ms: number;
+  steps: number;
+  median_ms: number;
+  max_ms: number;
+  max_step: number;
+  share: number;
+}
+
 /** A phase's mean per step; `share`: of the mean step's wall time. */
 export interface PhaseMean {
   cpu_ms: number;
@@ -288,15 +310,6 @@ export interface PhaseTimes {
   launches: number;
   verdict: 'balanced' | 'cpu-bound' | 'gpu-bound' | null;
   inferred: boolean;
-}
-
-/** What profiling itself cost the run, outside every step's time; `share` of the run's wall time. */
-export interface ProfilerTime {
-  total_ms: number;
-  steps: number;
-  max_ms: number;
-  max_step: number;
-  share: number;
 }
 
 /**
@@ -420,12 +433,20 @@ export interface SpanInfo {
   gpu: boolean | null;
 }
 
-/** `GET /step`: one step in full: its row, the ops and memory of each phase, its swimlanes. */
+/**
+ * `GET /step`: one step in full: its row, the ops and memory of each phase, its swimlanes, and
+ * where in its window time was kept out of it (`outside`: the lanes leave those stretches empty;
+ * their ops are in no phase).
+ */
 export interface StepDetail {
   step: number;
   span: string;
   start_ms: number;
   wall_ms: number;
+  eval_ms: number;
+  eval_gpu_ms: number;
+  paused_ms: number;
+  paused_gpu_ms: number;
   gpu_ms: number;
   gpu_idle_ms: number | null;
   inferred: boolean;
@@ -439,17 +460,27 @@ export interface StepDetail {
   memory: Record<string, Record<string, MemoryFigures>>;
   lanes: Lanes;
   gpu_names: string[];
+  outside: [number, number, string][];
 }
 
 /**
  * One step: wall time and every phase of its worker; host phase times add up to `wall_ms`.
  * `empty`: a step holding no work (a loop that ended inside the active window).
+ *
+ * `eval_ms` / `paused_ms`: host time of evaluation passes / `prof.paused()` blocks inside the
+ * step's window (`ProfilerStep#N`), kept out of `wall_ms` and of every phase, as the scalars
+ * keep them out of `phaseprof/step_ms` (an evaluation pass is `phaseprof/eval_ms`);
+ * `eval_gpu_ms` / `paused_gpu_ms`: device time of the work launched in them.
  */
 export interface StepRow {
   step: number;
   span: string;
   start_ms: number;
   wall_ms: number;
+  eval_ms: number;
+  eval_gpu_ms: number;
+  paused_ms: number;
+  paused_gpu_ms: number;
   gpu_ms: number;
   gpu_idle_ms: number | null;
   inferred: boolean;
@@ -511,6 +542,11 @@ export interface Straggler {
  * `findings` are absent when no step holds work. `measure`: what the phases are ranked by,
  * `costs`: each phase's cost per step in it (ms); `dominant_phase`: the first finding's phase.
  * `outliers`: steps beyond the noise band, slow or fast.
+ *
+ * `compiling_steps`: steps in which torch.compile compiled (a `compile` phase), left out of the
+ * means, costs, the slowest step, outliers, top ops and findings, as the training side's summary
+ * leaves them out (kept when every step compiled). `eval_ms` / `paused_ms`: evaluation passes /
+ * `prof.paused()` blocks inside the profiled steps' windows, in all, kept out of every step.
  */
 export interface Summary {
   steps: number;
@@ -528,11 +564,16 @@ export interface Summary {
   inferred_phases?: string[];
   measure?: 'gpu' | 'host';
   costs?: Record<string, number>;
+  compiling_steps?: number[];
+  eval_ms?: number;
+  paused_ms?: number;
 }
 
 /**
  * `GET /timeline`: every step's phase times from the per-step scalars, and the profiled
- * windows as `[first, last]` step pairs.
+ * windows as `[first, last]` step pairs. `eval`: host time of the evaluation passes run before
+ * each step (`phaseprof/eval_ms`); `profiler`: the profiler's own time after each step
+ * (`phaseprof/profiler_ms`): both outside every step's time, never part of `wall` or a phase.
  */
 export interface TimelineAnswer {
   run: string;
@@ -542,6 +583,8 @@ export interface TimelineAnswer {
   gpu: Record<string, (number | null)[]>;
   wall: (number | null)[];
   wall_gpu: (number | null)[];
+  eval: (number | null)[];
+  profiler: (number | null)[];
   profiled: [number, number][];
   downsampled: boolean;
 }
@@ -577,7 +620,8 @@ export interface WholeRun {
   last_step: number;
   phases: PhaseSpread[];
   slowest: SlowStep[];
-  profiler: ProfilerTime | null;
+  profiler: OutsideTime | null;
+  eval: OutsideTime | null;
 }
 
 /** A worker (a rank) of a run: `ready` once all its spans are ready or failed. */

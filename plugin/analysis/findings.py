@@ -3,12 +3,15 @@
 The advice on each costly phase and its parts comes from `advice` (over the cost model of `cost`);
 this module adds what the steps say among themselves (a slow step beyond noise, fast ones, too few to
 judge) and what the reader must know about the figures (inferred phases or steps, empty steps, no
-GPU). The first finding's phase is the summary's dominant phase. docs/findings.md lists every kind.
+GPU, steps left out because they compiled, time kept out of the steps). The first finding's phase is
+the summary's dominant phase. docs/findings.md lists every kind.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from phaseprof.contract import COMPILE
 
 from ..answers import Evidence, Finding, Summary
 from .advice import Context, advise
@@ -19,11 +22,11 @@ from .worker import Worker, ms
 
 def findings(summary: Summary, w: Worker, full: np.ndarray, figures: Figures | None,
              costs: Costs | None) -> list[Finding]:
-    """The findings on ``summary`` of worker ``w`` (``full``: its rows holding work)."""
+    """The findings on ``summary`` of worker ``w`` (``full``: the rows it stands for)."""
     if summary.mean is None or figures is None or costs is None:
         if not summary.steps:
             return []
-        return [_note("no-work", "no profiled step holds any work", steps=list(w.numbers))]
+        return [_note("no-work", "no profiled step holds any work", steps=list(w.numbers)), *_outside(summary, w)]
     wall = figures.wall_us
     ctx = Context(ops=w.op_means(full), kernels=w.kernel_means(full), loader=w.loader, gpu_names=w.gpu_names)
     ranked = [
@@ -92,7 +95,37 @@ def _notes(summary: Summary, w: Worker, full: np.ndarray) -> list[Finding]:
     for number in summary.empty_steps:
         out.append(_note("empty-step", f"step {number} is empty (the loop ended inside the profiler's active window): "
                                        "left out of averages", step=number))
-    return out
+    if summary.compiling_steps:
+        steps = summary.compiling_steps
+        j = w.phases.index(COMPILE)
+        rows = [k for k, n in enumerate(w.numbers) if n in steps]
+        out.append(_note("compiling-steps", f"step{'s' if len(steps) > 1 else ''} {_numbers(steps)} compiled "
+                                            f"(torch.compile: {ms(w.cpu_us[rows, j].sum()):,.2f} ms in the compile "
+                                            "phase): left out of the means, costs, slowest step, outliers and "
+                                            "findings, as the training side's summary leaves them out",
+                         steps=steps, phases=[COMPILE]))
+    return out + _outside(summary, w)
+
+
+def _outside(summary: Summary, w: Worker) -> list[Finding]:
+    """What the profiled window held outside the steps: evaluation passes, ``prof.paused()`` blocks."""
+    if not (summary.eval_ms or summary.paused_ms):
+        return []
+    held = w.outside_us.sum(axis=1) > 0
+    steps = [n for n, h in zip(w.numbers, held.tolist()) if h]
+    parts = []
+    if summary.eval_ms:
+        parts.append(f"evaluation passes {summary.eval_ms:,.2f} ms")
+    if summary.paused_ms:
+        parts.append(f"prof.paused() blocks {summary.paused_ms:,.2f} ms")
+    where = f"step{'s' if len(steps) > 1 else ''} {_numbers(steps)}"
+    return [_note("outside-steps", f"time kept out of the steps ran inside the profiled window ({where}): "
+                                   f"{' and '.join(parts)}; not counted in any step's time, phases or findings",
+                  steps=steps, eval_ms=summary.eval_ms, paused_ms=summary.paused_ms)]
+
+
+def _numbers(numbers: list[int]) -> str:
+    return ", ".join(str(n) for n in numbers)
 
 
 def _note(kind: str, text: str, **evidence) -> Finding:

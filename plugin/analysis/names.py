@@ -2,15 +2,16 @@
 
 Phase ranges: phaseprof's own (``phaseprof::<phase>``), then the aliases of each canonical phase in
 `phaseprof.contract.PHASE_REGISTRY` (``## forward ##``, Lightning's ``[pl][profile]…`` actions,
-plain ``Forward``/``Backward``, torch's automatic annotations). Everything here is a pure function
-of a name.
+plain ``Forward``/``Backward``, torch's automatic annotations). The hook's ``phaseprof::eval`` and
+``phaseprof::paused`` ranges mark no phase: they mark time kept out of the steps. Everything here is
+a pure function of a name.
 """
 
 from __future__ import annotations
 
 import re
 
-from phaseprof.contract import PHASE_REGISTRY, RANGE_PREFIX
+from phaseprof.contract import OUT_OF_STEP, PHASE_REGISTRY, RANGE_PREFIX, range_name
 
 #: (phase, one pattern of all its aliases) in registry order; the aliases live in the contract.
 _ALIASES = tuple((p.name, re.compile("|".join(f"(?:{a})" for a in p.aliases))) for p in PHASE_REGISTRY if p.aliases)
@@ -37,8 +38,19 @@ _LOOP_MARKERS = (
 )
 
 
+#: The hook's ranges around time kept out of the steps, by name: the kind of time each marks.
+_OUT_OF_STEP = {range_name(kind): kind for kind in OUT_OF_STEP}
+
+
+def out_of_step(name: str) -> str | None:
+    """The kind of out-of-step time (``eval``, ``paused``) a range of this name marks, or None."""
+    return _OUT_OF_STEP.get(name)
+
+
 def range_phase(name: str) -> str | None:
-    """The phase a range of this name marks, or None."""
+    """The phase a range of this name marks, or None (also for out-of-step ranges)."""
+    if name in _OUT_OF_STEP:
+        return None
     if name.startswith(RANGE_PREFIX):
         return name[len(RANGE_PREFIX) :] or None
     for phase, pattern in _ALIASES:

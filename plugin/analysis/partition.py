@@ -14,6 +14,14 @@ process; where a step has no forward or backward range, those phases are inferre
 
 Gradient accumulation gives several forward/backward segments per step.
 
+Time kept out of the training steps — the hook's ``phaseprof::eval`` (an evaluation pass) and
+``phaseprof::paused`` (``with prof.paused():``) ranges — belongs to no phase and no step, whatever
+ranges lie inside it: those instants are holes in the partition (`Partition.locate` places them in no
+step, so nothing launched or allocated there counts either), and each step records how much of its
+window they held (`Step.outside`). As the hook does, an evaluation pass that begins before the
+step's first training work also takes the ``other`` time just before its first forward (the eval
+loader's first batch, ``model.eval()``).
+
 Steps are the ``ProfilerStep#N`` ranges. A trace without them (``torch.autograd.profiler.profile()``
 around a loop) that repeats the loop's own marks (``enumerate(DataLoader)#…``,
 ``Optimizer.zero_grad#…``, ``Optimizer.step#…``, the gradient seed of ``loss.backward()``) is cut
@@ -28,17 +36,24 @@ from collections import Counter
 import msgspec
 import numpy as np
 
-from phaseprof.contract import BACKWARD, FORWARD, OTHER, PHASES
+from phaseprof.contract import BACKWARD, EVAL, FORWARD, OPTIMIZER, OTHER, OUT_OF_STEP, PHASES
 
 from ..reading.events import OP, Trace
-from .names import GRAD_SEED, LOOP_SEED, LOOP_STEP, is_autograd, loop_marker, range_phase, step_number
+from .names import GRAD_SEED, LOOP_SEED, LOOP_STEP, is_autograd, loop_marker, out_of_step, range_phase, step_number
 from .nesting import Nesting
 
 Interval = tuple[float, float]  # (start, end) µs
 Segment = tuple[float, float, int]  # (start, end, phase code)
 
-EXPLICIT = 1  # tiers: a range in the trace beats an inferred one wherever they overlap
+OUTSIDE = 2  # tiers: time kept out of the steps beats every phase range,
+EXPLICIT = 1  # and a range in the trace beats an inferred one wherever they overlap
 INFERRED = 0
+NO_PHASE = -1  # phase code of events that mark no phase; out-of-step kinds are coded below it
+
+
+def outside_code(kind: int) -> int:
+    """The phase code of out-of-step kind ``kind`` (an index into `OUT_OF_STEP`) while partitioning."""
+    return -2 - kind
 
 
 class Step(msgspec.Struct):
@@ -54,14 +69,23 @@ class Step(msgspec.Struct):
     inferred: set[str] = msgspec.field(default_factory=set)
     #: The step's window was inferred from the loop's repeated marks (the trace marks no steps).
     inferred_step: bool = False
+    #: Host µs of the window kept out of the step, by kind (`phaseprof.contract.OUT_OF_STEP`); only
+    #: the kinds it held.
+    outside: dict[str, float] = msgspec.field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
         return self.events == 0
 
+    @property
+    def wall(self) -> float:
+        """The step's own time (µs): its window less the time kept out of it."""
+        return self.end - self.start - sum(self.outside.values())
+
 
 class Partition(msgspec.Struct):
-    """The phase segments of all steps in time order; every step is covered without gaps."""
+    """The phase segments of all steps in time order; every step is covered without gaps but for
+    the time kept out of it, the ``outside_*`` segments (kind: an index into `OUT_OF_STEP`)."""
 
     steps: list[Step]
     phases: list[str]  # phase names by code: the canonical ones first, then user phases
@@ -72,6 +96,19 @@ class Partition(msgspec.Struct):
     main_thread: int  # thread code of the thread that runs the loop
     process_threads: np.ndarray  # bool per thread code: a thread of the loop's process
     marker_names: np.ndarray  # bool per name code: a phase range or step marker (not an op)
+    outside_start: np.ndarray  # float64 µs, in time order
+    outside_end: np.ndarray
+    outside_kind: np.ndarray  # int32 index into OUT_OF_STEP
+    outside_step: np.ndarray  # int32 index into `steps`: the step whose window holds it
+
+    def locate_outside(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(step index, out-of-step kind) of each instant in ``ts`` kept out of a step; -1 elsewhere."""
+        if not len(self.outside_start):
+            return np.full(len(ts), -1, np.int32), np.full(len(ts), -1, np.int32)
+        seg = np.searchsorted(self.outside_start, ts, side="right") - 1
+        inside = (seg >= 0) & (ts < self.outside_end[np.maximum(seg, 0)])
+        seg = np.where(inside, seg, -1)
+        return np.where(inside, self.outside_step[seg], -1), np.where(inside, self.outside_kind[seg], -1)
 
     def locate(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(step index, phase code) of each instant in ``ts``; -1 for instants outside every step."""
@@ -90,10 +127,13 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
     kind_sorted = nest.kind
     phases = list(PHASES)
     code_of = {p: i for i, p in enumerate(phases)}
-    name_phase = np.full(len(names), -1, dtype=np.int32)
+    name_phase = np.full(len(names), NO_PHASE, dtype=np.int32)
     name_step = np.full(len(names), -1, dtype=np.int64)
     name_autograd = np.zeros(len(names), dtype=bool)
     for i, name in enumerate(names):
+        kind = out_of_step(name)
+        if kind is not None:
+            name_phase[i] = outside_code(OUT_OF_STEP.index(kind))
         phase = range_phase(name)
         if phase is not None:
             if phase not in code_of:
@@ -126,7 +166,7 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
     top &= ~is_step_event & in_process
 
     ctx = _Context(
-        ranges=_Events(nest, np.flatnonzero((event_phase >= 0) & in_process & ~is_step_event), event_phase),
+        ranges=_Events(nest, np.flatnonzero((event_phase != NO_PHASE) & in_process & ~is_step_event), event_phase),
         autograd=_Events(nest, np.flatnonzero(event_autograd & in_process), event_phase),
         main_top=_Events(nest, np.flatnonzero(top & (nest.thread == main_thread)), event_phase, names=name_sorted),
         side_top=_Events(nest, np.flatnonzero(top & (nest.thread != main_thread)), event_phase),
@@ -134,6 +174,8 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
         name_autograd=name_autograd,
     )
     seg_start, seg_end, seg_phase, seg_step = [], [], [], []
+    out_start, out_end, out_kind, out_step = [], [], [], []
+    work = {code_of[FORWARD], code_of[BACKWARD], code_of[OPTIMIZER]}
     windows = zip(ctx.ranges.per_step(steps), ctx.autograd.per_step(steps), ctx.main_top.per_step(steps))
     running_on = np.zeros(0, dtype=np.int64)  # phase ranges begun in an earlier step, still open
     for index, (step, (ranges, autograd, top)) in enumerate(zip(steps, windows)):
@@ -141,11 +183,21 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
         segments = _split_step(step, ctx, code_of, np.concatenate([running_on, np.arange(ranges.start, ranges.stop)]),
                                 autograd, top)
         running_on = np.concatenate([running_on, ranges.start + np.flatnonzero(ctx.ranges.end[ranges] > step.end)])
-        for s, e, p in segments:
+        for s, e, p in _eval_since_work(segments, code_of[OTHER], work):
+            if p < NO_PHASE:
+                kind = -2 - p
+                step.outside[OUT_OF_STEP[kind]] = step.outside.get(OUT_OF_STEP[kind], 0.0) + (e - s)
+                out_start.append(s)
+                out_end.append(e)
+                out_kind.append(kind)
+                out_step.append(index)
+                continue
             seg_start.append(s)
             seg_end.append(e)
             seg_phase.append(p)
             seg_step.append(index)
+    if out_start:
+        _uncount_outside(steps, nest.ts[in_process], out_start, out_end, out_step)
     return Partition(
         steps=steps,
         phases=phases,
@@ -155,8 +207,40 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
         step=np.array(seg_step, dtype=np.int32),
         main_thread=main_thread,
         process_threads=process_threads,
-        marker_names=(name_phase >= 0) | (name_step >= 0),
+        marker_names=(name_phase != NO_PHASE) | (name_step >= 0),
+        outside_start=np.array(out_start, dtype=np.float64),
+        outside_end=np.array(out_end, dtype=np.float64),
+        outside_kind=np.array(out_kind, dtype=np.int32),
+        outside_step=np.array(out_step, dtype=np.int32),
     )
+
+
+def _eval_since_work(segments: list[Segment], other: int, work: set[int]) -> list[Segment]:
+    """``segments`` of one step with the hook's rule for an evaluation pass applied: one that begins
+    before the step's first training work (forward, backward, optimizer), right after ``other``
+    time, also takes that time (the eval loader's first batch and ``model.eval()`` ran before the
+    forward that opened the pass)."""
+    code = outside_code(OUT_OF_STEP.index(EVAL))
+    out: list[Segment] = []
+    worked = False
+    for s, e, p in segments:
+        if p == code and not worked and out and out[-1][2] == other and out[-1][1] == s:
+            s = out.pop()[0]
+        if out and out[-1][2] == p and out[-1][1] == s:
+            s = out.pop()[0]
+        out.append((s, e, p))
+        worked = worked or p in work
+    return out
+
+
+def _uncount_outside(steps: list[Step], process_ts: np.ndarray, start: list[float], end: list[float],
+                     step: list[int]) -> None:
+    """Take the events that start in time kept out of a step off that step's count: a window
+    holding nothing but an evaluation pass is an empty step."""
+    ts = np.sort(process_ts)
+    inside = np.searchsorted(ts, end, "left") - np.searchsorted(ts, start, "left")
+    for k, n in zip(step, inside.tolist()):
+        steps[k].events = max(steps[k].events - n, 0)
 
 
 def _code_of(names: list[str], name: str) -> int:
@@ -348,7 +432,7 @@ def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], w: np.ndarra
     PyTorchProfiler cuts its steps inside the optimizer's step, whose range runs on into the next."""
     a, b = step.start, step.end
     ranges = [
-        (max(s, a), min(e, b), int(p), EXPLICIT)
+        (max(s, a), min(e, b), int(p), OUTSIDE if p < NO_PHASE else EXPLICIT)
         for s, e, p in zip(ctx.ranges.start[w].tolist(), ctx.ranges.end[w].tolist(), ctx.ranges.phase[w].tolist())
         if min(e, b) > max(s, a)
     ]
@@ -357,7 +441,7 @@ def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], w: np.ndarra
     top_start = ctx.main_top.start[top]
     top_end = ctx.main_top.end[top]
     top_name = ctx.main_top.name[top]
-    top_is_range = ctx.main_top.phase[top] >= 0
+    top_is_range = ctx.main_top.phase[top] != NO_PHASE
     top_autograd = ctx.name_autograd[top_name] if len(top_name) else np.zeros(0, bool)
 
     backward_segments = [(s, e) for s, e, p, _ in ranges if p == backward]

@@ -4,6 +4,8 @@ GPU work is attributed by its launch: device event -> ``correlation`` -> the run
 call that launched it -> the phase covering that call's start on the host timeline. Record-function
 ranges do not contain backward kernels (autograd launches them from its own thread), and the GPU
 may run a step's work after the CPU has moved on; the launch instant is what ties work to a phase.
+Work launched in time kept out of the steps (an evaluation pass, ``prof.paused()``) is in no step's
+figures: it is counted apart, per step window and kind (`SpanAnalysis.outside_gpu_us`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import re
 
 import numpy as np
 
+from phaseprof.contract import OUT_OF_STEP
+
 from ..reading.discovery import display
 from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
 from .kernels import kernel_table
 from .memory import memory_curve, running_allocated
-from .model import Lanes, OpTable, SpanAnalysis
+from .model import Lanes, OpTable, Outside, SpanAnalysis
 from .nesting import Nesting, nest
 from .partition import Partition, partition
 
@@ -55,10 +59,12 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
     busy = _Busy(dev.ts, dev.ts + dev.dur)
     seg_idle = (part.end - part.start) - busy.within(part.start, part.end)
     gpu_idle = _sums(seg_key, seg_idle, shape2)
-    step_start = np.array([s.start for s in steps], dtype=np.float64)
-    step_end = np.array([s.end for s in steps], dtype=np.float64)
-    step_idle = (step_end - step_start) - busy.within(step_start, step_end)
+    step_idle = np.bincount(part.step, weights=seg_idle, minlength=len(steps)).astype(np.float64)
     step_gpu = gpu_us.sum(axis=1)
+    out_step, out_kind = part.locate_outside(launch.ts)
+    away = out_step >= 0
+    outside_gpu = _sums(out_step[away].astype(np.int64) * len(OUT_OF_STEP) + out_kind[away], dev.dur[away],
+                        (len(steps), len(OUT_OF_STEP)))
     if not has_gpu:
         gpu_idle[:] = np.nan
         step_idle[:] = np.nan
@@ -92,6 +98,9 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
         kernels=kernels,
         memory_curve=memory_curve(trace, part, allocated),
         lanes=lanes,
+        outside=Outside(step=part.outside_step, kind=part.outside_kind, start=part.outside_start,
+                        end=part.outside_end),
+        outside_gpu_us=outside_gpu,
         has_gpu=has_gpu,
         rank=trace.rank,
         world_size=trace.world_size,

@@ -3,8 +3,10 @@ draws: the step's host events on their threads, its device work on its streams, 
 each launch to the work it launched, and the step's phases on a lane of their own.
 
 "The step" is its host window [start, end): host events that start inside it, and the device work
-launched inside it (which may run after the window ends: the CPU runs ahead). Built on demand from a
-decoded trace, since a span's analysis keeps figures, not events.
+launched inside it (which may run after the window ends: the CPU runs ahead). Time in the window kept
+out of the step (an evaluation pass, ``prof.paused()``) is shown as such: on the phase lane under its
+own name, and its events marked ``outside`` rather than with a phase. Built on demand from a decoded
+trace, since a span's analysis keeps figures, not events.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 
 import msgspec
 import numpy as np
+
+from phaseprof.contract import OUT_OF_STEP
 
 from ..answers import StepTrace, StepTraceInfo, TraceEvent
 from ..reading.events import ANNOTATION, KERNEL, MEMCPY, OP, RUNTIME, Trace
@@ -24,6 +28,11 @@ from .span import launches
 _HOST_CATEGORY = {OP: "cpu_op", ANNOTATION: "user_annotation", RUNTIME: "cuda_runtime"}
 _DEVICE_CATEGORY = {KERNEL: "kernel", MEMCPY: "gpu_memcpy"}
 _PHASE_LANE = "Step phases"
+
+
+def outside_label(kind: str) -> str:
+    """How the phase lane names time kept out of the step."""
+    return f"{kind} (outside the step)"
 
 
 def step_trace(trace: Trace, number: int) -> StepTrace | None:
@@ -40,6 +49,7 @@ def step_trace(trace: Trace, number: int) -> StepTrace | None:
 
     host = np.flatnonzero((n.ts >= a) & (n.ts < b))
     _, host_phase = part.locate(n.ts[host])
+    host_out_step, host_out = part.locate_outside(n.ts[host])
     threads = trace.threads
     used_threads = sorted(set(n.thread[host].tolist()))
     main = threads[part.main_thread] if threads else None
@@ -47,10 +57,10 @@ def step_trace(trace: Trace, number: int) -> StepTrace | None:
         events.append(TraceEvent(ph="M", name="thread_name", pid=threads[t].pid, tid=threads[t].tid,
                                  args={"name": threads[t].label}))
     dur = n.end - n.ts
-    for k, p in zip(host.tolist(), host_phase.tolist()):
+    for k, p, o in zip(host.tolist(), host_phase.tolist(), np.where(host_out_step == index, host_out, -1).tolist()):
         t = threads[n.thread[k]]
         kind = int(n.kind[k])
-        args: dict[str, Any] = {"phase": phases[p]} if p >= 0 else {}
+        args: dict[str, Any] = {"phase": phases[p]} if p >= 0 else {"outside": OUT_OF_STEP[o]} if o >= 0 else {}
         shapes = trace.shapes[n.shapes[k]] if n.shapes[k] > 0 else ""
         if shapes:
             args["Input Dims"] = msgspec.Raw(shapes.encode())
@@ -61,7 +71,8 @@ def step_trace(trace: Trace, number: int) -> StepTrace | None:
 
     launch = launches(trace, n)
     dev_step, dev_phase = part.locate(launch.ts)
-    device = np.flatnonzero(dev_step == index)
+    out_step, out_kind = part.locate_outside(launch.ts)
+    device = np.flatnonzero((dev_step == index) | (out_step == index))
     dev = trace.device
     owner = launch.op_name(n)
     streams = sorted({(int(dev.device[k]), int(dev.stream[k])) for k in device.tolist()})
@@ -73,7 +84,8 @@ def step_trace(trace: Trace, number: int) -> StepTrace | None:
     for k in device.tolist():
         d, s = int(dev.device[k]), int(dev.stream[k])
         corr = int(dev.corr[k])
-        args = {"phase": phases[int(dev_phase[k])], "correlation": corr, "device": d, "stream": s}
+        args = {"phase": phases[int(dev_phase[k])]} if dev_step[k] == index else {"outside": OUT_OF_STEP[out_kind[k]]}
+        args.update({"correlation": corr, "device": d, "stream": s})
         if owner[k] >= 0:
             args["launched by"] = trace.names[owner[k]]
         events.append(TraceEvent(ph="X", name=trace.names[dev.name[k]], cat=_DEVICE_CATEGORY.get(int(dev.kind[k]),
@@ -95,6 +107,11 @@ def step_trace(trace: Trace, number: int) -> StepTrace | None:
                                      ts=float(part.start[k]), dur=float(part.end[k] - part.start[k]),
                                      args={"phase": phases[part.phase[k]],
                                            "inferred": phases[part.phase[k]] in step.inferred}))
+        for k in np.flatnonzero(part.outside_step == index).tolist():
+            kind = OUT_OF_STEP[part.outside_kind[k]]
+            events.append(TraceEvent(ph="X", name=outside_label(kind), cat="outside", pid=main.pid, tid=phase_tid,
+                                     ts=float(part.outside_start[k]),
+                                     dur=float(part.outside_end[k] - part.outside_start[k]), args={"outside": kind}))
     info = StepTraceInfo(step=number, start_us=a, end_us=b, phases=phases, host_events=len(host),
                          device_events=len(device))
     return StepTrace(traceEvents=events, otherData=info)

@@ -1,12 +1,15 @@
 """A worker's step rows and one step in full, as typed answers.
 
 Every step row names all phases of its worker, canonical ones first; host phase times add up to
-the step's wall time.
+the step's wall time. Time in a step's window kept out of the step (evaluation, ``prof.paused()``)
+is carried apart: per kind in the row, and where it lies in the detail.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from phaseprof.contract import EVAL, OUT_OF_STEP, PAUSED
 
 from ..answers import Lanes, MemoryFigures, OpRow, PhaseTimes, StepDetail, StepRow
 from .model import SpanAnalysis
@@ -37,6 +40,8 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
     cpu, idle = w.cpu_us[rows], w.gpu_idle_us[rows]
     cpu_ms, gpu_ms, idle_ms = (_ms_list(t) for t in (cpu, w.gpu_us[rows], idle))
     launches = w.launches[rows].astype(np.int64).tolist()
+    outside, outside_gpu = _ms_list(w.outside_us[rows]), _ms_list(w.outside_gpu_us[rows])
+    ev, pa = OUT_OF_STEP.index(EVAL), OUT_OF_STEP.index(PAUSED)
     phases = w.phases
     out = []
     for k, row in enumerate(rows):
@@ -49,7 +54,11 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
             step=step.number,
             span=span.file,
             start_ms=ms(step.start),
-            wall_ms=ms(step.end - step.start),
+            wall_ms=ms(step.wall),
+            eval_ms=outside[k][ev],
+            eval_gpu_ms=outside_gpu[k][ev],
+            paused_ms=outside[k][pa],
+            paused_gpu_ms=outside_gpu[k][pa],
             gpu_ms=ms(span.step_gpu_us[i]),
             gpu_idle_ms=None if np.isnan(step_idle) else ms(step_idle),
             inferred=bool(step.inferred),
@@ -140,4 +149,14 @@ def step_detail(w: Worker, row: int, run: str, op_limit: int | None = None) -> S
         memory=memory,
         lanes=Lanes(labels=[lanes.labels[k] for k in used], bands=[(remap[b[0]], *b[1:]) for b in bands]),
         gpu_names=span.gpu_names,
+        outside=outside_bands(span, i),
     )
+
+
+def outside_bands(span: SpanAnalysis, i: int) -> list[tuple[float, float, str]]:
+    """Where step ``i`` of ``span`` held time kept out of it: ``(from ms, to ms, kind)`` from its start."""
+    o = span.outside
+    rows = o.rows(i)
+    start = span.steps[i].start
+    return [(round((a - start) / 1000.0, 4), round((b - start) / 1000.0, 4), OUT_OF_STEP[k])
+            for a, b, k in zip(o.start[rows].tolist(), o.end[rows].tolist(), o.kind[rows].tolist())]

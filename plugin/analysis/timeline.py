@@ -1,8 +1,10 @@
-"""Every step of a run from the per-step scalars the training hook writes, aligned for charting."""
+"""Every step of a run from the per-step scalars the training hook writes, aligned for charting: the
+phases of each step, and apart from them the time kept outside the steps (evaluation passes, the
+profiler's own time)."""
 
 from __future__ import annotations
 
-from phaseprof.contract import PHASES, parse_tag
+from phaseprof.contract import EVAL_TAG, PHASES, PROFILER_TAG, parse_tag
 
 from ..answers import TimelineAnswer
 
@@ -24,18 +26,23 @@ def timeline(run: str, series: dict[str, list[tuple[int, float]]], profiled: lis
              kept_all: bool) -> TimelineAnswer:
     """Arrays aligned on the union of steps of all tags; ``None`` where a tag has no value.
 
-    ``series`` maps a scalar tag (``phaseprof/<phase>[_gpu]_ms``) to its ``(step, value)`` points;
-    ``kept_all`` says whether TensorBoard kept every sample (else the series are downsampled).
+    ``series`` maps a scalar tag (``phaseprof/<phase>[_gpu]_ms``, ``phaseprof/eval_ms``,
+    ``phaseprof/profiler_ms``) to its ``(step, value)`` points; ``kept_all`` says whether TensorBoard
+    kept every sample (else the series are downsampled).
     """
     cpu: dict[str, dict[int, float]] = {}
     gpu: dict[str, dict[int, float]] = {}
+    outside: dict[str, dict[int, float]] = {EVAL_TAG: {}, PROFILER_TAG: {}}
     steps: set[int] = set()
     for tag, points in series.items():
         parsed = parse_tag(tag)
         if parsed is None:
-            continue
-        phase, is_gpu = parsed
-        target = (gpu if is_gpu else cpu).setdefault(phase, {})
+            if tag not in outside:
+                continue
+            target = outside[tag]
+        else:
+            phase, is_gpu = parsed
+            target = (gpu if is_gpu else cpu).setdefault(phase, {})
         for step, value in points:
             target[step] = value
             steps.add(step)
@@ -54,6 +61,8 @@ def timeline(run: str, series: dict[str, list[tuple[int, float]]], profiled: lis
         gpu={p: column(gpu[p]) for p in phases if p in gpu},
         wall=column(cpu.get(_STEP, {})),
         wall_gpu=column(gpu.get(_STEP, {})),
+        eval=column(outside[EVAL_TAG]),
+        profiler=column(outside[PROFILER_TAG]),
         profiled=windows(profiled),
         downsampled=not kept_all,
     )

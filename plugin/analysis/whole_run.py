@@ -1,5 +1,6 @@
 """The whole run from its every-step scalars: how many steps were timed, each phase's median, p90,
-p99 and maximum over all of them, the slowest steps, and the profiler's own time.
+p99 and maximum over all of them, the slowest steps, and the time spent outside the steps: the
+evaluation passes and the profiler's own time.
 
 The traced steps are a window of a few steps; the scalars are every step of the run, so these are
 the figures to quote for the run as a whole (and to compare ranks by). Percentiles interpolate
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from phaseprof.contract import NOT_PHASE_TAGS, PHASES, PROFILER_TAG, STEP_GPU_TAG, STEP_TAG, parse_tag
+from phaseprof.contract import EVAL_TAG, NOT_PHASE_TAGS, PHASES, PROFILER_TAG, STEP_GPU_TAG, STEP_TAG, parse_tag
 
-from ..answers import PhaseSpread, ProfilerTime, SlowStep, WholeRun
+from ..answers import OutsideTime, PhaseSpread, SlowStep, WholeRun
 from ..reading.scalars import Scalars
 
 #: Slowest steps listed.
@@ -60,9 +61,12 @@ def whole_run(scalars: Scalars, rank: int | None = None) -> WholeRun | None:
             host[phase] = np.nan_to_num(column, nan=0.0)
             spreads.append(_spread(phase, "host", host[phase]))
     spreads = [s for s in spreads + gpu_spreads if s is not None]
+    profiler, evaluation = scalars.values.get(PROFILER_TAG), scalars.values.get(EVAL_TAG)
+    run_ms = sum(float(np.nansum(v)) for v in (step_ms, profiler, evaluation) if v is not None)
     return WholeRun(rank=rank, steps=int(timed.sum()), first_step=int(numbers[0]), last_step=int(numbers[-1]),
                     phases=spreads, slowest=_slowest(numbers, step_ms[timed], host),
-                    profiler=_profiler(scalars, float(np.nansum(step_ms))))
+                    profiler=_outside(scalars.steps, profiler, run_ms),
+                    eval=_outside(scalars.steps, evaluation, run_ms))
 
 
 def _phase_order(tag: str) -> tuple:
@@ -93,15 +97,16 @@ def _slowest(numbers: np.ndarray, step_ms: np.ndarray, host: dict[str, np.ndarra
     return out
 
 
-def _profiler(scalars: Scalars, steps_ms: float) -> ProfilerTime | None:
-    column = scalars.values.get(PROFILER_TAG)
+def _outside(steps: np.ndarray, column: np.ndarray | None, run_ms: float) -> OutsideTime | None:
+    """The figures of one tag of time outside the steps (``run_ms``: steps and outside time together)."""
     if column is None:
         return None
     values = np.nan_to_num(column, nan=0.0)
+    some = values[values > 0]
     total = float(values.sum())
     k = int(np.argmax(values))
-    return ProfilerTime(total_ms=_r(total), steps=int((values > 0).sum()), max_ms=_r(values[k]),
-                        max_step=int(scalars.steps[k]), share=round(total / (steps_ms + total), 5) if total else 0.0)
+    return OutsideTime(total_ms=_r(total), steps=len(some), median_ms=_r(np.median(some)) if len(some) else 0.0,
+                       max_ms=_r(values[k]), max_step=int(steps[k]), share=round(total / run_ms, 5) if total else 0.0)
 
 
 def _r(value: float) -> float:

@@ -14,7 +14,7 @@ from collections import defaultdict
 import msgspec
 import numpy as np
 
-from phaseprof.contract import PHASES
+from phaseprof.contract import COMPILE, OUT_OF_STEP, PHASES
 
 from .model import SpanAnalysis
 
@@ -44,7 +44,12 @@ class Worker:
         self.refs = refs
         steps = [r.span.steps[r.index] for r in refs]
         self.numbers = [s.number for s in steps]
-        self.wall_us = np.array([s.end - s.start for s in steps], dtype=np.float64)
+        self.wall_us = np.array([s.wall for s in steps], dtype=np.float64)
+        #: (steps, kinds of OUT_OF_STEP) host and device µs in each step's window kept out of the step
+        self.outside_us = np.array([[s.outside.get(k, 0.0) for k in OUT_OF_STEP] for s in steps],
+                                   dtype=np.float64).reshape(len(steps), len(OUT_OF_STEP))
+        self.outside_gpu_us = np.array([r.span.outside_gpu_us[r.index] for r in refs],
+                                       dtype=np.float64).reshape(len(steps), len(OUT_OF_STEP))
         self.empty = np.array([s.empty for s in steps], dtype=bool)
         self.on_gpu = np.array([r.span.has_gpu for r in refs], dtype=bool)
         self.has_gpu = any(s.has_gpu for s in spans)
@@ -55,6 +60,9 @@ class Worker:
         self.wait_us = self._gather("wait_us")
         self.exposed_comm_us = self._gather("exposed_comm_us")
         self.step_gpu_idle_us = np.array([r.span.step_gpu_idle_us[r.index] for r in refs], dtype=np.float64)
+        #: Steps in which torch.compile compiled (their ``compile`` phase took time).
+        self.compiling = (self.cpu_us[:, self.phases.index(COMPILE)] > 0 if COMPILE in self.phases
+                          else np.zeros(len(refs), dtype=bool))
         self.loader = _loader(spans)
         self.rank = rank_of(name, spans)
         self.world_size = next((s.world_size for s in spans if s.world_size is not None), None)
@@ -86,6 +94,13 @@ class Worker:
     def full(self) -> np.ndarray:
         """The rows of the steps holding work (summaries and comparisons leave empty ones out)."""
         return np.flatnonzero(~self.empty)
+
+    def steady(self) -> np.ndarray:
+        """The rows a summary stands for: the steps holding work less those that compiled, as the
+        training side's summary leaves them out (all steps holding work when every one compiled)."""
+        full = self.full()
+        steady = full[~self.compiling[full]]
+        return steady if len(steady) else full
 
     def columns(self, phases: list[str]) -> np.ndarray:
         """Column of each of ``phases`` in this worker's tables; -1 where it has no such phase."""

@@ -3,12 +3,16 @@ the slowest step and what grew in it (when beyond noise), outliers both ways, th
 costliest phase, and the findings drawn from them.
 
 Averages leave out empty steps (a loop that ended inside the profiler's active window leaves an
-empty last step).
+empty last step) and, as the training side's summary does, steps in which torch.compile compiled
+(`Worker.steady`); the findings say so. Evaluation passes and ``prof.paused()`` blocks are in no
+step: the summary only totals them, apart.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from phaseprof.contract import EVAL, OUT_OF_STEP, PAUSED
 
 from ..answers import MeanOp, PhaseMean, Slowest, Summary
 from .compare import compare, grew_most, median_row
@@ -25,9 +29,15 @@ GROWN_OPS = 5
 def summarize(w: Worker, top: int = TOP_OPS) -> Summary:
     """Means, shares, costs, the slowest step and why, outliers, top ops of the costliest phase, findings."""
     phases = w.phases
-    full = w.full()
+    full = w.steady()
     out = Summary(steps=len(w.refs), empty_steps=[w.numbers[k] for k in np.flatnonzero(w.empty).tolist()],
                   gpu=w.has_gpu, phases=phases, findings=[])
+    outside = w.outside_us.sum(axis=0)
+    out.eval_ms = ms(outside[OUT_OF_STEP.index(EVAL)]) or None
+    out.paused_ms = ms(outside[OUT_OF_STEP.index(PAUSED)]) or None
+    compiling = [w.numbers[k] for k in w.full().tolist() if w.compiling[k]]
+    if compiling and len(full) < len(w.full()):
+        out.compiling_steps = compiling
     if not len(full):
         out.findings = findings(out, w, full, None, None)
         return out
@@ -59,7 +69,7 @@ def summarize(w: Worker, top: int = TOP_OPS) -> Summary:
 
 
 def typical_step(w: Worker, full: np.ndarray) -> Figures:
-    """The worker's mean step over ``full`` (its non-empty steps), as the cost model reads it."""
+    """The worker's mean step over ``full`` (its steady steps), as the cost model reads it."""
     on_gpu = full[w.on_gpu[full]]
     nan = np.full(len(w.phases), np.nan)
     return Figures(

@@ -31,7 +31,7 @@ from ..analysis.kernels import kernel_rows
 from ..analysis.memory import memory_series
 from ..analysis.operators import GROUPS, run_ops
 from ..analysis.ranks import ranks
-from ..analysis.steps import ms, step_detail, step_rows
+from ..analysis.steps import ms, outside_bands, step_detail, step_rows
 from ..analysis.timeline import timeline
 from ..analysis.whole_run import scalars_of, whole_run
 from ..analysis.worker import Worker, phase_names, rank_of, rank_order
@@ -292,9 +292,9 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         bands = [(round((a - step.start) / 1000.0, 4), round((b - step.start) / 1000.0, 4), span.phases[p])
                  for a, b, p in zip(lanes.start[rows][main].tolist(), lanes.end[rows][main].tolist(),
                                     lanes.phase[rows][main].tolist())]
-        return MemoryAnswer(run=target.run.name, worker=w.name, step=target.step, wall_ms=ms(step.end - step.start),
+        return MemoryAnswer(run=target.run.name, worker=w.name, step=target.step, wall_ms=ms(step.wall),
                             recorded=any(len(s.memory_curve.step) for s in w.spans),
-                            devices=memory_series(span, i), bands=bands)
+                            devices=memory_series(span, i), bands=bands, outside=outside_bands(span, i))
 
     # --- arguments --------------------------------------------------------------------------------
 
