@@ -45,7 +45,7 @@ NAMES = [
     "ProfilerStep#" + "9" * 40, "ProfilerStep#\u0663", "## forward ##", "## backward ##", "## optimizer ##",
     "Optimizer.step#SGD.step", "Optimizer.zero_grad#SGD.zero_grad",
     "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "phaseprof::forward", "phaseprof::backward",
-    "phaseprof::", "phaseprof::\u202etxt", "[pl][profile]run_training_batch", "[memory]", "cudaLaunchKernel",
+    "phaseprof::eval", "phaseprof::paused", "phaseprof::compile", "phaseprof::", "phaseprof::\u202etxt", "[pl][profile]run_training_batch", "[memory]", "cudaLaunchKernel",
     "hipLaunchKernel", "cudaMemcpyAsync", "", " ", "thread_name", "process_name", "stream \u00b2", "\x00",
     "\ud83d\ude00",
 ]
@@ -176,12 +176,13 @@ def test_hostile_event_lists_read_cleanly(evs, bare):
     _run_case(text.encode("utf-8", "surrogatepass"))
 
 
-@given(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 100), st.floats(0, 60), st.sampled_from(NAMES[8:20])),
+@given(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 100), st.floats(0, 60), st.sampled_from(NAMES[8:23])),
                 max_size=40),
        st.lists(st.tuples(st.integers(1, 3), st.floats(0, 100), st.floats(0, 60)), max_size=4))
 def test_step_and_phase_games_keep_host_time_whole(ranges, steps):
-    """Steps that overlap, repeat or are empty, and phase ranges across them: every step's host
-    phases still add up to its wall time."""
+    """Steps that overlap, repeat or are empty, and phase ranges and time kept out of the steps
+    (evaluation, paused) across them: every step's host phases still add up to its wall time, and
+    what was kept out of it is never negative."""
     from tests.tracebuilder import annotation, op, step
 
     evs = [step(n, s, d) for n, s, d in steps]
@@ -200,6 +201,7 @@ def test_step_and_phase_games_keep_host_time_whole(ranges, steps):
             for row in worker["steps"]:
                 total = sum(p["cpu_ms"] for p in row["phases"].values())
                 assert total == pytest.approx(row["wall_ms"], abs=0.002 * max(1, len(row["phases"])))
+                assert row["eval_ms"] >= 0 and row["paused_ms"] >= 0
 
 
 def teardown_module(module):

@@ -16,6 +16,10 @@ export interface ChartColours {
   windowBorder: string;
   brush: string;
   danger: string;
+  /** Time kept out of the steps (outside.ts): evaluation passes, paused blocks, the profiler's own. */
+  evaluation: string;
+  paused: string;
+  profiler: string;
 }
 
 const LIGHT: ChartColours = {
@@ -30,6 +34,9 @@ const LIGHT: ChartColours = {
   windowBorder: 'rgba(245, 124, 0, 0.5)',
   brush: 'rgba(66, 133, 244, 0.15)',
   danger: '#d32f2f',
+  evaluation: '#6a1b9a',
+  paused: '#455a64',
+  profiler: '#bf360c',
 };
 
 const DARK: ChartColours = {
@@ -44,6 +51,9 @@ const DARK: ChartColours = {
   windowBorder: 'rgba(239, 108, 0, 0.6)',
   brush: 'rgba(138, 180, 248, 0.2)',
   danger: '#ef5350',
+  evaluation: '#ce93d8',
+  paused: '#b0bec5',
+  profiler: '#ff8a65',
 };
 
 let dark = false;

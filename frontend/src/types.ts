@@ -4,7 +4,7 @@
  * the views give to parts of them.
  */
 
-import type { Lanes, MeanOp, PhaseTimes, TimelineAnswer } from './answers';
+import type { Lanes, MeanOp, PhaseTimes, StepDetail, TimelineAnswer } from './answers';
 
 export type * from './answers';
 
@@ -13,6 +13,9 @@ export type Verdict = PhaseTimes['verdict'];
 
 /** `[lane, start_ms, end_ms, phase]`, times relative to the step's start. */
 export type Band = Lanes['bands'][number];
+
+/** `[start_ms, end_ms, kind]`: a stretch of a step's window kept out of the step. */
+export type OutsideBand = StepDetail['outside'][number];
 
 /** A value per step of the timeline; null where a step has none. */
 export type Series = TimelineAnswer['wall'];

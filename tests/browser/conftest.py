@@ -4,7 +4,8 @@ The logdir holds: the demo's runs (``phaseprof demo``), from tests/data a real V
 a real two-rank job (``ranks``) and a real run that ended inside the profiled window
 (``early_exit``), a run of per-step timings only (``growing``), and crafted traces: one with an
 outlier step (``outlier``), one whose op, phase and worker names are HTML (``xss``), a two-rank job
-whose straggler is known (``straggler``).
+whose straggler is known (``straggler``), a run whose profiled window holds an evaluation pass and
+a paused block (``evaluation``, with its scalars).
 
 Chromium and playwright are part of the test setup (the README's test command installs both):
 where either is missing these tests fail and say how to install it, rather than skip.
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, TensorBoard
-from tests.logdir import settled, two_rank_job, write_scalars, write_trace
+from tests.logdir import evaluation_run, settled, two_rank_job, write_scalars, write_trace
 from tests.tracebuilder import annotation, op, step, thread_names
 
 from .tab import Tab
@@ -97,6 +98,7 @@ def logdir(tmp_path_factory, traces) -> Path:
             shutil.copy(f, root / run / f.name)
     _xss_run(root)
     two_rank_job(root / "straggler", collectives=True)  # rank 1 loads data 50% longer: the others wait
+    evaluation_run(root / "evaluation")
     write_scalars(root / "growing", range(10))  # timings only, more steps written during a test
     for rank in (0, 1):  # the per-step scalars each rank of the "ranks" job writes
         write_scalars(root / "ranks" / f"rank{rank}", range(20))

@@ -326,3 +326,79 @@ def test_api_errors_are_shown(tab):
     text = tab.text()
     assert "Could not load step 99999 of gpu" in text and "404" in text
     tab.screenshot("error")
+
+
+# -- time kept out of the steps: evaluation passes, paused blocks, the profiler's own time ------------
+
+#: Colours the tab gives them in the light theme (frontend/src/theme.ts), and forward's.
+EVALUATION_RGB, PROFILER_RGB, FORWARD_RGB = (106, 27, 154), (191, 54, 12), (66, 165, 245)
+
+
+def pixels_of(tab, selector: str, colours: dict[str, tuple[int, int, int]]) -> dict[str, list[int]]:
+    """The rows (CSS px from the chart's top) where each colour is drawn on the chart's canvas."""
+    frame = next(f for f in tab.page.frames if "plugin_entry.html" in f.url)
+    return frame.evaluate("""([selector, colours]) => {
+        const canvas = document.querySelector(selector + ' canvas');
+        const ratio = canvas.width / canvas.clientWidth;
+        const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+        const out = {};
+        for (const [name, [r, g, b]] of Object.entries(colours)) {
+            const rows = new Set();
+            for (let i = 0; i < data.length; i += 4) {
+                if (Math.abs(data[i] - r) + Math.abs(data[i + 1] - g) + Math.abs(data[i + 2] - b) < 12 && data[i + 3] > 200)
+                    rows.add(Math.floor(i / 4 / canvas.width / ratio));
+            }
+            out[name] = [...rows].sort((a, b) => a - b);
+        }
+        return out;
+    }""", [selector, colours])
+
+
+def test_the_timeline_draws_evaluation_and_the_profilers_time_apart_from_the_steps(tab):
+    timeline = tab.api("timeline", run="evaluation")
+    tab.open(view="timeline", run="evaluation")
+    legend = tab.card("Every step").locator(".legend").all_inner_texts()
+    assert "evaluation (outside the steps)" in legend[1] and "profiler’s own time (outside the steps)" in legend[1]
+    passes = [v for v in timeline["eval"] if v is not None]
+    assert tab.figure("Evaluation") == f"{ms(sum(passes))} ms"
+    # Drawn apart: evaluation's bars and the profiler's line only in a grid of their own, under the
+    # stacked phases (28 px of title, then 250 px of phases; the grid apart starts 34 px lower).
+    drawn = pixels_of(tab, ".view-timeline .chart",
+                      {"eval": EVALUATION_RGB, "profiler": PROFILER_RGB, "forward": FORWARD_RGB})
+    assert drawn["eval"] and drawn["profiler"] and drawn["forward"], drawn
+    assert max(drawn["forward"]) <= 28 + 250 < 28 + 250 + 34 <= min(drawn["eval"] + drawn["profiler"])
+    tab.hover_until(".view-timeline .chart", "Step 2", y_fraction=0.75)  # over the grid apart
+    tip = tab.text(".view-timeline .chart .tip")
+    assert f"evaluation (outside the steps)\t{ms(timeline['eval'][2])} ms" in tip
+    assert f"step (wall)\t{ms(timeline['wall'][2])} ms" in tip  # the step without its pass
+    tab.screenshot("timeline-outside")
+
+
+def test_the_overview_and_the_step_show_the_time_kept_out_of_the_step_apart(tab):
+    data = tab.api("steps", run="evaluation")
+    rows = {r["step"]: r for r in data["steps"]}
+    tab.open(view="overview", run="evaluation")
+    assert tab.figure("Evaluation") == f"{ms(data['summary']['eval_ms'])} ms"
+    header = tab.card("Every profiled step").locator("thead").inner_text()
+    assert "Evaluation ms (outside)" in header and "Paused ms (outside)" in header
+    table = {int(r[0]): r for r in tab.rows("Every profiled step")}
+    assert table[2][1] == ms(rows[2]["wall_ms"]) == "10.000"  # the step's own time
+    assert ms(rows[2]["eval_ms"]) in table[2] and ms(rows[3]["paused_ms"]) in table[3]
+    x, _ = tab.hover_until(".view-overview .chart", "Step 2")
+    tip = tab.text(".view-overview .chart .tip")
+    assert f"evaluation (outside the steps)\t{ms(rows[2]['eval_ms'])} ms" in tip
+    assert f"step (wall)\t{ms(rows[2]['wall_ms'])} ms" in tip
+    assert "time kept out of the steps ran inside the profiled window" in tab.text()
+    tab.screenshot("overview-outside")
+
+    tab.open(view="step", run="evaluation", step=2)
+    detail = tab.api("step", run="evaluation", step=2)
+    assert tab.figure("Evaluation (outside)") == f"{ms(detail['eval_ms'])} ms"
+    assert tab.figure("Wall") == f"{ms(detail['wall_ms'])} ms"
+    assert (f"The window of step 2 also held an evaluation pass ({ms(detail['eval_ms'])} ms, launching "
+            f"{ms(detail['eval_gpu_ms'])} ms of GPU work).") in tab.text()
+    phases = tab.rows("Phases of step 2")
+    assert [r[0] for r in phases] == list(detail["phases"])  # no "eval" phase
+    assert "evaluation (outside the steps)" in tab.card("Timeline of the step").locator(".legend").inner_text()
+    tab.frame.locator(".trace-canvas").wait_for()
+    tab.screenshot("step-outside")

@@ -1,9 +1,11 @@
 /**
  * Memory over one step: allocated (and reserved) bytes per device as steps after each memory event,
- * the phases of the loop's thread shaded beneath, the peak marked.
+ * the phases of the loop's thread shaded beneath, the peak marked. Time in the window kept out of
+ * the step is shaded in its own colour; its memory events are not the step's and are not drawn.
  */
 
 import { bytes, ms } from '../format';
+import { asOutside, outsideColour, outsideLabel } from '../outside';
 import { phaseColour } from '../phase_colours';
 import { chartColours } from '../theme';
 import type { MemoryAnswer } from '../types';
@@ -30,10 +32,16 @@ export function drawMemory(chart: Chart, answer: MemoryAnswer): void {
       markArea: i === 0
         ? {
             silent: true,
-            data: answer.bands.map(([from, to, phase]) => [
-              { xAxis: from, itemStyle: { color: phaseColour(phase), opacity: 0.12 } },
-              { xAxis: to },
-            ]),
+            data: [
+              ...answer.bands.map(([from, to, phase]) => [
+                { xAxis: from, itemStyle: { color: phaseColour(phase), opacity: 0.12 } },
+                { xAxis: to },
+              ]),
+              ...answer.outside.map(([from, to, kind]) => [
+                { xAxis: from, itemStyle: { color: outsideColour(asOutside(kind) ?? 'paused'), opacity: 0.18 } },
+                { xAxis: to },
+              ]),
+            ] as never,
           }
         : undefined,
     });
@@ -66,7 +74,7 @@ export function drawMemory(chart: Chart, answer: MemoryAnswer): void {
     xAxis: {
       type: 'value',
       min: 0,
-      max: (extent: { max: number }) => Math.max(extent.max, answer.wall_ms),
+      max: (extent: { max: number }) => Math.max(extent.max, answer.wall_ms + answer.outside.reduce((t, [from, to]) => t + to - from, 0)),
       name: 'ms from step start',
       nameLocation: 'middle',
       nameGap: 22,
@@ -81,10 +89,11 @@ export function drawMemory(chart: Chart, answer: MemoryAnswer): void {
         if (!list.length) return '';
         const t = list[0].value[0];
         const phase = answer.bands.find(([from, to]) => t >= from && t < to)?.[2];
+        const outside = asOutside(answer.outside.find(([from, to]) => t >= from && t < to)?.[2]);
         return tooltipBody(
           `${ms(t)} ms from the step's start`,
           list.map((p) => ({ label: p.seriesName, value: bytes(p.value[1]) })),
-          phase ? `in ${phase}` : undefined,
+          phase ? `in ${phase}` : outside ? `in ${outsideLabel(outside)}` : undefined,
         );
       },
     },

@@ -1,19 +1,25 @@
 /**
  * One step as swimlanes: the loop's thread with its phase segments, the process's other threads,
- * then each GPU stream, every band coloured by the phase it belongs to (or that launched it).
+ * then each GPU stream, every band coloured by the phase it belongs to (or that launched it). Time
+ * in the step's window kept out of the step lies on the loop's lane in its own colour, thinner than
+ * a phase's band.
  */
 
 import { graphic } from 'echarts/core';
 
 import { ms } from '../format';
+import { asOutside, outsideColour, outsideLabel, type Outside } from '../outside';
 import { phaseColour } from '../phase_colours';
-import type { Band } from '../types';
+import type { Band, OutsideBand } from '../types';
 import { axisStyle, baseOption, type Chart, type ChartOption } from './echarts';
 import { tooltipBody } from './tooltip';
 
 export interface Swimlanes {
   labels: string[];
   bands: Band[];
+  /** Stretches of the window kept out of the step: drawn on lane 0, apart from the phases. */
+  outside: OutsideBand[];
+  /** The step's window (its own time and what was kept out of it). */
   wallMs: number;
 }
 
@@ -21,7 +27,10 @@ export const LANE_HEIGHT = 22;
 
 export function drawSwimlanes(chart: Chart, lanes: Swimlanes): void {
   const axis = axisStyle();
-  const data = lanes.bands.map(([lane, start, end, phase]) => ({ value: [lane, start, end], phase }));
+  const data: { value: number[]; phase?: string; outside?: Outside }[] = [
+    ...lanes.bands.map(([lane, start, end, phase]) => ({ value: [lane, start, end], phase })),
+    ...lanes.outside.map(([start, end, kind]) => ({ value: [0, start, end], outside: asOutside(kind) ?? undefined })),
+  ];
   const option: ChartOption = {
     ...baseOption(),
     grid: { left: 8, right: 16, top: 24, bottom: 40, containLabel: true },
@@ -49,9 +58,11 @@ export function drawSwimlanes(chart: Chart, lanes: Swimlanes): void {
       trigger: 'item',
       formatter: (params: unknown) => {
         const { dataIndex } = params as { dataIndex: number };
-        const [lane, start, end, phase] = lanes.bands[dataIndex];
+        const { value: [lane, start, end], phase, outside } = data[dataIndex];
         return tooltipBody(lanes.labels[lane], [
-          { phase, label: phase, value: `${ms(end - start)} ms`, strong: true },
+          outside
+            ? { outside, label: outsideLabel(outside), value: `${ms(end - start)} ms`, strong: true }
+            : { phase, label: phase ?? '', value: `${ms(end - start)} ms`, strong: true },
           { label: 'from', value: `${ms(start)} ms` },
           { label: 'to', value: `${ms(end)} ms` },
         ]);
@@ -68,13 +79,13 @@ export function drawSwimlanes(chart: Chart, lanes: Swimlanes): void {
           const lane = api.value(0);
           const from = api.coord([api.value(1), lane]);
           const to = api.coord([api.value(2), lane]);
-          const height = (api.size?.([0, 1]) as number[])[1] * 0.7;
+          const { phase, outside } = data[params.dataIndex];
+          const height = (api.size?.([0, 1]) as number[])[1] * (outside ? 0.3 : 0.7);
           const rect = graphic.clipRectByRect(
             { x: from[0], y: from[1] - height / 2, width: Math.max(to[0] - from[0], 1), height },
             params.coordSys as unknown as { x: number; y: number; width: number; height: number },
           );
-          const phase = data[params.dataIndex].phase;
-          return rect && { type: 'rect', shape: rect, style: { fill: phaseColour(phase) } };
+          return rect && { type: 'rect', shape: rect, style: { fill: outside ? outsideColour(outside) : phaseColour(phase ?? '') } };
         },
       },
     ],

@@ -3,8 +3,12 @@
  * up to its phase and fills down to zero, the tallest drawn first, so the bands show each phase
  * without ECharts' own stacking; `max` sampling keeps the totals ordered and spikes visible.
  * Wheel zooms, the slider pans, a drag brushes a range of steps; profiled windows are shaded.
+ * Time kept out of the steps (evaluation passes, the profiler's own time) is never stacked with the
+ * phases: it has a grid of its own under them, on the same step axis (zoomed together), evaluation
+ * as bars at the steps they preceded, the profiler's own time as a line.
  */
 
+import { outsideColour, outsideLabel, type Outside } from '../outside';
 import { phaseColour } from '../phase_colours';
 import { chartColours } from '../theme';
 import type { Series } from '../types';
@@ -12,11 +16,27 @@ import { axisStyle, baseOption, type Chart, type ChartOption } from './echarts';
 
 export type StepRange = [number, number];
 
+/** Grid heights (px) of the phases and, under them, of the time outside the steps. */
+export const PHASES_HEIGHT = 250;
+export const OUTSIDE_HEIGHT = 110;
+const TOP = 28;
+const GAP = 34;
+const BOTTOM = 44;
+/** Fixed, not fitted to the labels: the two grids' step axes must line up. */
+const LEFT = 64;
+
+/** The chart's height, with or without the grid of time outside the steps. */
+export function timelineHeight(withOutside: boolean): number {
+  return TOP + PHASES_HEIGHT + (withOutside ? GAP + OUTSIDE_HEIGHT : 0) + BOTTOM;
+}
+
 export interface TimelineChart {
   steps: number[];
   phases: string[];
   values: Record<string, Series>;
   valueName: string;
+  /** Time outside the steps, drawn apart (empty: no such grid). */
+  outside: { kind: Extract<Outside, 'eval' | 'profiler'>; values: Series }[];
   profiled: StepRange[];
   tooltip: (index: number) => HTMLElement;
   /** A brushed range of steps (first, last), or null when the brush is cleared. */
@@ -47,34 +67,46 @@ export function drawTimeline(chart: Chart, input: TimelineChart): void {
   const totals = runningTotals(input.steps, input.phases, input.values);
   const source: Record<string, (number | null)[]> = { step: input.steps };
   input.phases.forEach((phase, k) => (source[`total ${phase}`] = totals[k]));
+  input.outside.forEach(({ kind, values }) => (source[kind] = values));
   const windows = input.profiled.map(([first, last]) => [{ xAxis: first - 0.5 }, { xAxis: last + 0.5 }]);
+  const apart = input.outside.length > 0;
+  const stepAxis = {
+    type: 'value' as const,
+    min: 'dataMin' as const,
+    max: 'dataMax' as const,
+    ...axis,
+    splitLine: { show: false },
+  };
+  const xAxes = [0, 1].slice(0, apart ? 2 : 1).map((grid) => ({
+    ...stepAxis,
+    gridIndex: grid,
+    // the step axis is named once, under the lowest grid
+    ...(grid === (apart ? 1 : 0) ? { name: 'step', nameLocation: 'end' as const, nameGap: 4 } : {}),
+  }));
 
   const option: ChartOption = {
     ...baseOption(),
-    grid: { left: 8, right: 36, top: 28, bottom: 44, containLabel: true },
+    grid: [
+      { left: LEFT, right: 36, top: TOP, height: PHASES_HEIGHT },
+      ...(apart ? [{ left: LEFT, right: 36, top: TOP + PHASES_HEIGHT + GAP, height: OUTSIDE_HEIGHT }] : []),
+    ],
     dataset: { source, dimensions: Object.keys(source) },
-    xAxis: {
-      type: 'value',
-      min: 'dataMin',
-      max: 'dataMax',
-      name: 'step',
-      nameLocation: 'end',
-      nameGap: 4,
-      ...axis,
-      splitLine: { show: false },
-    },
-    yAxis: { type: 'value', name: input.valueName, nameGap: 8, ...axis },
+    xAxis: xAxes,
+    yAxis: [
+      { type: 'value', gridIndex: 0, name: input.valueName, nameGap: 8, ...axis },
+      ...(apart ? [{ type: 'value' as const, gridIndex: 1, name: 'ms outside the steps', nameGap: 8, ...axis }] : []),
+    ],
     tooltip: {
       ...baseOption().tooltip,
       trigger: 'axis',
-      axisPointer: { type: 'line', lineStyle: { color: c.axis } },
+      axisPointer: { type: 'line', lineStyle: { color: c.axis }, link: [{ xAxisIndex: 'all' }] },
       formatter: (params: unknown) => input.tooltip((params as { dataIndex: number }[])[0].dataIndex),
     },
     dataZoom: [
-      { type: 'inside', xAxisIndex: 0, zoomOnMouseWheel: true, moveOnMouseMove: false, moveOnMouseWheel: false },
+      { type: 'inside', xAxisIndex: apart ? [0, 1] : 0, zoomOnMouseWheel: true, moveOnMouseMove: false, moveOnMouseWheel: false },
       {
         type: 'slider',
-        xAxisIndex: 0,
+        xAxisIndex: apart ? [0, 1] : 0,
         height: 16,
         bottom: 6,
         showDataShadow: false,
@@ -121,6 +153,33 @@ export function drawTimeline(chart: Chart, input: TimelineChart): void {
           data: windows as never,
         },
       },
+      ...input.outside.map(({ kind }) =>
+        kind === 'eval'
+          ? {
+              type: 'bar' as const,
+              name: outsideLabel(kind),
+              xAxisIndex: 1,
+              yAxisIndex: 1,
+              encode: { x: 'step', y: kind },
+              barMinWidth: 2,
+              barMaxWidth: 10,
+              itemStyle: { color: outsideColour(kind) },
+              emphasis: { disabled: true },
+            }
+          : {
+              type: 'line' as const,
+              name: outsideLabel(kind),
+              xAxisIndex: 1,
+              yAxisIndex: 1,
+              encode: { x: 'step', y: kind },
+              showSymbol: false,
+              symbol: 'none',
+              sampling: 'max' as const,
+              lineStyle: { width: 1, color: outsideColour(kind) },
+              emphasis: { disabled: true },
+              connectNulls: false,
+            },
+      ),
     ],
   };
   chart.setOption(option, true);

@@ -1,6 +1,8 @@
 /**
  * Overview of one worker of a run: a stacked bar per profiled step, the mean phases and their
  * shares, the findings, the slowest step and why, the top ops of the dominant phase, every step.
+ * Time in a step's window kept out of the step (an evaluation pass, a paused block) is never in its
+ * bar: the tooltip, the step's notes and columns of their own say how much there was.
  */
 
 import { drawStackedBars } from '../charts/stacked_bars';
@@ -12,6 +14,7 @@ import { opName, opsTable } from '../components/ops_table';
 import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { ms, pct, signedMs } from '../format';
+import { outsideLabel, outsideOf } from '../outside';
 import type { ChangedOp, Device, Finding, PhaseMean, StepRow, StepsAnswer } from '../types';
 import { deviceLabel, fetchInto, findRun, noSteps, onDevice, type View, type ViewContext } from './view';
 
@@ -58,6 +61,8 @@ function headline(data: StepsAnswer): HTMLElement {
     figure('Profiled steps', profiled),
     figure('Costliest phase', s.dominant_phase ? phaseName(s.dominant_phase) : '–', measureHint(s.measure)),
     figure('Device', data.gpu ? 'CPU + GPU' : 'CPU only'),
+    s.eval_ms ? figure('Evaluation', `${ms(s.eval_ms)} ms`, 'Evaluation passes inside the profiled window, in all: outside the steps, in none of their figures') : null,
+    s.paused_ms ? figure('Paused', `${ms(s.paused_ms)} ms`, 'prof.paused() blocks inside the profiled window, in all: outside the steps, in none of their figures') : null,
   );
 }
 
@@ -78,6 +83,9 @@ function flags(data: StepsAnswer, row: StepRow): HTMLElement[] {
   if (row.empty) out.push(badge('empty', 'muted', 'The loop ended inside the profiled window: left out of averages'));
   if (row.inferred_phases.length) {
     out.push(badge(`inferred: ${row.inferred_phases.join(', ')}`, 'muted', 'Phase boundaries inferred from the ops'));
+  }
+  if (s.compiling_steps?.includes(row.step)) {
+    out.push(badge('compiled', 'muted', 'torch.compile compiled in this step (its compile phase): left out of the means and findings'));
   }
   return out;
 }
@@ -127,6 +135,9 @@ function stepTooltip(data: StepsAnswer, row: StepRow, device: Device): HTMLEleme
     .reverse()
     .map((phase) => ({ phase, label: phase, value: `${ms(onDevice(row.phases[phase], device))} ms` }));
   lines.push({ label: device === 'gpu' ? 'GPU total' : 'step (wall)', value: `${ms(device === 'gpu' ? row.gpu_ms : row.wall_ms)} ms`, strong: true });
+  for (const { kind, ms: host, gpuMs } of outsideOf(row)) {
+    lines.push({ outside: kind, label: outsideLabel(kind), value: `${ms(device === 'gpu' ? gpuMs : host)} ms` });
+  }
   const notes = flags(data, row).map((b) => b.textContent).join(' · ');
   return tooltipBody(`Step ${row.step}`, lines, notes || 'click to open');
 }
@@ -246,6 +257,20 @@ function topOpsCard(data: StepsAnswer): HTMLElement {
 }
 
 function stepTableCard(ctx: ViewContext, data: StepsAnswer, device: Device): HTMLElement {
+  // time kept out of the steps: a column of its own, after the phases, only where some step held any
+  const gpu = device === 'gpu';
+  const apart = (['eval', 'paused'] as const)
+    .filter((kind) => data.steps.some((r) => outsideOf(r).some((o) => o.kind === kind)))
+    .map((kind): Column<StepRow> => {
+      const value = (r: StepRow) => (kind === 'eval' ? (gpu ? r.eval_gpu_ms : r.eval_ms) : gpu ? r.paused_gpu_ms : r.paused_ms);
+      return {
+        label: `${kind === 'eval' ? 'Evaluation' : 'Paused'} ms (outside)`,
+        value,
+        cell: (r) => (value(r) ? ms(value(r)) : ''),
+        numeric: true,
+        title: `${outsideLabel(kind)}: inside the step's window, kept out of the step (not in its wall time or phases)`,
+      };
+    });
   return card(
     `Every profiled step (${deviceLabel(device)} ms)`,
     table({
@@ -264,6 +289,7 @@ function stepTableCard(ctx: ViewContext, data: StepsAnswer, device: Device): HTM
           cell: (r: StepRow) => ms(onDevice(r.phases[phase], device)),
           numeric: true,
         })),
+        ...apart,
         { label: 'Notes', value: () => null, cell: (r) => el('span', { class: 'notes' }, ...flags(data, r)) },
       ],
     }),

@@ -1,6 +1,8 @@
 /**
  * One step in full: its phases, a swimlane timeline, its trace (every op and kernel), memory over
- * the step and per phase, its kernels, and the ops of each phase.
+ * the step and per phase, its kernels, and the ops of each phase. Time in the step's window kept out
+ * of the step (an evaluation pass, a paused block) is said apart and shown where it lies, in its
+ * own colour, never as a phase.
  */
 
 import { mountChart } from '../charts/echarts';
@@ -14,6 +16,7 @@ import { opName, opsTable } from '../components/ops_table';
 import { saveFile, table } from '../components/table';
 import { el, replace } from '../dom';
 import { bytes, ms, pct, thousands } from '../format';
+import { asOutside, outsideLabel, outsideName, outsideOf } from '../outside';
 import type { KernelRow, StepDetail, StepTrace, StepsAnswer } from '../types';
 import { fetchInto, findRun, noSteps, type View, type ViewContext } from './view';
 
@@ -52,6 +55,7 @@ export const step: View = {
     replace(
       body,
       headline(detail),
+      outsideNote(detail),
       phasesCard(detail),
       lanesCard(ctx, detail),
       traceCard(ctx, detail),
@@ -96,7 +100,27 @@ function headline(d: StepDetail): HTMLElement {
     figure('Worker', d.worker),
     figure('Span', el('span', { class: 'file', title: d.span }, d.span)),
     d.gpu_names.length ? figure('GPU model', d.gpu_names[0]) : null,
+    ...outsideOf(d).map(({ kind, ms: host }) =>
+      figure(kind === 'eval' ? 'Evaluation (outside)' : 'Paused (outside)', `${ms(host)} ms`, `${outsideLabel(kind)}: not in the step's wall time`)),
   );
+}
+
+/** What the step's window held that is not the step's, in a sentence. */
+function outsideNote(d: StepDetail): HTMLElement | null {
+  const held = outsideOf(d);
+  if (!held.length) return null;
+  const parts = held.map(({ kind, ms: host, gpuMs }) =>
+    `${kind === 'eval' ? 'an evaluation pass' : 'a prof.paused() block'} (${ms(host)} ms${gpuMs ? `, launching ${ms(gpuMs)} ms of GPU work` : ''})`);
+  return notice(
+    el('strong', null, `The window of step ${d.step} also held ${parts.join(' and ')}. `),
+    'It is kept out of the step, as the training loop’s own timings keep it: not in its wall time, phases, ops, kernels or memory by phase. ',
+    'The timeline and the trace below show where it ran.',
+  );
+}
+
+/** The step's window in ms: the step's own time and what was kept out of it. */
+function windowMs(d: StepDetail): number {
+  return d.wall_ms + d.eval_ms + d.paused_ms;
 }
 
 function phasesCard(d: StepDetail): HTMLElement {
@@ -135,11 +159,11 @@ function lanesCard(ctx: ViewContext, d: StepDetail): HTMLElement {
   const box = chartBox(d.lanes.labels.length * LANE_HEIGHT + 72);
   const out = card(
     'Timeline of the step',
-    legend(Object.keys(d.phases)),
+    outsideLegend(d),
     box,
     el('p', { class: 'hint' }, 'Host threads with their phases, then GPU streams coloured by the phase that launched the work. Scroll to zoom.'),
   );
-  drawSwimlanes(mountChart(box, ctx.scope), { labels: d.lanes.labels, bands: d.lanes.bands, wallMs: d.wall_ms });
+  drawSwimlanes(mountChart(box, ctx.scope), { labels: d.lanes.labels, bands: d.lanes.bands, outside: d.outside, wallMs: windowMs(d) });
   return out;
 }
 
@@ -148,7 +172,7 @@ function traceCard(ctx: ViewContext, d: StepDetail): HTMLElement {
   const actions = el('div', { class: 'actions' });
   const out = card(
     'Trace of the step',
-    legend(Object.keys(d.phases)),
+    outsideLegend(d),
     actions,
     box,
     el('p', { class: 'hint' }, 'Threads with their ops nested by depth, then GPU streams with the work the step launched, coloured by the phase that launched it. Scroll to zoom, drag to pan, double-click to see the whole step; the red line is the step’s end.'),
@@ -176,6 +200,14 @@ function traceCard(ctx: ViewContext, d: StepDetail): HTMLElement {
     drawTrace(box, layout, ctx.scope);
     performance.measure(TRACE_DRAW, TRACE_DATA);
   })();
+  return out;
+}
+
+/** The phases' legend, and the time kept out of the step where its window held some. */
+function outsideLegend(d: StepDetail): HTMLElement {
+  const out = legend(Object.keys(d.phases));
+  const kinds = [...new Set(d.outside.map(([, , kind]) => asOutside(kind)))];
+  out.append(...kinds.flatMap((kind) => (kind ? [outsideName(kind)] : [])));
   return out;
 }
 

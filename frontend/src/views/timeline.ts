@@ -1,10 +1,11 @@
 /**
  * Every step of a run from the per-step scalars (not only the profiled ones): phases stacked,
  * zoomable, a brushed range summarised; the profiled windows are shaded and open in the overview.
+ * Evaluation passes and the profiler's own time, outside every step, are drawn apart beneath.
  */
 
 import { mountChart, type Chart } from '../charts/echarts';
-import { drawTimeline, showRange, zoomTo, type StepRange } from '../charts/timeline_chart';
+import { drawTimeline, showRange, timelineHeight, zoomTo, type StepRange } from '../charts/timeline_chart';
 import { tooltipBody, type TooltipRow } from '../charts/tooltip';
 import { ApiError } from '../api';
 import { button, card, chartBox, figure, figures, legend, phaseName } from '../components/layout';
@@ -12,6 +13,7 @@ import { notice } from '../components/status';
 import { table } from '../components/table';
 import { el, replace } from '../dom';
 import { ms, pct, thousands } from '../format';
+import { outsideLabel, outsideName } from '../outside';
 import type { Device, Series, TimelineAnswer } from '../types';
 import { deviceLabel, findRun, fetchInto, type View, type ViewContext } from './view';
 
@@ -58,13 +60,37 @@ function hasValues(series: Record<string, Series>): boolean {
   return Object.values(series).some((values) => values.some((v) => v !== null));
 }
 
+/** The time outside the steps this run recorded any of, to draw apart. */
+function outsideSeries(data: TimelineAnswer) {
+  const all = [
+    { kind: 'eval' as const, values: data.eval },
+    { kind: 'profiler' as const, values: data.profiler },
+  ];
+  return all.filter(({ values }) => values.some((v) => v !== null && v > 0));
+}
+
+function sum(values: Series, start = 0, end = values.length): { total: number; count: number } {
+  let total = 0;
+  let count = 0;
+  for (let i = start; i < end; i++) {
+    const v = values[i];
+    if (v !== null && v > 0) {
+      total += v;
+      count += 1;
+    }
+  }
+  return { total, count };
+}
+
 function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
   performance.mark(DATA_MARK);
   const values = device === 'gpu' ? data.gpu : data.cpu;
   const phases = data.phases.filter((p) => values[p]);
-  const box = chartBox(320);
+  const outside = outsideSeries(data);
+  const box = chartBox(timelineHeight(outside.length > 0));
   const selection = el('div');
   const n = data.steps.length;
+  const evaluation = sum(data.eval);
   replace(
     ctx.root,
     figures(
@@ -73,6 +99,10 @@ function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
       figure('To step', n ? String(data.steps[n - 1]) : '–'),
       figure('Mean step', `${ms(mean(totals(data, phases, values, 0, n)))} ms`, `Mean ${deviceLabel(device)} time per step`),
       figure('Profiled windows', String(data.profiled.length)),
+      evaluation.count
+        ? figure('Evaluation', `${ms(evaluation.total)} ms`,
+          `${thousands(evaluation.count)} evaluation pass(es), outside the steps: in no step’s time (phaseprof/eval_ms)`)
+        : null,
     ),
     data.downsampled
       ? notice(
@@ -85,8 +115,13 @@ function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
     card(
       `Every step (${deviceLabel(device)} time)`,
       legend(phases),
+      outside.length
+        ? el('div', { class: 'legend' }, el('span', { class: 'legend-apart' }, 'Beneath, apart from the steps:'),
+          ...outside.map(({ kind }) => outsideName(kind)))
+        : null,
       box,
-      el('p', { class: 'hint' }, 'Scroll to zoom, drag to select a range of steps, click a profiled step (shaded) to open it.'),
+      el('p', { class: 'hint' }, 'Scroll to zoom, drag to select a range of steps, click a profiled step (shaded) to open it.',
+        outside.length ? ' Evaluation passes (at the step they preceded) and the profiler’s own time are in no step: they are drawn beneath, never stacked with the phases.' : ''),
     ),
     selection,
     windowsCard(ctx, data),
@@ -107,6 +142,7 @@ function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
     phases,
     values,
     valueName: `ms (${deviceLabel(device)})`,
+    outside,
     profiled: data.profiled,
     tooltip: (i) => stepTooltip(data, phases, values, i),
     onSelect: select,
@@ -128,6 +164,8 @@ function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
 function stepTooltip(data: TimelineAnswer, phases: string[], values: Record<string, Series>, i: number): HTMLElement {
   const rows: TooltipRow[] = [...phases].reverse().map((phase) => ({ phase, label: phase, value: `${ms(values[phase][i])} ms` }));
   rows.push({ label: 'step (wall)', value: `${ms(data.wall[i])} ms`, strong: true });
+  if (data.eval[i] !== null) rows.push({ outside: 'eval', label: outsideLabel('eval'), value: `${ms(data.eval[i])} ms` });
+  if (data.profiler[i]) rows.push({ outside: 'profiler', label: outsideLabel('profiler'), value: `${ms(data.profiler[i])} ms` });
   const step = data.steps[i];
   return tooltipBody(`Step ${step}`, rows, isProfiled(data, step) ? 'profiled: click to open this step' : undefined);
 }
@@ -181,9 +219,17 @@ function selectionCard(
     const m = mean(values[phase].slice(start, end));
     return { phase, mean: m, share: m !== null && stepMean ? m / stepMean : null };
   });
+  const evaluation = sum(data.eval, start, end);
+  const profiler = sum(data.profiler, start, end);
   return card(
     `Selected: steps ${range[0]}–${range[1]}`,
     el('p', null, `${thousands(end - start)} steps recorded, mean step ${ms(stepMean)} ms (${deviceLabel(device)}).`),
+    evaluation.count || profiler.count
+      ? el('p', { class: 'outside-note' }, 'Outside the steps, not in the figures above: ',
+        evaluation.count ? `${thousands(evaluation.count)} evaluation pass(es), ${ms(evaluation.total)} ms` : '',
+        evaluation.count && profiler.count ? '; ' : '',
+        profiler.count ? `the profiler’s own time, ${ms(profiler.total)} ms` : '', '.')
+      : null,
     table({
       label: 'Selected steps by phase',
       rows,
