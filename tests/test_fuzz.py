@@ -45,9 +45,9 @@ NAMES = [
     "ProfilerStep#" + "9" * 40, "ProfilerStep#\u0663", "## forward ##", "## backward ##", "## optimizer ##",
     "Optimizer.step#SGD.step", "Optimizer.zero_grad#SGD.zero_grad",
     "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "phaseprof::forward", "phaseprof::backward",
-    "phaseprof::eval", "phaseprof::paused", "phaseprof::compile", "phaseprof::", "phaseprof::\u202etxt", "[pl][profile]run_training_batch", "[memory]", "cudaLaunchKernel",
-    "hipLaunchKernel", "cudaMemcpyAsync", "", " ", "thread_name", "process_name", "stream \u00b2", "\x00",
-    "\ud83d\ude00",
+    "phaseprof::eval", "phaseprof::paused", "phaseprof::compile", "phaseprof::", "phaseprof::\u202etxt",
+    "[pl][profile]run_training_batch", "[memory]", "cudaLaunchKernel", "hipLaunchKernel", "cudaMemcpyAsync", "",
+    " ", "thread_name", "process_name", "stream \u00b2", "\x00", "\ud83d\ude00",
 ]
 CATEGORIES = ["cpu_op", "user_annotation", "cuda_runtime", "kernel", "gpu_memcpy", "gpu_memset",
               "cpu_instant_event", "Operator", "Runtime", "Kernel", "Memcpy", "", "python_function",

@@ -345,8 +345,8 @@ def pixels_of(tab, selector: str, colours: dict[str, tuple[int, int, int]]) -> d
         for (const [name, [r, g, b]] of Object.entries(colours)) {
             const rows = new Set();
             for (let i = 0; i < data.length; i += 4) {
-                if (Math.abs(data[i] - r) + Math.abs(data[i + 1] - g) + Math.abs(data[i + 2] - b) < 12 && data[i + 3] > 200)
-                    rows.add(Math.floor(i / 4 / canvas.width / ratio));
+                const near = Math.abs(data[i] - r) + Math.abs(data[i + 1] - g) + Math.abs(data[i + 2] - b) < 12;
+                if (near && data[i + 3] > 200) rows.add(Math.floor(i / 4 / canvas.width / ratio));
             }
             out[name] = [...rows].sort((a, b) => a - b);
         }
