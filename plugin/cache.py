@@ -98,7 +98,8 @@ def consistent(a: SpanAnalysis) -> bool:
                                            a.exposed_comm_us)]
     per_device = (steps, phases, max(devices, 1))  # one column of "no event" when the trace has no device
     grids += [(a.step_gpu_us, (steps,)), (a.step_gpu_idle_us, (steps,)),
-              (a.memory_peak, per_device), (a.memory_delta, per_device)]
+              (a.memory_peak, per_device), (a.memory_delta, per_device),
+              (a.outside_gpu_us, (steps, len(contract.OUT_OF_STEP)))]
     if any(x.dtype.kind not in "iuf" or x.shape != shape for x, shape in grids):
         return False
     names, shapes, lanes = len(a.names), len(a.shapes), len(a.lanes.labels)
@@ -107,6 +108,7 @@ def consistent(a: SpanAnalysis) -> bool:
         (a.kernels, [("phase", phases), ("name", names), ("op", names)]),
         (a.memory_curve, [("device", devices)]),
         (a.lanes, [("lane", lanes), ("phase", phases)]),
+        (a.outside, [("kind", len(contract.OUT_OF_STEP))]),
     ]
     for table, codes in tables:
         columns = [getattr(table, k) for k in table.__struct_fields__ if k != "labels"]
