@@ -159,8 +159,8 @@ def test_kernels_of_a_step_match_the_api(tab):
         return name.replace(" ", "")
 
     for row, k in zip(rows[:5], kernels):
-        assert [joined(row[0]), *row[1:6]] == [joined(k["name"]), str(k["calls"]), f"{k['total_us']:.1f}", f"{k['mean_us']:.1f}",
-                           f"{k['max_us']:.1f}", pct(k["share"])]
+        assert [joined(row[0]), *row[1:6]] == [joined(k["name"]), str(k["calls"]), f"{k['total_us']:.1f}",
+                                               f"{k['mean_us']:.1f}", f"{k['max_us']:.1f}", pct(k["share"])]
         assert row[6].startswith(k["op"]) and row[7] == k["phase"]
     assert tab.card("Trace of the step").count() and "Kernels of step" in tab.text()
     # the CPU run has no kernels card
