@@ -91,6 +91,28 @@ def test_gradient_accumulation_keeps_one_step_per_optimizer_step(tmp_path):
     assert span.cpu_us[:, j] == pytest.approx([2 * 1_600] * 3)  # two backward segments in each
 
 
+def test_a_wrapped_optimizer_marks_one_step_per_iteration(tmp_path):
+    """A wrapping optimizer (Accelerate's, Lightning's) runs the inner optimizer's step inside its own,
+    and both write an ``Optimizer.step#`` mark: the inner one is part of the outer, not an iteration."""
+    events = []
+    for k in range(3):
+        t = 10_000 * k
+        events += [annotation("Optimizer.zero_grad#AcceleratedOptimizer.zero_grad", t, 100),
+                   op("aten::linear", t + 200, 3_000),
+                   annotation("Optimizer.step#AcceleratedOptimizer.step", t + 8_000, 1_000),
+                   annotation("Optimizer.step#AdamW.step", t + 8_000, 900)]  # starts with the outer one
+    events.append(annotation("Optimizer.zero_grad#AcceleratedOptimizer.zero_grad", 30_000, 100))
+    span = analyse(tmp_path, events)
+    assert [(s.start, s.end) for s in span.steps] == [(0, 10_000), (10_000, 20_000), (20_000, 30_000)]
+    assert span.cpu_us[:, span.phases.index("optimizer")] == pytest.approx([1_100] * 3)
+
+
+def test_nested_marks_never_make_a_step_end_before_it_starts(tmp_path):
+    span = analyse(tmp_path, [annotation("Optimizer.step#SGD.step", 0, 12), annotation("Optimizer.step#SGD.step", 1, 0)])
+    assert all(s.end >= s.start for s in span.steps)
+    assert span.cpu_us.sum(axis=1) == pytest.approx([s.end - s.start for s in span.steps])
+
+
 def test_a_loop_marked_only_by_its_backward_seeds(tmp_path):
     events = []
     for k in range(3):  # forward and backward only: no DataLoader, no optimizer

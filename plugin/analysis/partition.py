@@ -316,7 +316,7 @@ class _Loop:
         self.autograd_start = nest.ts[autograd][order]
         self.autograd_end = np.maximum.accumulate(nest.end[autograd][order]) if order.size else np.zeros(0)
         marks += [(s, e, LOOP_SEED) for s, e in self._seeds(names, top, name_autograd)]
-        marks.sort()
+        marks = _outermost(sorted(marks, key=lambda m: (m[0], -m[1])))
         counts = Counter(k for _, _, k in marks)
         self.marks = [m for m in marks if counts[m[2]] >= 2]
         self.has_steps = counts[LOOP_STEP] >= 2
@@ -395,6 +395,19 @@ class _Loop:
         if inside <= 1:
             windows.pop()
         return windows
+
+
+def _outermost(marks: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """The marks not inside another (sorted by start, the longer first): a wrapped optimizer's step runs the inner
+    optimizer's step inside its own, and both are marked; the iteration has one."""
+    out: list[tuple[float, float, str]] = []
+    reach = -np.inf
+    for m in marks:
+        if out and m[1] <= reach:
+            continue
+        out.append(m)
+        reach = max(reach, m[1])
+    return out
 
 
 class _Events:
