@@ -1,11 +1,11 @@
 """The Lightning callback on a real Lightning Trainer (tiny model, random data, CPU): every step's
-forward, backward, optimizer and data against independent ``perf_counter`` timers inside the model,
-the module's backward, the optimizer and the data loader's collate; extra work in training_step,
-gradient accumulation and a validation loop every few steps."""
+forward, backward, optimizer and data against independent ``perf_counter`` timers just inside
+phaseprof's hooks on the model and wrappers of the optimizer, around the module's
+``loss.backward()``, in the data loader and the copy to the device (`tests.timing`);
+extra work in training_step, gradient accumulation and a validation loop every few steps, in full
+and in bf16 mixed precision, and with fp16's GradScaler."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 import torch
@@ -13,38 +13,9 @@ import torch.nn.functional as F
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from phaseprof.contract import BACKWARD, DATA, EVAL_TAG, FORWARD, OPTIMIZER, OTHER, STEP_TAG, cpu_tag
-from tests.timing import Timers, agree, scalars
+from tests.timing import TimedGradScaler, Timers, busy, scalars, time_forward, time_optimizer
 
 L = pytest.importorskip("lightning.pytorch")  # an extra of the package; the test extra installs it
-
-
-class TimedSGD(torch.optim.SGD):
-    """SGD whose update and zero_grad time themselves (the closure Lightning passes runs untimed)."""
-
-    timers: Timers
-
-    def step(self, closure=None):
-        loss = closure() if closure is not None else None
-        self.timers.timed(OPTIMIZER, super().step)
-        return loss
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.timers.timed(OPTIMIZER, super().zero_grad, set_to_none)
-
-
-class Net(torch.nn.Module):
-    """A small MLP with its own forward timer."""
-
-    def __init__(self, timers: Timers) -> None:
-        super().__init__()
-        self.timers = timers
-        self.layers = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
-                                          torch.nn.ReLU(), torch.nn.Linear(256, 10))
-
-    def forward(self, x):
-        if not (self.training and torch.is_grad_enabled()):
-            return self.layers(x)
-        return self.timers.timed(FORWARD, self.layers, x)
 
 
 class Module(L.LightningModule):
@@ -53,35 +24,39 @@ class Module(L.LightningModule):
     def __init__(self, timers: Timers) -> None:
         super().__init__()
         self.timers = timers
-        self.net = Net(timers)
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                                       torch.nn.ReLU(), torch.nn.Linear(256, 10))
+        time_forward(self.net, timers, FORWARD)
+
+    inf_at: int | None = None  # the batch whose gradients get an inf
 
     def training_step(self, batch, batch_idx):
+        self.batch_idx = batch_idx
         x, y = batch
         loss = F.cross_entropy(self.net(x), y)
-        time.sleep(0.003)  # metric work: other, never forward or optimizer
+        busy(0.003)  # metric work: other, never forward or optimizer
         return loss
 
     def backward(self, loss, *args, **kwargs):
-        self.timers.timed(BACKWARD, loss.backward)
+        self.timers.timed(BACKWARD, loss.backward, inside=False)  # around the backward phaseprof wraps
 
-    def transfer_batch_to_device(self, batch, device, dataloader_idx):
-        if not self.trainer.training:
-            return super().transfer_batch_to_device(batch, device, dataloader_idx)
-        return self.timers.timed("h2d", super().transfer_batch_to_device, batch, device, dataloader_idx)
+    def on_after_backward(self):
+        if self.batch_idx == self.inf_at:
+            self.net[0].weight.grad[0, 0] = float("inf")
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
-        time.sleep(0.01)
+        busy(0.01)
         self.log("val_loss", F.cross_entropy(self.net(x), y))
 
     def configure_optimizers(self):
-        optimizer = TimedSGD(self.parameters(), lr=0.01)
-        optimizer.timers = self.timers
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.01)
+        time_optimizer(optimizer, self.timers, OPTIMIZER)
         return optimizer
 
 
 class Batches(torch.utils.data.Dataset):
-    """Random batches; fetching one (indexing a whole batch) takes 10 ms of decoding."""
+    """Random batches; fetching one (indexing a whole batch) takes 5 ms of decoding."""
 
     def __init__(self, batches: int, seed: int) -> None:
         g = torch.Generator().manual_seed(seed)
@@ -92,7 +67,7 @@ class Batches(torch.utils.data.Dataset):
         return len(self.x)
 
     def __getitem__(self, indices: list[int]):
-        time.sleep(0.01)
+        busy(0.005)
         return self.x[indices], self.y[indices]
 
 
@@ -104,15 +79,15 @@ class TimedLoader(DataLoader):
     def __iter__(self):
         batches = None
         while True:
-            t0 = time.perf_counter()
+            started = self.timers.start() if self.timers is not None else None
             try:
                 if batches is None:  # the first fetch creates the iterator
                     batches = super().__iter__()
                 batch = next(batches)
             except StopIteration:
                 return
-            if self.timers is not None:
-                self.timers.log.append((DATA, (time.perf_counter() - t0) * 1e3))
+            if started is not None:
+                self.timers.stop(DATA, started)
             yield batch
 
 
@@ -124,32 +99,68 @@ def loader(timers: Timers | None, batches: int, seed: int) -> DataLoader:
     return timed
 
 
-@pytest.mark.slow
-def test_lightning_steps_match_independent_timers(tmp_path, capsys):
+def fit(tmp_path, timers: Timers, batches: int, val_batches: int = 0, inf_at: int | None = None,
+        **trainer_args) -> dict:
+    """Train one epoch of ``Module`` with the callback, watching phaseprof's clock; its scalars."""
     from phaseprof.lightning import PhaseProfilerCallback
 
     torch.manual_seed(0)
-    timers = Timers()
     callback = PhaseProfilerCallback(logdir=str(tmp_path), run="lightning", wait=1, warmup=1, active=3)
-    trainer = L.Trainer(max_epochs=1, accumulate_grad_batches=2, val_check_interval=8, callbacks=[callback],
-                        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=1)
-    trainer.fit(Module(timers), loader(timers, 24, seed=0), loader(None, 3, seed=1))
+    trainer = L.Trainer(max_epochs=1, callbacks=[callback], accelerator="cpu", devices=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=val_batches, num_sanity_val_steps=min(1, val_batches), **trainer_args)
+    batch_to_device = trainer.strategy.batch_to_device  # the copy to the device, with the module's hooks
 
-    values = scalars(tmp_path / "lightning")
+    def timed_batch_to_device(*args, **kwargs):
+        if not trainer.training:
+            return batch_to_device(*args, **kwargs)
+        return timers.timed("h2d", batch_to_device, *args, **kwargs)
+
+    trainer.strategy.batch_to_device = timed_batch_to_device
+    with timers.watching():
+        module = Module(timers)
+        module.inf_at = inf_at
+        trainer.fit(module, loader(timers, batches, seed=0),
+                    loader(None, val_batches, seed=1) if val_batches else None)
+    return scalars(tmp_path / "lightning")
+
+
+def agree_every_phase(timers: Timers, values: dict, steps: list[int], micro_batches: int,
+                      optimizer_calls: int = 3) -> None:
+    """Forward, backward, optimizer (zero_grad in the closure, the step around the closure; or the
+    scaler's calls) and data (the fetch of each micro-batch and its copy to the device) of every
+    step against the timers."""
+    data = [fetch + copy for fetch, copy in zip(timers.per_step(DATA, micro_batches),
+                                                timers.per_step("h2d", micro_batches))]
+    for phase, reference in ((FORWARD, timers.per_step(FORWARD, micro_batches)),
+                             (BACKWARD, timers.per_step(BACKWARD, micro_batches)),
+                             (OPTIMIZER, timers.per_step(OPTIMIZER, optimizer_calls)), (DATA, data)):
+        timers.agree(phase, [values[cpu_tag(phase)][step] for step in steps], reference)
+
+
+@pytest.mark.slow
+def test_lightning_steps_match_independent_timers(tmp_path, capsys):
+    timers = Timers()
+    values = fit(tmp_path, timers, 24, val_batches=3, accumulate_grad_batches=2, val_check_interval=8)
+
     steps = sorted(values[STEP_TAG])
     assert steps == list(range(12))  # 24 batches, 2 per optimizer step; validation adds none
-    # Data: the fetch of both micro-batches, and their copy to the device (transfer_batch_to_device).
-    data = [fetch + copy for fetch, copy in zip(timers.per_step(DATA, 2), timers.per_step("h2d", 2))]
-    for phase, reference in ((FORWARD, timers.per_step(FORWARD, 2)), (BACKWARD, timers.per_step(BACKWARD, 2)),
-                             (OPTIMIZER, timers.per_step(OPTIMIZER, 2)),  # zero_grad in the closure, the update
-                             (DATA, data)):
-        agree(phase, [values[cpu_tag(phase)][step] for step in steps], reference)
+    agree_every_phase(timers, values, steps, micro_batches=2)
     # The 3 ms of extra work per micro-batch in training_step is other, not optimizer.
     assert all(values[cpu_tag(OTHER)][step] >= 6 for step in steps)
     # Validation every 8 batches (after steps 3 and 7) and at the end of the epoch, never in a step.
     assert len(values[EVAL_TAG]) == 3 and all(ms >= 30 for ms in values[EVAL_TAG].values())
     assert "evaluation, outside the steps: 3 pass(es)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_lightning_bf16_mixed_precision(tmp_path):
+    """``precision="bf16-mixed"``: the forward runs under autocast, the phases are the same."""
+    timers = Timers()
+    values = fit(tmp_path, timers, 6, precision="bf16-mixed")
+    steps = sorted(values[STEP_TAG])
+    assert steps == list(range(6))
+    agree_every_phase(timers, values, steps, micro_batches=1)
 
 
 @pytest.mark.slow
@@ -187,3 +198,19 @@ def test_traces_of_lightnings_own_pytorch_profiler_read_with_the_optimizer_phase
         other_ops = {op["name"] for op in detail["ops"].get(OTHER, [])}
         assert "aten::addcdiv_" in optimizer_ops and "aten::addcdiv_" not in other_ops, (row["step"], other_ops)
         assert row["phases"][OPTIMIZER]["cpu_ms"] > 0
+
+
+@pytest.mark.slow
+def test_lightning_fp16_with_its_grad_scaler(tmp_path):
+    """Lightning's fp16 AMP path with its GradScaler (on CPU through an explicit plugin): the
+    scaler's unscale_, step and update are the optimizer phase, and the step the scaler skips for an
+    inf gradient is a step of its own."""
+    from lightning.pytorch.plugins import MixedPrecision
+
+    timers = Timers()
+    scaler = TimedGradScaler(timers, OPTIMIZER, "cpu")
+    values = fit(tmp_path, timers, 6, inf_at=2, plugins=[MixedPrecision("16-mixed", "cpu", scaler=scaler)])
+    assert scaler.get_scale() == 2.0**15  # halved once: batch 2's step was skipped
+    steps = sorted(values[STEP_TAG])
+    assert steps == list(range(6))
+    agree_every_phase(timers, values, steps, micro_batches=1, optimizer_calls=4)  # zero_grad, unscale_, step, update

@@ -21,9 +21,20 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from phaseprof import PhaseProfiler, analyze
-from phaseprof.contract import COMPILE, EVAL_TAG, FORWARD, OTHER, PROFILER_TAG, STEP_TAG, TRACE_FILE_RE, cpu_tag
+from phaseprof.contract import (
+    BACKWARD,
+    COMPILE,
+    EVAL_TAG,
+    FORWARD,
+    OPTIMIZER,
+    OTHER,
+    PROFILER_TAG,
+    STEP_TAG,
+    TRACE_FILE_RE,
+    cpu_tag,
+)
 from phaseprof.training_hooks.models import MnistNet
-from tests.timing import scalars, within
+from tests.timing import TimedGradScaler, Timers, scalars, time_forward, time_optimizer, within
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -174,6 +185,47 @@ def test_a_closure_passed_to_the_optimizer_keeps_its_own_phases(tmp_path):
         assert within(values[cpu_tag(FORWARD)][step], reference), (step, values[cpu_tag(FORWARD)], calls)
         assert values[cpu_tag("backward")][step] > 0
         assert values[cpu_tag("optimizer")][step] < values[cpu_tag(FORWARD)][step] + values[cpu_tag("backward")][step]
+
+
+# -- mixed precision ------------------------------------------------------------------------------
+
+
+def test_a_grad_scaler_loop_has_its_scaler_in_the_optimizer_phase_and_a_skipped_step_is_a_step(tmp_path):
+    """AMP with ``torch.amp.GradScaler("cpu")``: the scaler's ``step`` and ``update`` are the
+    optimizer phase of the step they end; the step whose gradients hold an inf, which the scaler
+    skips (the optimizer's ``step`` is never called), is a step of its own."""
+    torch.manual_seed(0)
+    timers = Timers()
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    time_forward(model, timers, FORWARD)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    time_optimizer(optimizer, timers, OPTIMIZER)
+    scaler = TimedGradScaler(timers, OPTIMIZER, "cpu")
+    with timers.watching(), PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=4) as prof:
+        prof.attach(model, optimizer)
+        for step in range(6):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = F.cross_entropy(model(torch.randn(32, 64)), torch.randint(0, 10, (32,)))
+            timers.timed(BACKWARD, scaler.scale(loss).backward, inside=False)
+            if step == 2:
+                model[0].weight.grad[0, 0] = float("inf")
+            scaler.step(optimizer)
+            scaler.update()
+    assert scaler.get_scale() == 2.0**15  # halved once: step 2 was skipped
+
+    values = scalars(tmp_path / "r")
+    steps = sorted(values[STEP_TAG])
+    assert steps == list(range(6))
+    for phase, reference in ((FORWARD, timers.per_step(FORWARD, 1)), (BACKWARD, timers.per_step(BACKWARD, 1)),
+                             (OPTIMIZER, timers.per_step(OPTIMIZER, 3))):
+        timers.agree(phase, [values[cpu_tag(phase)][step] for step in steps], reference)
+    # In the trace too: the inf check and the unscaling (step) and the new scale (update) are the
+    # optimizer's, in the step they end.
+    for step in (2, 3):
+        detail = analyze(str(tmp_path), step=step)["runs"][0]["workers"][0]["detail"]
+        ops = {op["name"] for op in detail["ops"].get(OPTIMIZER, [])}
+        assert {"aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_"} <= ops, ops
 
 
 # -- pickling and the loader ----------------------------------------------------------------------

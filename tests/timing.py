@@ -1,12 +1,39 @@
-"""Helpers of the tests that hold phaseprof's per-step figures against independent timers."""
+"""Helpers of the tests that hold phaseprof's per-step figures against independent timers.
+
+A test's timer reads ``perf_counter`` as close as it can to phaseprof's own clock reads: in forward
+hooks just inside phaseprof's (`time_forward`), just inside its wrappers of the optimizer's ``step``
+and ``zero_grad`` (`time_optimizer`), around the ``loss.backward()`` whose ``torch.autograd.backward``
+it wraps. What runs between the two
+reads is a little of the framework's code, microseconds, so phaseprof's figure for a phase of a step
+must equal the timer's sum over that step: within 5% or 0.5 ms, on **every** step.
+
+A step may differ by more only where the thread is shown to have been interrupted in that code:
+off the CPU (a preemption by another process, a wait for the GIL) or in Python's garbage collector.
+Every timer reads the thread's CPU time (``thread_time_ns``) beside ``perf_counter``, and so does
+phaseprof's clock while the test watches it (`Timers.watching`: its value is unchanged), which also
+records each collection on the loop's thread (``gc.callbacks``). The time the thread was interrupted
+between each timer read and phaseprof's adjacent read is then known, and only that time may widen
+the tolerance, only in the direction it stretches the gap (a timer inside phaseprof's phase reads
+less, one around it reads more). The tests' simulated work burns CPU (`busy`) rather than sleeping,
+so a step whose figure holds misattributed work has its gap on the CPU, outside the collector, and
+fails.
+"""
 
 from __future__ import annotations
 
-import statistics
+import bisect
+import contextlib
+import gc
+import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from tensorboard.backend.event_processing import event_accumulator
+
+from phaseprof.training_hooks import tracker
 
 
 def scalars(run_dir: Path) -> dict[str, dict[int, float]]:
@@ -18,34 +45,225 @@ def scalars(run_dir: Path) -> dict[str, dict[int, float]]:
 
 def within(measured: float, reference: float, rel: float = 0.05, abs_ms: float = 0.5) -> bool:
     """Within 5% or 0.5 ms of the reference."""
-    return abs(measured - reference) <= max(rel * reference, abs_ms)
+    return abs(measured - reference) <= tolerance(reference, rel, abs_ms)
 
 
-def agree(what: str, measured: list[float], reference: list[float]) -> None:
-    """Every step within 5% or 0.5 ms of its reference, but a fifth of them at most: on a shared,
-    loaded machine a preemption that falls between the two timers' clock reads (in the framework's
-    own code around a phase) stretches that step's gap past it. The median gap must hold all the
-    same, so a systematic error fails."""
-    assert len(measured) == len(reference), (what, measured, reference)
-    off = [i for i, (m, r) in enumerate(zip(measured, reference)) if not within(m, r)]
-    median_gap = statistics.median(abs(m - r) for m, r in zip(measured, reference))
-    assert len(off) <= max(1, len(measured) // 5) and median_gap <= max(0.5, 0.05 * statistics.median(reference)), (
-        what, [(round(m, 3), round(r, 3)) for m, r in zip(measured, reference)])
+def tolerance(reference: float, rel: float = 0.05, abs_ms: float = 0.5) -> float:
+    return max(rel * reference, abs_ms)
+
+
+def busy(seconds: float) -> None:
+    """Work that burns ``seconds`` of the thread's CPU time, as decoding or metrics do (a sleep would
+    leave the CPU, and time off the CPU is what excuses a step)."""
+    end = time.thread_time_ns() + int(seconds * 1e9)
+    while time.thread_time_ns() < end:
+        pass
+
+
+@dataclass
+class Span:
+    """One timed call: perf_counter and thread CPU ns at its start and end; ``inside``: the timer
+    runs inside phaseprof's phase (its reads enclose the timer's), else around it."""
+
+    what: str
+    t0: int
+    c0: int
+    t1: int
+    c1: int
+    inside: bool
+
+    @property
+    def ms(self) -> float:
+        return (self.t1 - self.t0) / 1e6
+
+
+def time_forward(module, timers: Timers, what: str) -> None:
+    """Time ``module``'s training calls (grad enabled, training mode) from its first forward pre-hook
+    to its first forward hook: just inside the hooks phaseprof adds when it attaches (so set these
+    before), around whatever wraps the module's ``forward`` (Accelerate's autocast)."""
+    started: list[tuple[int, int]] = []
+
+    def pre(module, args):
+        if module.training and torch.is_grad_enabled():
+            started.append(timers.start())
+
+    def post(module, args, output):
+        if started:
+            timers.stop(what, started.pop())
+
+    module.register_forward_pre_hook(pre)
+    module.register_forward_hook(post)
+
+
+def time_optimizer(optimizer, timers: Timers, what: str) -> None:
+    """Time ``optimizer``'s ``step`` and ``zero_grad`` from just inside the wrappers phaseprof puts
+    on the instance when it attaches (so set these before): all of ``step`` but the closure it may be
+    given, which runs outside the optimizer phase. A step with a closure is two spans, one without
+    it one."""
+    step, zero_grad = optimizer.step, optimizer.zero_grad
+
+    def timed_step(closure=None, **kwargs):
+        started = [timers.start()]
+
+        def timed_closure():
+            timers.stop(what, started[0])
+            try:
+                return closure()
+            finally:
+                started[0] = timers.start()
+
+        try:
+            return step(timed_closure if closure is not None else None, **kwargs)
+        finally:
+            timers.stop(what, started[0])
+
+    def timed_zero_grad(*args, **kwargs):
+        return timers.timed(what, zero_grad, *args, **kwargs)
+
+    optimizer.step, optimizer.zero_grad = timed_step, timed_zero_grad
+
+
+class TimedGradScaler(torch.amp.GradScaler):
+    """A GradScaler whose ``unscale_``, ``step`` and ``update`` time themselves as ``what``: inside
+    the wrappers phaseprof puts on them (its step ends after them)."""
+
+    def __init__(self, timers: Timers, what: str, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.timers, self.what = timers, what
+
+    def unscale_(self, optimizer):
+        return self.timers.timed(self.what, super().unscale_, optimizer)
+
+    def step(self, optimizer, *args, **kwargs):
+        return self.timers.timed(self.what, super().step, optimizer, *args, **kwargs)
+
+    def update(self, new_scale=None):
+        return self.timers.timed(self.what, super().update, new_scale)
 
 
 class Timers:
-    """Independent timers: ``(what, ms)`` in call order."""
+    """Independent timers (`Span` in call order), and phaseprof's clock reads while `watching`."""
 
     def __init__(self) -> None:
-        self.log: list[tuple[str, float]] = []
+        self.log: list[Span] = []
+        self._read_ns: list[int] = []  # phaseprof's clock reads on the loop's thread, in order
+        self._read_cpu: list[int] = []  # the thread's CPU time at each
+        self._gc_ns: list[int] = []  # each garbage collection on the loop's thread: its start...
+        self._gc_cpu: list[int] = []  # ...and the CPU time it took
 
-    def timed(self, what: str, fn, *args, **kwargs):
-        t0 = time.perf_counter()
-        out = fn(*args, **kwargs)
-        self.log.append((what, (time.perf_counter() - t0) * 1e3))
-        return out
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Read the thread's CPU time beside each of phaseprof's own clock reads (the tracker's
+        ``perf_counter_ns``, whose value it returns unchanged), and record the garbage collections
+        on this thread."""
+        clock, read_ns, read_cpu, cpu = tracker.perf_counter_ns, self._read_ns, self._read_cpu, time.thread_time_ns
+        thread, started = threading.get_ident(), [0, 0]
 
-    def per_step(self, what: str, calls: int) -> list[float]:
-        """The sum of each run of ``calls`` consecutive timings of ``what``: one per step."""
-        values = [ms for name, ms in self.log if name == what]
-        return [sum(values[i:i + calls]) for i in range(0, len(values), calls)]
+        def watched() -> int:
+            ns = clock()
+            read_ns.append(ns)
+            read_cpu.append(cpu())
+            return ns
+
+        def collecting(phase: str, info: dict) -> None:
+            if threading.get_ident() != thread:
+                return
+            if phase == "start":
+                started[:] = clock(), cpu()
+            else:
+                self._gc_ns.append(started[0])
+                self._gc_cpu.append(cpu() - started[1])
+
+        tracker.perf_counter_ns = watched
+        gc.callbacks.append(collecting)
+        try:
+            yield
+        finally:
+            tracker.perf_counter_ns = clock
+            gc.callbacks.remove(collecting)
+
+    def start(self) -> tuple[int, int]:
+        return time.perf_counter_ns(), time.thread_time_ns()
+
+    def stop(self, what: str, started: tuple[int, int], inside: bool = True) -> None:
+        t1 = time.perf_counter_ns()
+        self.log.append(Span(what, started[0], started[1], t1, time.thread_time_ns(), inside))
+
+    def timed(self, what: str, fn, *args, inside: bool = True, **kwargs):
+        started = self.start()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.stop(what, started, inside)
+
+    def spans(self, *what: str) -> list[Span]:
+        """The timings of ``what`` in call order, but for those inside another of them."""
+        spans = sorted((span for span in self.log if span.what in what), key=lambda span: span.t0)
+        outermost: list[Span] = []
+        for span in spans:
+            if not outermost or span.t1 > outermost[-1].t1:
+                outermost.append(span)
+        return outermost
+
+    def per_step(self, what: str | tuple[str, ...], calls: int) -> list[list[Span]]:
+        """Each run of ``calls`` consecutive timings of ``what`` (a name or several): one per step."""
+        spans = self.spans(*((what,) if isinstance(what, str) else what))
+        return [spans[i:i + calls] for i in range(0, len(spans), calls)]
+
+    def bands(self, span: Span) -> list[tuple[int, int, int, int]]:
+        """The code between the span's reads and phaseprof's adjacent reads, before and after:
+        ``(wall ns from, CPU ns from, wall ns to, CPU ns to)`` each; none where phaseprof read no
+        clock there."""
+        ns, cpu = self._read_ns, self._read_cpu
+        if span.inside:  # phaseprof's last read before the timer started, its first after it stopped
+            i, j = bisect.bisect_right(ns, span.t0) - 1, bisect.bisect_left(ns, span.t1)
+            if i < 0 or j >= len(ns):
+                return []
+            return [(ns[i], cpu[i], span.t0, span.c0), (span.t1, span.c1, ns[j], cpu[j])]
+        i, j = bisect.bisect_left(ns, span.t0), bisect.bisect_right(ns, span.t1) - 1  # phaseprof's reads within
+        if i > j:
+            return []
+        return [(span.t0, span.c0, ns[i], cpu[i]), (ns[j], cpu[j], span.t1, span.c1)]
+
+    def interrupted_ms(self, span: Span) -> float:
+        """Time the thread spent off the CPU or collecting garbage in the span's `bands`."""
+        return sum(max(0, (w1 - w0) - (c1 - c0) + self._collecting_ns(w0, w1))
+                   for w0, c0, w1, c1 in self.bands(span)) / 1e6
+
+    def _explain(self, spans: list[Span]) -> list[tuple]:
+        """Each span's ms and its bands' wall, CPU and garbage-collection µs: where a gap came from."""
+        return [(round(span.ms, 3), [((w1 - w0) // 1000, (c1 - c0) // 1000, self._collecting_ns(w0, w1) // 1000)
+                                     for w0, c0, w1, c1 in self.bands(span)]) for span in spans]
+
+    def _collecting_ns(self, w0: int, w1: int) -> int:
+        """CPU time of the collections that started between two reads (a collection runs between
+        two Python calls, so it never straddles a read)."""
+        return sum(self._gc_cpu[bisect.bisect_left(self._gc_ns, w0):bisect.bisect_left(self._gc_ns, w1)])
+
+    def agree(self, what: str, measured: list[float], reference: list[list[Span]]) -> int:
+        """Every step's ``measured`` ms within 5% or 0.5 ms of its reference spans' sum, or off by no
+        more than the time the thread was shown interrupted between phaseprof's clock and the
+        timers'. Returns how many steps needed that excuse (each is printed)."""
+        assert self._read_ns, "watch phaseprof's clock (Timers.watching) while the loop runs"
+        assert len(measured) == len(reference), (what, measured, [[s.ms for s in spans] for spans in reference])
+        failed, excused, pairs = [], [], []
+        for step, (m, spans) in enumerate(zip(measured, reference)):
+            ref = sum(span.ms for span in spans)
+            pairs.append((m, ref))
+            gap, tol = m - ref, tolerance(ref)
+            if abs(gap) <= tol:
+                continue
+            # An interruption in the code between the clocks stretches phaseprof's figure beyond an
+            # inner timer's, or an outer timer's beyond phaseprof's.
+            allowed = sum(self.interrupted_ms(span) for span in spans if span.inside == (gap > 0))
+            row = (step, round(m, 3), round(ref, 3), round(allowed, 3))
+            if abs(gap) <= tol + allowed:
+                excused.append(row)
+            else:
+                failed.append((*row, self._explain(spans)))
+        assert not failed, (f"{what}: steps off beyond their tolerance (step, phaseprof ms, timers ms, ms shown "
+                            f"interrupted between the clocks, [(span ms, [(wall, CPU, collector µs) before and "
+                            f"after it])]): {failed}; all steps: {[(round(m, 3), round(ref, 3)) for m, ref in pairs]}")
+        if excused:
+            print(f"{what}: {len(excused)} step(s) excused by an interruption between the clocks: {excused}")
+        return len(excused)

@@ -20,7 +20,14 @@ on `Attachment` and undone on `remove`.
   Lightning's training_step and backward) runs outside the optimizer phase: its forward, backward
   and ``zero_grad`` are theirs, the rest of it ``other``. The optimizer's step post-hooks would be
   too early: they run inside torch's own ``Optimizer.step#<Cls>.step`` range, and ending
-  ``ProfilerStep#N`` there leaves that range straddling two steps in the trace.
+  ``ProfilerStep#N`` there leaves that range straddling two steps in the trace. Accelerate's
+  ``AcceleratedOptimizer.step`` does nothing while gradients accumulate (``accelerator.accumulate``):
+  such a call ends no step.
+* GradScaler (``torch.amp.GradScaler`` and its subclasses, patched on the class while attached):
+  ``unscale_``, ``step`` and ``update`` of the attached optimizer are the optimizer phase, and the
+  step ends when ``scaler.update()`` returns, not inside ``scaler.step()``: the update is the step's,
+  and a step the scaler skips for inf/NaN gradients (it never calls ``optimizer.step()``) is still a
+  step of its own.
 
 * evaluation: in a training loop (an optimizer attached), a forward run with grad disabled or the
   model in eval mode is an evaluation pass: from there until the next training work (a forward in
@@ -42,6 +49,7 @@ call straight through.
 from __future__ import annotations
 
 import functools
+import threading
 import types
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +62,7 @@ from phaseprof.contract import BACKWARD, COMPILE, FORWARD, OPTIMIZER, OTHER
 from .tracker import PhaseTracker
 
 _grad_enabled = torch.is_grad_enabled
+_GradScaler = getattr(getattr(torch, "amp", None), "GradScaler", None)  # torch >= 2.3; older ones: not timed
 _disable = getattr(torch.compiler, "disable", lambda f: f)  # torch < 2.1 has no torch.compiler
 
 
@@ -74,9 +83,17 @@ class Attachment:
             self._undo += [module.register_forward_pre_hook(self._forward_pre, prepend=True).remove,
                            module.register_forward_hook(self._forward_post, always_call=True).remove]
         self._patch(torch.autograd, "backward", self._timed(torch.autograd.backward, BACKWARD))
+        self._optimizer = optimizer
+        self._on_optimizer_step = on_optimizer_step
+        self._in_scaler_step = 0  # scaler.step(optimizer) calls running (the optimizer's step is inside)
+        self._in_scaler_update = 0
+        self._step_pending = False  # the scaler stepped the optimizer: its update() ends the step
         if optimizer is not None:
             self._patch_method(optimizer, "zero_grad", OPTIMIZER)
-            self._patch_method(optimizer, "step", OPTIMIZER, then=on_optimizer_step)
+            self._patch_method(optimizer, "step", OPTIMIZER, then=self._optimizer_stepped)
+            self._scaler_classes: set[type] = set()
+            if _GradScaler is not None:
+                self._watch_scaler_class(_GradScaler)
         self._watch_compiles()
 
     def __deepcopy__(self, memo: dict) -> Attachment:
@@ -92,6 +109,83 @@ class Attachment:
     def training_mode(self) -> bool:
         """Whether the attached model would run a training forward now."""
         return self.model.training and _grad_enabled()
+
+    def _optimizer_stepped(self) -> None:
+        """After the attached optimizer's ``step()``: the step ends, unless the call was a no-op of
+        Accelerate's while gradients accumulate, or a GradScaler's step runs it (its update ends it)."""
+        if getattr(getattr(self._optimizer, "gradient_state", None), "sync_gradients", True) is False:
+            return
+        if self._in_scaler_step:
+            self._step_pending = True
+        else:
+            self._on_optimizer_step()
+
+    def _watch_scaler_class(self, cls: type) -> None:
+        """Time ``unscale_``, ``step`` and ``update`` of the attached optimizer where ``cls`` and its
+        bases up to torch's GradScaler define them (a subclass's overrides, e.g. FSDP's
+        ShardedGradScaler ``update``, are found at its first ``step``)."""
+        for klass in cls.__mro__:
+            if klass in self._scaler_classes or not issubclass(klass, _GradScaler):
+                continue
+            self._scaler_classes.add(klass)
+            own = vars(klass)
+            if "unscale_" in own:
+                self._patch(klass, "unscale_", self._scaler_call(own["unscale_"], self._scaler_unscaled))
+            if "step" in own:
+                self._patch(klass, "step", self._scaler_call(own["step"], self._scaler_stepped))
+            if "update" in own:
+                self._patch(klass, "update", self._scaler_call(own["update"], self._scaler_updated))
+
+    def _scaler_call(self, function: Callable, around: Callable) -> Callable:
+        def call(scaler: Any, *args: Any, **kwargs: Any) -> Any:
+            return around(function, scaler, args, kwargs)
+
+        return functools.update_wrapper(call, function)
+
+    def _scaler_unscaled(self, function: Callable, scaler: Any, args: tuple, kwargs: dict) -> Any:
+        tracker = self._tracker
+        if not (args and args[0] is self._optimizer):
+            return function(scaler, *args, **kwargs)
+        opened = tracker.begin(OPTIMIZER)
+        try:
+            return function(scaler, *args, **kwargs)
+        finally:
+            tracker.end(OPTIMIZER, opened)
+
+    def _scaler_stepped(self, function: Callable, scaler: Any, args: tuple, kwargs: dict) -> Any:
+        tracker = self._tracker
+        optimizer = args[0] if args else kwargs.get("optimizer")
+        if optimizer is not self._optimizer or threading.get_ident() != tracker.thread:
+            return function(scaler, *args, **kwargs)
+        if type(scaler) not in self._scaler_classes:
+            self._watch_scaler_class(type(scaler))
+        if tracker.outside:
+            tracker.leave_eval()
+        opened = tracker.begin(OPTIMIZER)
+        self._in_scaler_step += 1
+        try:
+            result = function(scaler, *args, **kwargs)
+        finally:
+            self._in_scaler_step -= 1
+            tracker.end(OPTIMIZER, opened)
+        self._step_pending = True  # stepped or skipped for inf/NaN gradients: one step either way
+        return result
+
+    def _scaler_updated(self, function: Callable, scaler: Any, args: tuple, kwargs: dict) -> Any:
+        tracker = self._tracker
+        if not self._step_pending or threading.get_ident() != tracker.thread:
+            return function(scaler, *args, **kwargs)
+        opened = tracker.begin(OPTIMIZER)
+        self._in_scaler_update += 1
+        try:
+            result = function(scaler, *args, **kwargs)
+        finally:
+            self._in_scaler_update -= 1
+            tracker.end(OPTIMIZER, opened)
+        if not self._in_scaler_update:  # the outermost update (an override calling its base's)
+            self._step_pending = False
+            self._on_optimizer_step()
+        return result
 
     @_disable
     def _forward_pre(self, module: nn.Module, args: Any) -> None:

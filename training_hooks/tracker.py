@@ -6,7 +6,10 @@ is): the rule the trace analysis applies (docs/architecture.md), so the per-step
 and a step's phase times add up to its wall time. Each transition only reads the clock and appends
 to the step's log; the sums are made later, off the loop's thread (`phase_ns`). This path runs ten
 or so times a step between framework calls that evict it from the CPU's caches, so it touches as
-few objects as it can: the budget of the whole hook is 30 µs a step.
+few objects as it can: the budget of the whole hook is 30 µs a step. A phase's marks (its trace
+range, its CUDA event) are made before the clock is read when it opens and after when it closes,
+so its time leaves out their cost (a range pushed while torch.profiler records can cost hundreds of
+µs on a busy machine): that goes to the phase around it.
 
 Time kept out of the training steps (`phaseprof.contract.OUT_OF_STEP`: an evaluation pass, a
 ``prof.paused()`` block) is logged as a phase of those names, and while one is open no hook opens a
@@ -55,6 +58,11 @@ class PhaseTracker:
         self._record = False  # open record_function ranges (torch.profiler is recording)
         self._marks = ranges.nvtx  # anything beyond the clock: ranges or CUDA marks
 
+    @property
+    def thread(self) -> int:
+        """The loop's thread: the only one whose calls are timed."""
+        return self._thread
+
     # -- hooks: lenient, never raise --------------------------------------------------------------
 
     def begin(self, phase: str) -> bool:
@@ -65,12 +73,13 @@ class PhaseTracker:
         if phase in stack or not self.running or _get_ident() != self._thread or (
                 self.outside and phase not in OUT_OF_STEP):
             return False
-        self._log += (stack[-1] if stack else OTHER, perf_counter_ns())
+        previous = stack[-1] if stack else OTHER
+        if self._marks:  # before the clock: the phase's time leaves out the cost of its own marks
+            self._mark_open(phase, previous)
+        self._log += (previous, perf_counter_ns())
         stack.append(phase)
         if phase in OUT_OF_STEP:
             self.outside = True
-        if self._marks:
-            self._mark_open(phase)
         return True
 
     def end(self, phase: str, opened: bool) -> None:
@@ -174,11 +183,11 @@ class PhaseTracker:
 
     # -- ranges and CUDA marks --------------------------------------------------------------------
 
-    def _mark_open(self, phase: str) -> None:
+    def _mark_open(self, phase: str, previous: str) -> None:
         try:
             self._ranges.push(phase, self._record)
             if self.gpu is not None:
-                self.gpu.mark(self._log[-2])
+                self.gpu.mark(previous)
         except Exception as e:  # noqa: BLE001
             self._faults.report(f"internal error opening phase {phase!r}", e)
 
