@@ -7,13 +7,16 @@ and in bf16 mixed precision, and with fp16's GradScaler."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from phaseprof.contract import BACKWARD, DATA, EVAL_TAG, FORWARD, OPTIMIZER, OTHER, STEP_TAG, cpu_tag
-from tests.timing import TimedGradScaler, Timers, busy, scalars, time_forward, time_optimizer
+from tests.timing import TimedGradScaler, Timers, assert_two_ranks, busy, scalars, time_forward, time_optimizer
 
 L = pytest.importorskip("lightning.pytorch")  # an extra of the package; the test extra installs it
 
@@ -214,3 +217,46 @@ def test_lightning_fp16_with_its_grad_scaler(tmp_path):
     steps = sorted(values[STEP_TAG])
     assert steps == list(range(6))
     agree_every_phase(timers, values, steps, micro_batches=1, optimizer_calls=4)  # zero_grad, unscale_, step, update
+
+
+DDP_SCRIPT = """
+import sys
+import torch, torch.nn.functional as F
+import lightning.pytorch as L
+from phaseprof.lightning import PhaseProfilerCallback
+
+class Module(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    data = torch.utils.data.TensorDataset(torch.randn(256, 64), torch.randint(0, 10, (256,)))
+    callback = PhaseProfilerCallback(logdir=sys.argv[1], wait=0, warmup=1, active=3)  # no run: a generated name
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=2, strategy="ddp", accumulate_grad_batches=2,
+                        callbacks=[callback], logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    trainer.fit(Module(), torch.utils.data.DataLoader(data, batch_size=8))
+"""
+
+
+@pytest.mark.slow
+def test_lightning_ddp_two_ranks(tmp_path):
+    """``strategy="ddp"`` with 2 CPU processes that Lightning launches itself (gloo): each rank writes
+    its trace and its scalars into one run, one step per optimizer step."""
+    script = tmp_path / "train.py"
+    script.write_text(DDP_SCRIPT)
+    logdir = tmp_path / "profile"
+    run = subprocess.run([sys.executable, str(script), str(logdir)], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert_two_ranks(logdir, steps=8)  # 256 samples, 128 a rank, 16 batches of 8, 2 per optimizer step

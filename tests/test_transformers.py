@@ -6,11 +6,14 @@ evaluation every few steps, in full and in bf16 mixed precision."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from phaseprof.contract import BACKWARD, DATA, EVAL_TAG, FORWARD, OPTIMIZER, STEP_TAG, cpu_tag
-from tests.timing import Timers, busy, scalars, time_forward, time_optimizer
+from tests.timing import Timers, assert_two_ranks, busy, scalars, time_forward, time_optimizer
 
 transformers = pytest.importorskip("transformers")  # an extra of the package; the test extra installs it
 
@@ -129,3 +132,81 @@ def test_transformers_bf16_mixed_precision(tmp_path, monkeypatch):
     steps = sorted(values[STEP_TAG])
     assert steps == list(range(5))
     agree_every_phase(timers, values, steps, micro_batches=1)
+
+
+DDP_SCRIPT = """
+import sys
+import torch, transformers
+from phaseprof.transformers import PhaseProfilerCallback
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=512, n_positions=64)
+tokens = torch.randint(0, 512, (64, 32), generator=torch.Generator().manual_seed(0))
+
+def collate(indices):
+    ids = tokens[indices]
+    return {"input_ids": ids, "labels": ids.clone()}
+
+args = transformers.TrainingArguments(
+    output_dir=sys.argv[2], max_steps=4, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+    save_strategy="no", report_to=[], logging_strategy="no", use_cpu=True, ddp_backend="gloo",
+    dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False)
+callback = PhaseProfilerCallback(logdir=sys.argv[1], wait=0, warmup=1, active=2)  # no run: a generated name
+trainer = transformers.Trainer(model=transformers.GPT2LMHeadModel(config), args=args, train_dataset=list(range(64)),
+                               data_collator=collate, callbacks=[callback])
+trainer.train()
+"""
+
+
+@pytest.mark.slow
+def test_transformers_under_torchrun_two_ranks(tmp_path):
+    """The Trainer under ``torchrun --nproc_per_node 2`` (gloo, CPU): each rank writes its trace and
+    its scalars into one run, one step per optimizer step."""
+    script = tmp_path / "train.py"
+    script.write_text(DDP_SCRIPT)
+    logdir = tmp_path / "profile"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+               str(logdir), str(tmp_path / "out")]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert_two_ranks(logdir, steps=4)
+
+
+def test_an_accelerate_loop_attaches_like_a_plain_one(tmp_path):
+    """A loop of Accelerate's own, as its docs write it (prepare, ``accumulate``, its backward):
+    PhaseProfiler attaches to the prepared model and the ``AcceleratedOptimizer``; with gradient
+    accumulation a step is an optimizer step, though ``optimizer.step()`` is called on every
+    micro-batch (Accelerate makes it a no-op until the gradients are synced)."""
+    from accelerate import Accelerator
+
+    from phaseprof import PhaseProfiler
+
+    torch.manual_seed(0)
+    timers = Timers()
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    data = torch.utils.data.TensorDataset(torch.randn(64, 64), torch.randint(0, 10, (64,)))
+    model, optimizer, loader = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01),
+                                                   torch.utils.data.DataLoader(data, batch_size=8))
+    time_forward(model, timers, FORWARD)
+    time_optimizer(optimizer, timers, OPTIMIZER)
+    with timers.watching(), PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=2) as prof:
+        prof.attach(model, optimizer)
+        for x, y in prof.data(loader):
+            with accelerator.accumulate(model):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                timers.timed(BACKWARD, accelerator.backward, loss, inside=False)
+                optimizer.step()
+                optimizer.zero_grad()
+
+    values = scalars(tmp_path / "r")
+    steps = sorted(values[STEP_TAG])
+    assert steps == list(range(4))  # 8 micro-batches, 2 per optimizer step
+    # A step's optimizer calls: the previous step's zero_grad, then step and zero_grad (no-ops) and
+    # the step that syncs; the last zero_grad opens a step with no training work, dropped at close.
+    calls = timers.spans(OPTIMIZER)
+    optimizer_calls = [calls[:3]] + [calls[4 * n - 1:4 * n + 3] for n in range(1, 4)]
+    for phase, reference in ((FORWARD, timers.per_step(FORWARD, 2)), (BACKWARD, timers.per_step(BACKWARD, 2)),
+                             (OPTIMIZER, optimizer_calls)):
+        timers.agree(phase, [values[cpu_tag(phase)][step] for step in steps], reference)

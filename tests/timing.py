@@ -24,6 +24,9 @@ from __future__ import annotations
 import bisect
 import contextlib
 import gc
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -33,6 +36,7 @@ from pathlib import Path
 import torch
 from tensorboard.backend.event_processing import event_accumulator
 
+from phaseprof.contract import BACKWARD, DATA, FORWARD, OPTIMIZER, STEP_TAG, TRACE_FILE_RE
 from phaseprof.training_hooks import tracker
 
 
@@ -41,6 +45,31 @@ def scalars(run_dir: Path) -> dict[str, dict[int, float]]:
     acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.SCALARS: 0})
     acc.Reload()
     return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
+
+
+def assert_two_ranks(logdir: Path, steps: int) -> None:
+    """A run of two ranks in ``logdir``: each rank's trace and its scalars (``<run>/rank<N>/``, one
+    step per optimizer step), and ``phaseprof report --json`` shows both ranks with their steps and
+    phases."""
+    (run,) = [path for path in logdir.iterdir() if path.is_dir()]  # every rank writes one run
+    workers = sorted(TRACE_FILE_RE.match(path.name)["worker"] for path in run.glob("*.pt.trace.json.gz"))
+    assert [worker.split(".")[0] for worker in workers] == ["rank0", "rank1"], workers
+    assert not list(run.glob("events.out.tfevents.*"))
+    for rank in (0, 1):
+        assert sorted(scalars(run / f"rank{rank}")[STEP_TAG]) == list(range(steps))
+    out = subprocess.run([sys.executable, "-m", "phaseprof.cli", "report", str(logdir), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["errors"] == []
+    (found,) = report["runs"]
+    assert found["run"] == run.name and sorted(w["rank"] for w in found["workers"]) == [0, 1]
+    for worker in found["workers"]:
+        assert worker["world_size"] == 2 and len(worker["steps"]) >= 2
+        for step in worker["steps"]:
+            assert all(step["phases"][phase]["cpu_ms"] > 0 for phase in (DATA, FORWARD, BACKWARD, OPTIMIZER))
+    whole = {w["rank"]: {p["phase"]: p for p in w["phases"] if p["clock"] == "host"} for w in found["whole_run"]}
+    assert sorted(whole) == [0, 1] and all(rank["step"]["steps"] == steps for rank in whole.values())
 
 
 def within(measured: float, reference: float, rel: float = 0.05, abs_ms: float = 0.5) -> bool:

@@ -133,6 +133,12 @@ class PhaseProfiler:
         self._steps_with_optimizer = optimizer is not None
         return self
 
+    def _name_run(self, run: str) -> None:
+        """Name the run before it starts: the framework callbacks give every rank rank 0's name."""
+        if self._state == _NEW:
+            self.run = check_run_name(run)
+            self.run_dir = os.path.join(self.logdir, self.run)
+
     def data(self, loader: Iterable[T]) -> Iterable[T]:
         """``loader``'s batches, each fetch timed as the data phase. The result behaves like
         ``loader`` otherwise: its attributes (``dataset``, ``sampler``...) and ``len`` pass through."""

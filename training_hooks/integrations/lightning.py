@@ -21,6 +21,10 @@ check, which is left out):
 * validation (``on_validation_start`` to ``on_validation_end``) is an evaluation pass: out of the
   steps, written as ``phaseprof/eval_ms``.
 
+Under a distributed strategy every rank profiles its own process, as a plain loop's ranks do; with
+no ``run`` given, all ranks take rank 0's generated name (each process created its callback at its
+own time), so they write one run.
+
 The data actions are read by wrapping the ``start``/``stop`` of the Trainer's own profiler object
 (``trainer.profiler``, a no-op unless you chose one), which Lightning calls around each of them;
 your profiler still gets every call.
@@ -68,6 +72,7 @@ class PhaseProfilerCallback(*_callback_bases()):
     def __init__(self, logdir: str = "./profile", run: str | None = None, *, wait: int = 1, warmup: int = 1,
                  active: int = 10, repeat: int = 1, **options: Any) -> None:
         self.profiler = PhaseProfiler(logdir, run, wait=wait, warmup=warmup, active=active, repeat=repeat, **options)
+        self._run_given = run is not None
         self._steps_by_batch = False
         self._undo: list = []
 
@@ -77,6 +82,8 @@ class PhaseProfilerCallback(*_callback_bases()):
         prof = self.profiler
         if prof._attachment is not None or prof._state == "closed":
             return
+        if not self._run_given:  # each process named its run when it was created: rank 0's wins
+            prof._name_run(trainer.strategy.broadcast(prof.run))
         optimizers = list(trainer.optimizers)
         optimizer = optimizers[0] if len(optimizers) == 1 else None
         also = tuple(child for child in pl_module.children() if next(child.parameters(), None) is not None)

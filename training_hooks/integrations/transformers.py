@@ -21,6 +21,9 @@ At ``on_train_begin`` it attaches a PhaseProfiler to the Trainer's model and opt
   first batch (`PhaseProfiler`'s evaluation passes) to ``on_evaluate``, and written as
   ``phaseprof/eval_ms``.
 
+Under ``torchrun`` every rank profiles its own process, as a plain loop's ranks do; with no ``run``
+given, all ranks take rank 0's generated name, so they write one run.
+
 The profiler is ``callback.profiler``; it closes at ``on_train_end``.
 """
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch.distributed as dist
 from transformers import TrainerCallback
 
 from phaseprof.contract import DATA
@@ -42,6 +46,7 @@ class PhaseProfilerCallback(TrainerCallback):
     def __init__(self, logdir: str = "./profile", run: str | None = None, *, wait: int = 1, warmup: int = 1,
                  active: int = 10, repeat: int = 1, **options: Any) -> None:
         self.profiler = PhaseProfiler(logdir, run, wait=wait, warmup=warmup, active=active, repeat=repeat, **options)
+        self._run_given = run is not None
         self._undo: list = []
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
@@ -49,6 +54,10 @@ class PhaseProfilerCallback(TrainerCallback):
         prof = self.profiler
         if prof._attachment is not None or prof._state == "closed" or model is None:
             return
+        if not self._run_given and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            names = [prof.run]  # each process named its run when it was created: rank 0's wins
+            dist.broadcast_object_list(names, src=0)
+            prof._name_run(names[0])
         prof._attach(model, optimizer, watch_eval=True)
         loader = getattr(train_dataloader, "base_dataloader", train_dataloader)  # Accelerate wraps it
         if loader is not None:
