@@ -43,6 +43,11 @@ class Module(L.LightningModule):
     def backward(self, loss, *args, **kwargs):
         self.timers.timed(BACKWARD, loss.backward, inside=False)  # around the backward phaseprof wraps
 
+    def on_before_batch_transfer(self, batch, dataloader_idx):
+        if self.trainer.training:  # Lightning calls it on its own, before the strategy's batch_to_device
+            self.timers.stop("h2d", self.timers.start())
+        return batch
+
     def on_after_backward(self):
         if self.batch_idx == self.inf_at:
             self.net[0].weight.grad[0, 0] = float("inf")
@@ -131,10 +136,10 @@ def fit(tmp_path, timers: Timers, batches: int, val_batches: int = 0, inf_at: in
 def agree_every_phase(timers: Timers, values: dict, steps: list[int], micro_batches: int,
                       optimizer_calls: int = 3) -> None:
     """Forward, backward, optimizer (zero_grad in the closure, the step around the closure; or the
-    scaler's calls) and data (the fetch of each micro-batch and its copy to the device) of every
-    step against the timers."""
+    scaler's calls) and data (the fetch of each micro-batch, the module's on_before_batch_transfer
+    and the strategy's copy to the device) of every step against the timers."""
     data = [fetch + copy for fetch, copy in zip(timers.per_step(DATA, micro_batches),
-                                                timers.per_step("h2d", micro_batches))]
+                                                timers.per_step("h2d", 2 * micro_batches))]
     for phase, reference in ((FORWARD, timers.per_step(FORWARD, micro_batches)),
                              (BACKWARD, timers.per_step(BACKWARD, micro_batches)),
                              (OPTIMIZER, timers.per_step(OPTIMIZER, optimizer_calls)), (DATA, data)):

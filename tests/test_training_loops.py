@@ -1,7 +1,7 @@
 """PhaseProfiler in the loops people really run: evaluation passes between training steps, paused
-blocks, pickling while attached, the loader's own attributes, torch.compile, safe run names, and
-what a run that is terminated or killed keeps. Timings are checked against independent
-``perf_counter`` timers placed inside the model and around the calls."""
+blocks, pickling while attached, the loader's own attributes, torch.compile, AMP with a GradScaler,
+safe run names, and what a run that is terminated or killed keeps. Timings are checked on every
+step against independent ``perf_counter`` timers next to phaseprof's hooks (`tests.timing`)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from phaseprof.contract import (
     cpu_tag,
 )
 from phaseprof.training_hooks.models import MnistNet
-from tests.timing import TimedGradScaler, Timers, scalars, time_forward, time_optimizer, within
+from tests.timing import TimedGradScaler, Timers, scalars, time_forward, time_optimizer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,7 +66,9 @@ def test_the_mnist_example_loop_keeps_its_test_pass_out_of_the_training_steps(tm
     """The loop of PyTorch's mnist example: train() per epoch, then test() (model.eval(),
     torch.no_grad()); its log lines read ``len(train_loader.dataset)`` through ``prof.data``."""
     torch.manual_seed(0)
+    timers = Timers()
     model = TimedNet()
+    time_forward(model, timers, FORWARD)
     optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
     train_loader = DataLoader(mnist_data(16 * 6), batch_size=16)
     test_loader = DataLoader(mnist_data(100, seed=1), batch_size=50)
@@ -95,19 +97,18 @@ def test_the_mnist_example_loop_keeps_its_test_pass_out_of_the_training_steps(tm
         print(f"Test set: Accuracy: {correct}/{len(test_loader.dataset)}")
         test_ms.append((time.perf_counter() - t0) * 1e3)
 
-    for epoch in (1, 2):
-        train(epoch)
-        test()
-    prof.close()
+    with timers.watching():
+        for epoch in (1, 2):
+            train(epoch)
+            test()
+        prof.close()
 
     out = capsys.readouterr().out
     assert "/96]" in out  # len(train_loader.dataset) read through prof.data
     values = scalars(tmp_path / "mnist")
     assert sorted(values[STEP_TAG]) == list(range(12))  # one step per optimizer step; no eval-only step
-    training_forward = [ms for training, ms in model.calls if training]
-    assert len(training_forward) == 12
-    for step, reference in enumerate(training_forward):
-        assert within(values[cpu_tag(FORWARD)][step], reference), (step, values[cpu_tag(FORWARD)][step], reference)
+    assert len(timers.spans(FORWARD)) == 12
+    timers.agree(FORWARD, [values[cpu_tag(FORWARD)][step] for step in range(12)], timers.per_step(FORWARD, 1))
     # The test pass after epoch 1 is kept before step 6, the one after epoch 2 at close (step 12).
     assert sorted(values[EVAL_TAG]) == [6, 12]
     eval_forward = [ms for training, ms in model.calls if not training]  # two batches per test pass
@@ -163,7 +164,9 @@ def test_a_closure_passed_to_the_optimizer_keeps_its_own_phases(tmp_path):
     """LBFGS runs the closure (forward, backward) inside ``optimizer.step``: only the update is the
     optimizer's."""
     torch.manual_seed(0)
-    model = TimedNet()
+    timers = Timers()
+    model = MnistNet()
+    time_forward(model, timers, FORWARD)
     optimizer = torch.optim.LBFGS(model.parameters(), max_iter=2, history_size=2)
     data, target = mnist_data(8)[:]
 
@@ -173,16 +176,16 @@ def test_a_closure_passed_to_the_optimizer_keeps_its_own_phases(tmp_path):
         loss.backward()
         return loss
 
-    with PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=2) as prof:
+    with timers.watching(), PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=2) as prof:
         prof.attach(model, optimizer)
-        calls = []
+        calls = []  # each step's forward calls: LBFGS runs the closure as often as it needs
         for _ in range(2):
-            before = len(model.calls)
+            before = len(timers.log)
             optimizer.step(closure)
-            calls.append(sum(ms for _, ms in model.calls[before:]))
+            calls.append(timers.log[before:])
     values = scalars(tmp_path / "r")
-    for step, reference in enumerate(calls):
-        assert within(values[cpu_tag(FORWARD)][step], reference), (step, values[cpu_tag(FORWARD)], calls)
+    timers.agree(FORWARD, [values[cpu_tag(FORWARD)][step] for step in (0, 1)], calls)
+    for step in (0, 1):
         assert values[cpu_tag("backward")][step] > 0
         assert values[cpu_tag("optimizer")][step] < values[cpu_tag(FORWARD)][step] + values[cpu_tag("backward")][step]
 
@@ -376,23 +379,22 @@ def test_torch_compile_before_or_after_attach(tmp_path, order):
     else:
         compiled = torch.compile(model, backend="aot_eager")
         prof.attach(compiled, optimizer)
-    forward_ms = []
-    for _ in range(6):
-        optimizer.zero_grad()
-        t0 = time.perf_counter()
-        out = compiled(data)
-        forward_ms.append((time.perf_counter() - t0) * 1e3)
-        F.nll_loss(out, target).backward()
-        optimizer.step()
+    timers = Timers()
+    with timers.watching():
+        for _ in range(6):
+            optimizer.zero_grad()
+            out = timers.timed(FORWARD, compiled, data, inside=False)
+            F.nll_loss(out, target).backward()
+            optimizer.step()
     if order == "attach then compile":
         assert graph_breaks(model, data) == breaks_without  # the hooks add no graph break
     prof.close()
     torch._dynamo.reset()
     values = scalars(tmp_path / "r")
-    assert values[cpu_tag(COMPILE)][0] > 0.5 * forward_ms[0]  # compiling is step 0's, not its forward's
-    assert values[cpu_tag(FORWARD)][0] < 0.5 * forward_ms[0]
-    for step in range(1, 6):
-        assert values[cpu_tag(COMPILE)][step] == 0
-        assert within(values[cpu_tag(FORWARD)][step], forward_ms[step]), (step, values, forward_ms)
+    first_ms = timers.spans(FORWARD)[0].ms
+    assert values[cpu_tag(COMPILE)][0] > 0.5 * first_ms  # compiling is step 0's, not its forward's
+    assert values[cpu_tag(FORWARD)][0] < 0.5 * first_ms
+    assert all(values[cpu_tag(COMPILE)][step] == 0 for step in range(1, 6))
+    timers.agree(FORWARD, [values[cpu_tag(FORWARD)][step] for step in range(1, 6)], timers.per_step(FORWARD, 1)[1:])
     rows = analyze(str(tmp_path))["runs"][0]["workers"][0]["steps"]
     assert all(row["phases"][FORWARD]["cpu_ms"] > 0 and not row["phases"][FORWARD]["inferred"] for row in rows)

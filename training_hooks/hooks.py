@@ -62,15 +62,15 @@ from phaseprof.contract import BACKWARD, COMPILE, FORWARD, OPTIMIZER, OTHER
 from .tracker import PhaseTracker
 
 _grad_enabled = torch.is_grad_enabled
-_GradScaler = getattr(getattr(torch, "amp", None), "GradScaler", None)  # torch >= 2.3; older ones: not timed
+_GradScaler = getattr(torch.amp, "GradScaler", None) or torch.cuda.amp.GradScaler  # torch < 2.3: CUDA's only
 _disable = getattr(torch.compiler, "disable", lambda f: f)  # torch < 2.1 has no torch.compiler
 
 
 class Attachment:
     """The hooks of one attached model and optimizer. ``also``: more modules whose forward is the
     forward phase when called on their own (a framework's module calling its submodules);
-    ``watch_eval``: tell evaluation passes apart (a training loop); ``on_optimizer_step`` runs after
-    each ``optimizer.step()``."""
+    ``watch_eval``: tell evaluation passes apart (a training loop); ``on_optimizer_step`` ends a step,
+    after each ``optimizer.step()`` (or a GradScaler's ``update()``)."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, tracker: PhaseTracker, *,
                  watch_eval: bool, on_optimizer_step: Callable[[], None], also: tuple[nn.Module, ...] = ()) -> None:
@@ -92,8 +92,11 @@ class Attachment:
             self._patch_method(optimizer, "zero_grad", OPTIMIZER)
             self._patch_method(optimizer, "step", OPTIMIZER, then=self._optimizer_stepped)
             self._scaler_classes: set[type] = set()
-            if _GradScaler is not None:
-                self._watch_scaler_class(_GradScaler)
+            classes = [_GradScaler]
+            while classes:  # torch's GradScaler and the subclasses defined so far (the rest at their first step)
+                cls = classes.pop()
+                self._watch_scaler_class(cls)
+                classes += cls.__subclasses__()
         self._watch_compiles()
 
     def __deepcopy__(self, memo: dict) -> Attachment:
@@ -123,7 +126,7 @@ class Attachment:
     def _watch_scaler_class(self, cls: type) -> None:
         """Time ``unscale_``, ``step`` and ``update`` of the attached optimizer where ``cls`` and its
         bases up to torch's GradScaler define them (a subclass's overrides, e.g. FSDP's
-        ShardedGradScaler ``update``, are found at its first ``step``)."""
+        ShardedGradScaler ``update``)."""
         for klass in cls.__mro__:
             if klass in self._scaler_classes or not issubclass(klass, _GradScaler):
                 continue
