@@ -18,7 +18,7 @@ from phaseprof.contract import EVAL_TAG, PROFILER_TAG, STEP_TAG
 from phaseprof.training_hooks.models import MnistNet
 from tests.logdir import evaluation_run, settled, write_trace
 from tests.test_plugin import BASE, make_app
-from tests.timing import agree, scalars, within
+from tests.timing import scalars, within
 from tests.tracebuilder import annotation, op, step, thread_names
 
 PHASES = ("data", "forward", "backward", "optimizer", "other")
@@ -206,7 +206,11 @@ def test_a_real_loops_traced_steps_equal_their_scalars_with_the_pass_apart(real_
 
     rows = {r["step"]: r for r in worker(analyze(str(logdir)))["steps"]}
     assert sorted(rows) == [1, 2, 3, 4, 5, 6]
-    agree("step", [rows[n]["wall_ms"] for n in sorted(rows)], [values[STEP_TAG][n] for n in sorted(rows)])
+    for n in sorted(rows):  # every traced step equals its scalar: within 5% or 0.5 ms, or beyond that by no
+        # more than the profiler's own time at its two ends (between the scalars' clock and torch.profiler's marks)
+        gap = rows[n]["wall_ms"] - values[STEP_TAG][n]
+        ends = values[PROFILER_TAG].get(n - 1, 0.0) + values[PROFILER_TAG][n]
+        assert within(rows[n]["wall_ms"], values[STEP_TAG][n]) or 0 < gap <= ends + 0.5, (n, rows[n], values)
     assert rows[5]["paused_ms"] >= 60 and rows[5]["eval_ms"] == 0
     assert all(rows[n]["eval_ms"] == 0 for n in rows if n != 3)
     summary = worker(analyze(str(logdir)))["summary"]

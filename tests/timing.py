@@ -72,6 +72,11 @@ def assert_two_ranks(logdir: Path, steps: int) -> None:
     assert sorted(whole) == [0, 1] and all(rank["step"]["steps"] == steps for rank in whole.values())
 
 
+def within(measured: float, reference: float, rel: float = 0.05, abs_ms: float = 0.5) -> bool:
+    """Within 5% or 0.5 ms of the reference."""
+    return abs(measured - reference) <= tolerance(reference, rel, abs_ms)
+
+
 def tolerance(reference: float, rel: float = 0.05, abs_ms: float = 0.5) -> float:
     """How far a figure may be from its reference: 5% or 0.5 ms."""
     return max(rel * reference, abs_ms)
