@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import gc
 import json
 import subprocess
@@ -132,6 +133,7 @@ def time_optimizer(optimizer, timers: Timers, what: str) -> None:
     it one."""
     step, zero_grad = optimizer.step, optimizer.zero_grad
 
+    @functools.wraps(step)  # keeps what an LR scheduler marked on it
     def timed_step(closure=None, **kwargs):
         started = [timers.start()]
 
@@ -147,6 +149,7 @@ def time_optimizer(optimizer, timers: Timers, what: str) -> None:
         finally:
             timers.stop(what, started[0])
 
+    @functools.wraps(zero_grad)
     def timed_zero_grad(*args, **kwargs):
         return timers.timed(what, zero_grad, *args, **kwargs)
 
