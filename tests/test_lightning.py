@@ -1,7 +1,7 @@
 """The Lightning callback on a real Lightning Trainer (tiny model, random data, CPU): every step's
 forward, backward, optimizer and data against independent ``perf_counter`` timers just inside
-phaseprof's hooks on the model and wrappers of the optimizer, around the module's
-``loss.backward()``, in the data loader and the copy to the device (`tests.timing`);
+phaseprof's hooks on the model and wrappers of ``torch.autograd.backward`` and the optimizer, in
+the data loader and the copy to the device (`tests.timing`);
 extra work in training_step, gradient accumulation and a validation loop every few steps, in full
 and in bf16 mixed precision, and with fp16's GradScaler."""
 
@@ -39,9 +39,6 @@ class Module(L.LightningModule):
         loss = F.cross_entropy(self.net(x), y)
         busy(0.003)  # metric work: other, never forward or optimizer
         return loss
-
-    def backward(self, loss, *args, **kwargs):
-        self.timers.timed(BACKWARD, loss.backward, inside=False)  # around the backward phaseprof wraps
 
     def on_before_batch_transfer(self, batch, dataloader_idx):
         if self.trainer.training:  # Lightning calls it on its own, before the strategy's batch_to_device
@@ -125,7 +122,7 @@ def fit(tmp_path, timers: Timers, batches: int, val_batches: int = 0, inf_at: in
         return timers.timed("h2d", batch_to_device, *args, **kwargs)
 
     trainer.strategy.batch_to_device = timed_batch_to_device
-    with timers.watching():
+    with timers.watching(), timers.timing_backward():
         module = Module(timers)
         module.inf_at = inf_at
         trainer.fit(module, loader(timers, batches, seed=0),

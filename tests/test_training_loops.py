@@ -204,13 +204,14 @@ def test_a_grad_scaler_loop_has_its_scaler_in_the_optimizer_phase_and_a_skipped_
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     time_optimizer(optimizer, timers, OPTIMIZER)
     scaler = TimedGradScaler(timers, OPTIMIZER, "cpu")
-    with timers.watching(), PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=4) as prof:
+    with timers.watching(), timers.timing_backward(), \
+            PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=4) as prof:
         prof.attach(model, optimizer)
         for step in range(6):
             optimizer.zero_grad()
             with torch.autocast("cpu", dtype=torch.float16):
                 loss = F.cross_entropy(model(torch.randn(32, 64)), torch.randint(0, 10, (32,)))
-            timers.timed(BACKWARD, scaler.scale(loss).backward, inside=False)
+            scaler.scale(loss).backward()
             if step == 2:
                 model[0].weight.grad[0, 0] = float("inf")
             scaler.step(optimizer)
@@ -373,17 +374,19 @@ def test_torch_compile_before_or_after_attach(tmp_path, order):
     breaks_without = graph_breaks(model, data)
     torch._dynamo.reset()
     prof = PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=2)
+    timers = Timers()
     if order == "attach then compile":
+        time_forward(model, timers, FORWARD)
         prof.attach(model, optimizer)
         compiled = torch.compile(model, backend="aot_eager")
     else:
         compiled = torch.compile(model, backend="aot_eager")
+        time_forward(compiled, timers, FORWARD)
         prof.attach(compiled, optimizer)
-    timers = Timers()
     with timers.watching():
         for _ in range(6):
             optimizer.zero_grad()
-            out = timers.timed(FORWARD, compiled, data, inside=False)
+            out = timers.timed("call", compiled, data, inside=False)  # compiling included
             F.nll_loss(out, target).backward()
             optimizer.step()
     if order == "attach then compile":
@@ -391,7 +394,7 @@ def test_torch_compile_before_or_after_attach(tmp_path, order):
     prof.close()
     torch._dynamo.reset()
     values = scalars(tmp_path / "r")
-    first_ms = timers.spans(FORWARD)[0].ms
+    first_ms = timers.spans("call")[0].ms
     assert values[cpu_tag(COMPILE)][0] > 0.5 * first_ms  # compiling is step 0's, not its forward's
     assert values[cpu_tag(FORWARD)][0] < 0.5 * first_ms
     assert all(values[cpu_tag(COMPILE)][step] == 0 for step in range(1, 6))

@@ -1,9 +1,10 @@
 """Helpers of the tests that hold phaseprof's per-step figures against independent timers.
 
-A test's timer reads ``perf_counter`` as close as it can to phaseprof's own clock reads: in forward
-hooks just inside phaseprof's (`time_forward`), just inside its wrappers of the optimizer's ``step``
-and ``zero_grad`` (`time_optimizer`), around the ``loss.backward()`` whose ``torch.autograd.backward``
-it wraps. What runs between the two
+A test's timer reads ``perf_counter`` as close as it can to phaseprof's own clock reads, just inside
+its hooks and wrappers: forward hooks (`time_forward`), ``torch.autograd.backward``
+(`Timers.timing_backward`), the optimizer's ``step`` and ``zero_grad`` (`time_optimizer`), a
+GradScaler's calls (`TimedGradScaler`); phaseprof's marks (its trace ranges) stay outside them, as
+they stay outside its phases. What runs between the two
 reads is a little of the framework's code, microseconds, so phaseprof's figure for a phase of a step
 must equal the timer's sum over that step: within 5% or 0.5 ms, on **every** step.
 
@@ -111,13 +112,16 @@ class Span:
 def time_forward(module, timers: Timers, what: str) -> None:
     """Time ``module``'s training calls (grad enabled, training mode) from its first forward pre-hook
     to its first forward hook: just inside the hooks phaseprof adds when it attaches (so set these
-    before), around whatever wraps the module's ``forward`` (Accelerate's autocast)."""
+    before), around whatever wraps the module's ``forward`` (Accelerate's autocast). Like
+    phaseprof's, the hooks run outside what torch.compile traces."""
     started: list[tuple[int, int]] = []
 
+    @torch.compiler.disable
     def pre(module, args):
         if module.training and torch.is_grad_enabled():
             started.append(timers.start())
 
+    @torch.compiler.disable
     def post(module, args, output):
         if started:
             timers.stop(what, started.pop())
@@ -214,6 +218,24 @@ class Timers:
         finally:
             tracker.perf_counter_ns = clock
             gc.callbacks.remove(collecting)
+
+    @contextlib.contextmanager
+    def timing_backward(self, what: str = BACKWARD) -> Iterator[None]:
+        """Time ``torch.autograd.backward`` (what ``loss.backward()`` calls) from just inside the
+        wrapper phaseprof puts on it when it attaches (so enter this before)."""
+        backward = torch.autograd.backward
+        assert not hasattr(backward, "__wrapped__"), "time backward before phaseprof attaches"
+
+        @functools.wraps(backward)
+        def timed(*args, **kwargs):
+            return self.timed(what, backward, *args, **kwargs)
+
+        torch.autograd.backward = timed
+        try:
+            yield
+        finally:
+            if torch.autograd.backward is timed:
+                torch.autograd.backward = backward
 
     def start(self) -> tuple[int, int]:
         return time.perf_counter_ns(), time.thread_time_ns()
