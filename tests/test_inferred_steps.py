@@ -108,7 +108,8 @@ def test_a_wrapped_optimizer_marks_one_step_per_iteration(tmp_path):
 
 
 def test_nested_marks_never_make_a_step_end_before_it_starts(tmp_path):
-    span = analyse(tmp_path, [annotation("Optimizer.step#SGD.step", 0, 12), annotation("Optimizer.step#SGD.step", 1, 0)])
+    span = analyse(tmp_path, [annotation("Optimizer.step#SGD.step", 0, 12),
+                              annotation("Optimizer.step#SGD.step", 1, 0)])
     assert all(s.end >= s.start for s in span.steps)
     assert span.cpu_us.sum(axis=1) == pytest.approx([s.end - s.start for s in span.steps])
 
