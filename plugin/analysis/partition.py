@@ -346,7 +346,7 @@ class _Loop:
         process_ts = np.sort(self.nest.ts[self.in_process])
         out = []
         for a, b in windows:
-            if b <= a:  # marks nested in one another (a hostile trace) make no step
+            if b <= a:  # a window that closes before it opens (marks out of order in a hostile trace): no step
                 continue
             events = int(np.searchsorted(process_ts, b, "left") - np.searchsorted(process_ts, a, "left"))
             out.append(Step(number=len(out), start=a, end=b, events=events, inferred_step=True))
