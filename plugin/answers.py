@@ -102,9 +102,37 @@ class RunsAnswer(Answer):
 # --- steps ----------------------------------------------------------------------------------------
 
 
+class GpuTime(Answer):
+    """A step's GPU measures (or their means over steps), each named for what it counts, all of the
+    device work *launched* in the step (kernels, copies, sets), wherever on the GPU's clock it ran.
+
+    ``busy_ms``: GPU busy, the union of that work over all streams (an instant counts once);
+    ``kernel_ms``: kernel time, device-event time summed over streams (at least ``busy_ms``);
+    ``window_ms``: the GPU window, first to last device activity of that work (at least ``busy_ms``);
+    ``compute_ms`` / ``comm_ms``: busy time of the compute work / of communication (collective kernels:
+    NCCL, RCCL, gloo, and work launched under ``record_param_comms``); ``exposed_comm_ms``: communication
+    time with no compute running on any stream (busy = compute + exposed communication);
+    ``overlap``: the share of communication time that compute overlapped (null without communication);
+    ``past_host_ms``: how long the work runs on after the step's host window ends (the host ran ahead;
+    0 when it does not); ``streams``: GPU busy per stream (``GPU 0 stream 7``)."""
+
+    busy_ms: float
+    kernel_ms: float
+    window_ms: float
+    compute_ms: float
+    comm_ms: float
+    exposed_comm_ms: float
+    overlap: float | None
+    past_host_ms: float
+    streams: dict[str, float]
+
+
 class PhaseTimes(Answer):
-    """One phase of one step. ``gpu_ms``: device time of the work launched in the phase;
-    ``gpu_idle_ms``: the phase's host time with no device activity (null without GPU)."""
+    """One phase of one step. ``gpu_ms``: kernel time of the work launched in the phase (device-event
+    time summed over streams); ``gpu_idle_ms``: the phase's host time with no device activity (null
+    without GPU). ``gpu_busy_ms``, ``gpu_compute_ms``, ``comm_ms``, ``exposed_comm_ms``: the phase's
+    part of the step's figures of the same names (`GpuTime`): an instant when the work of several
+    phases runs is shared equally among them, so each adds up over the phases to the step's exactly."""
 
     cpu_ms: float
     gpu_ms: float
@@ -112,6 +140,10 @@ class PhaseTimes(Answer):
     launches: int
     verdict: Verdict | None
     inferred: bool
+    gpu_busy_ms: float
+    gpu_compute_ms: float
+    comm_ms: float
+    exposed_comm_ms: float
 
 
 class StepRow(Answer):
@@ -121,7 +153,10 @@ class StepRow(Answer):
     ``eval_ms`` / ``paused_ms``: host time of evaluation passes / ``prof.paused()`` blocks inside the
     step's window (``ProfilerStep#N``), kept out of ``wall_ms`` and of every phase, as the scalars
     keep them out of ``phaseprof/step_ms`` (an evaluation pass is ``phaseprof/eval_ms``);
-    ``eval_gpu_ms`` / ``paused_gpu_ms``: device time of the work launched in them."""
+    ``eval_gpu_ms`` / ``paused_gpu_ms``: device time of the work launched in them.
+
+    ``gpu_ms``: kernel time of the step's work (summed over streams); ``gpu_time``: the step's GPU
+    measures (null for a trace without device activity)."""
 
     step: int
     span: str
@@ -139,6 +174,7 @@ class StepRow(Answer):
     inferred_step: bool
     empty: bool
     phases: dict[str, PhaseTimes]
+    gpu_time: GpuTime | None
 
 
 class OpRow(Answer):
@@ -261,12 +297,19 @@ class CompareAnswer(Answer):
 
 
 class PhaseMean(Answer):
-    """A phase's mean per step; ``share``: of the mean step's wall time."""
+    """A phase's mean per step; ``share``: its host time's share of the mean step's wall time (host
+    time); ``gpu_share``: its GPU busy time's share of the mean step's GPU busy time (null without
+    GPU). Each adds up to 1 over the phases. The GPU figures are those of `PhaseTimes`."""
 
     cpu_ms: float
     gpu_ms: float
     gpu_idle_ms: float | None
     share: float
+    gpu_busy_ms: float
+    gpu_compute_ms: float
+    comm_ms: float
+    exposed_comm_ms: float
+    gpu_share: float | None
 
 
 class Slowest(Answer, omit_defaults=True):
@@ -308,7 +351,14 @@ class Evidence(Answer, omit_defaults=True):
     wait_ms: float | None = None  # host time waiting in them
     alloc_calls: float | None = None  # cudaMalloc/cudaFree calls
     alloc_ms: float | None = None  # their host time
-    exposed_ms: float | None = None  # collective device time no other device work overlapped
+    exposed_ms: float | None = None  # communication time with no compute on any stream
+    comm_ms: float | None = None  # communication (collectives') GPU busy time
+    overlap: float | None = None  # share of communication time overlapped by compute
+    collective: str | None = None  # the kind of collective most exposed: all-reduce, all-to-all, ...
+    gpu_busy_ms: float | None = None  # GPU busy time of the mean step
+    gpu_compute_ms: float | None = None  # GPU compute time of the mean step (what a GPU-bound step costs)
+    host_critical_ms: float | None = None  # the mean step's host time less its waiting for the GPU
+    past_host_ms: float | None = None  # how long the GPU work runs on after the host window
     step: int | None = None
     step_wall_ms: float | None = None
     median_wall_ms: float | None = None
@@ -341,7 +391,9 @@ class Summary(Answer, omit_defaults=True):
     """A worker's profiled steps in a few numbers, over its non-empty steps; the figures after
     ``findings`` are absent when no step holds work. ``measure``: what the phases are ranked by,
     ``costs``: each phase's cost per step in it (ms); ``dominant_phase``: the first finding's phase.
-    ``outliers``: steps beyond the noise band, slow or fast.
+    ``outliers``: steps beyond the noise band, slow or fast. ``cost_total_ms``: the total the
+    costs are shares of, in ``measure`` (the mean step's wall time, or its GPU compute time);
+    ``gpu_time``: the mean step's GPU measures (null without GPU).
 
     ``compiling_steps``: steps in which torch.compile compiled (a ``compile`` phase), left out of the
     means, costs, the slowest step, outliers, top ops and findings, as the training side's summary
@@ -363,6 +415,8 @@ class Summary(Answer, omit_defaults=True):
     inferred_phases: list[str] | None = None
     measure: Measure | None = None
     costs: dict[str, float] | None = None
+    cost_total_ms: float | None = None
+    gpu_time: GpuTime | None = None
     compiling_steps: list[int] | None = None
     eval_ms: float | None = None
     paused_ms: float | None = None
@@ -440,16 +494,21 @@ class WholeRun(Answer):
 
 
 class RankRow(Answer):
-    """A worker's mean step; ``comm_ms``: mean time per step in collectives; ``compute_ms``: the step
-    less its collectives, and ``phase_compute_ms`` each phase's host time less its collectives (the
-    figures the straggler rule compares)."""
+    """A worker's mean step, in the measure of its `RanksAnswer` (``measure``). Host: ``step_ms`` is
+    the wall time, ``comm_ms`` the host time in collectives, ``compute_ms`` the step less them, and
+    ``phase_compute_ms`` each phase's host time less its collectives. GPU: ``step_ms`` is GPU busy,
+    ``comm_ms`` communication time, ``compute_ms`` GPU compute time and ``phase_compute_ms`` each
+    phase's part of it (`GpuTime`). ``exposed_comm_ms``: communication no compute overlapped (GPU; 0
+    in host measure). ``wall_ms`` is always the host wall time. Never negative."""
 
     worker: str
     rank: int | None
     steps: int
     wall_ms: float
+    step_ms: float
     comm_ms: float
     compute_ms: float
+    exposed_comm_ms: float
     phases: dict[str, Times]
     phase_compute_ms: dict[str, float]
 
@@ -474,14 +533,23 @@ class Straggler(Answer):
 
 class RanksAnswer(Answer):
     """``GET /ranks``: each worker of a run side by side, and the straggler: null with fewer than two
-    ranks, fewer than three steps in a rank, or ranks even within noise; ``note`` says which.
-    ``whole_run``: every timed step of each rank that wrote per-step scalars."""
+    ranks, too few steps in a rank, or ranks even within noise; ``note`` says which.
+    ``measure``: ``gpu`` when every rank has device activity (every figure then GPU time), else
+    ``host``. ``world_size``: as the traces record it (``distributedInfo``); ``missing_ranks``: ranks
+    of that world with no trace here. ``not_ranks``: workers left out of the comparison as other files
+    of a worker already listed (the same recorded rank, or the same steps at the same instants: one
+    run exported several ways). ``whole_run``: every timed step of each rank that wrote per-step
+    scalars."""
 
     run: str
     phases: list[str]
     ranks: list[RankRow]
     straggler: Straggler | None
     note: str
+    measure: Measure
+    world_size: int | None
+    missing_ranks: list[int]
+    not_ranks: list[str]
     whole_run: list[WholeRun] = msgspec.field(default_factory=list)
 
 

@@ -115,14 +115,14 @@ def test_first_finding_is_the_costliest_phase_in_the_measure_it_states(traces):
         s = w.summary
         first = s.findings[0]
         assert first.phase is not None, (folder, w.worker, first)
-        column = {"host": "cpu_ms", "gpu": "gpu_ms"}[first.evidence.measure]
+        column = {"host": "cpu_ms", "gpu": "gpu_compute_ms"}[first.evidence.measure]
         rows = [row for row in w.steps if not row.empty]
         mean = {p: float(np.mean([getattr(row.phases[p], column) for row in rows])) for p in s.phases}
         assert first.phase == max(mean, key=mean.get), (folder, w.worker, mean, first.text)
         assert first.evidence.cost_ms == pytest.approx(mean[first.phase], abs=0.002)
         assert s.dominant_phase == first.phase
         # worded with the measure it used, and never "the most" next to a larger phase
-        assert f"costs the most {'GPU' if column == 'gpu_ms' else 'host'} time" in first.text
+        assert f"costs the most {'GPU compute' if column == 'gpu_compute_ms' else 'host'} time" in first.text
         for f in s.findings[1:]:
             assert "costs the most" not in f.text
         checked += 1
@@ -137,7 +137,9 @@ def test_findings_come_largest_saving_first_and_never_save_more_than_their_phase
         notes = [f for f in s.findings if f.saving_ms is None]
         assert s.findings[len(savings):] == notes  # notes last
         for f in s.findings:
-            if f.saving_ms is not None and f.phase is not None:
+            if f.kind == "exposed-communication":  # communication is no phase's cost: it saves at most itself
+                assert f.saving_ms <= f.evidence.exposed_ms + 0.002, (folder, f)
+            elif f.saving_ms is not None and f.phase is not None:
                 assert f.saving_ms <= s.costs[f.phase] + 0.002, (folder, f)
 
 
@@ -262,9 +264,10 @@ def test_collectives_no_compute_overlaps(tmp_path):
                   ("phaseprof::backward", 3_000, reduce, [("nccl:all_reduce", 2_500, 100)]),
                   ("phaseprof::optimizer", "sync"))
     s = loop_summary(tmp_path, loop)
-    comm = finding(s, "collectives")
+    comm = finding(s, "exposed-communication")
     assert comm.phase == "backward" and comm.evidence.exposed_ms == pytest.approx(10.0)
     assert comm.saving_ms == pytest.approx(10.0, abs=0.01) and "nccl:all_reduce" in comm.text
+    assert comm.evidence.collective == "all-reduce" and "bucket_cap_mb" in comm.text
 
 
 def test_slow_step_beyond_noise_and_why(tmp_path):

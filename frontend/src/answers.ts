@@ -91,6 +91,13 @@ export interface Evidence {
   alloc_calls?: number;
   alloc_ms?: number;
   exposed_ms?: number;
+  comm_ms?: number;
+  overlap?: number;
+  collective?: string;
+  gpu_busy_ms?: number;
+  gpu_compute_ms?: number;
+  host_critical_ms?: number;
+  past_host_ms?: number;
   step?: number;
   step_wall_ms?: number;
   median_wall_ms?: number;
@@ -147,6 +154,32 @@ export interface GateSide {
   steps: number;
   has_scalars: boolean;
   has_traces: boolean;
+}
+
+/**
+ * A step's GPU measures (or their means over steps), each named for what it counts, all of the
+ * device work *launched* in the step (kernels, copies, sets), wherever on the GPU's clock it ran.
+ *
+ * `busy_ms`: GPU busy, the union of that work over all streams (an instant counts once);
+ * `kernel_ms`: kernel time, device-event time summed over streams (at least `busy_ms`);
+ * `window_ms`: the GPU window, first to last device activity of that work (at least `busy_ms`);
+ * `compute_ms` / `comm_ms`: busy time of the compute work / of communication (collective kernels:
+ * NCCL, RCCL, gloo, and work launched under `record_param_comms`); `exposed_comm_ms`: communication
+ * time with no compute running on any stream (busy = compute + exposed communication);
+ * `overlap`: the share of communication time that compute overlapped (null without communication);
+ * `past_host_ms`: how long the work runs on after the step's host window ends (the host ran ahead;
+ * 0 when it does not); `streams`: GPU busy per stream (`GPU 0 stream 7`).
+ */
+export interface GpuTime {
+  busy_ms: number;
+  kernel_ms: number;
+  window_ms: number;
+  compute_ms: number;
+  comm_ms: number;
+  exposed_comm_ms: number;
+  overlap: number | null;
+  past_host_ms: number;
+  streams: Record<string, number>;
 }
 
 /** One kernel (or copy, or set) name over the chosen steps and phase; times in µs. */
@@ -272,12 +305,21 @@ export interface OutsideTime {
   share: number;
 }
 
-/** A phase's mean per step; `share`: of the mean step's wall time. */
+/**
+ * A phase's mean per step; `share`: its host time's share of the mean step's wall time (host
+ * time); `gpu_share`: its GPU busy time's share of the mean step's GPU busy time (null without
+ * GPU). Each adds up to 1 over the phases. The GPU figures are those of `PhaseTimes`.
+ */
 export interface PhaseMean {
   cpu_ms: number;
   gpu_ms: number;
   gpu_idle_ms: number | null;
   share: number;
+  gpu_busy_ms: number;
+  gpu_compute_ms: number;
+  comm_ms: number;
+  exposed_comm_ms: number;
+  gpu_share: number | null;
 }
 
 /** One phase's (or the step's) time per step over every timed step of the run. */
@@ -300,8 +342,11 @@ export interface PhaseStyle {
 }
 
 /**
- * One phase of one step. `gpu_ms`: device time of the work launched in the phase;
- * `gpu_idle_ms`: the phase's host time with no device activity (null without GPU).
+ * One phase of one step. `gpu_ms`: kernel time of the work launched in the phase (device-event
+ * time summed over streams); `gpu_idle_ms`: the phase's host time with no device activity (null
+ * without GPU). `gpu_busy_ms`, `gpu_compute_ms`, `comm_ms`, `exposed_comm_ms`: the phase's
+ * part of the step's figures of the same names (`GpuTime`): an instant when the work of several
+ * phases runs is shared equally among them, so each adds up over the phases to the step's exactly.
  */
 export interface PhaseTimes {
   cpu_ms: number;
@@ -310,28 +355,42 @@ export interface PhaseTimes {
   launches: number;
   verdict: 'balanced' | 'cpu-bound' | 'gpu-bound' | null;
   inferred: boolean;
+  gpu_busy_ms: number;
+  gpu_compute_ms: number;
+  comm_ms: number;
+  exposed_comm_ms: number;
 }
 
 /**
- * A worker's mean step; `comm_ms`: mean time per step in collectives; `compute_ms`: the step
- * less its collectives, and `phase_compute_ms` each phase's host time less its collectives (the
- * figures the straggler rule compares).
+ * A worker's mean step, in the measure of its `RanksAnswer` (`measure`). Host: `step_ms` is
+ * the wall time, `comm_ms` the host time in collectives, `compute_ms` the step less them, and
+ * `phase_compute_ms` each phase's host time less its collectives. GPU: `step_ms` is GPU busy,
+ * `comm_ms` communication time, `compute_ms` GPU compute time and `phase_compute_ms` each
+ * phase's part of it (`GpuTime`). `exposed_comm_ms`: communication no compute overlapped (GPU; 0
+ * in host measure). `wall_ms` is always the host wall time. Never negative.
  */
 export interface RankRow {
   worker: string;
   rank: number | null;
   steps: number;
   wall_ms: number;
+  step_ms: number;
   comm_ms: number;
   compute_ms: number;
+  exposed_comm_ms: number;
   phases: Record<string, Times>;
   phase_compute_ms: Record<string, number>;
 }
 
 /**
  * `GET /ranks`: each worker of a run side by side, and the straggler: null with fewer than two
- * ranks, fewer than three steps in a rank, or ranks even within noise; `note` says which.
- * `whole_run`: every timed step of each rank that wrote per-step scalars.
+ * ranks, too few steps in a rank, or ranks even within noise; `note` says which.
+ * `measure`: `gpu` when every rank has device activity (every figure then GPU time), else
+ * `host`. `world_size`: as the traces record it (`distributedInfo`); `missing_ranks`: ranks
+ * of that world with no trace here. `not_ranks`: workers left out of the comparison as other files
+ * of a worker already listed (the same recorded rank, or the same steps at the same instants: one
+ * run exported several ways). `whole_run`: every timed step of each rank that wrote per-step
+ * scalars.
  */
 export interface RanksAnswer {
   run: string;
@@ -339,6 +398,10 @@ export interface RanksAnswer {
   ranks: RankRow[];
   straggler: Straggler | null;
   note: string;
+  measure: 'gpu' | 'host';
+  world_size: number | null;
+  missing_ranks: number[];
+  not_ranks: string[];
   whole_run?: WholeRun[];
 }
 
@@ -454,6 +517,7 @@ export interface StepDetail {
   inferred_step: boolean;
   empty: boolean;
   phases: Record<string, PhaseTimes>;
+  gpu_time: GpuTime | null;
   run: string;
   worker: string;
   ops: Record<string, OpRow[]>;
@@ -471,6 +535,9 @@ export interface StepDetail {
  * step's window (`ProfilerStep#N`), kept out of `wall_ms` and of every phase, as the scalars
  * keep them out of `phaseprof/step_ms` (an evaluation pass is `phaseprof/eval_ms`);
  * `eval_gpu_ms` / `paused_gpu_ms`: device time of the work launched in them.
+ *
+ * `gpu_ms`: kernel time of the step's work (summed over streams); `gpu_time`: the step's GPU
+ * measures (null for a trace without device activity).
  */
 export interface StepRow {
   step: number;
@@ -488,6 +555,7 @@ export interface StepRow {
   inferred_step: boolean;
   empty: boolean;
   phases: Record<string, PhaseTimes>;
+  gpu_time: GpuTime | null;
 }
 
 /** One step as a Chrome-trace JSON object (`/trace`), as chrome://tracing and Perfetto open it. */
@@ -541,7 +609,9 @@ export interface Straggler {
  * A worker's profiled steps in a few numbers, over its non-empty steps; the figures after
  * `findings` are absent when no step holds work. `measure`: what the phases are ranked by,
  * `costs`: each phase's cost per step in it (ms); `dominant_phase`: the first finding's phase.
- * `outliers`: steps beyond the noise band, slow or fast.
+ * `outliers`: steps beyond the noise band, slow or fast. `cost_total_ms`: the total the
+ * costs are shares of, in `measure` (the mean step's wall time, or its GPU compute time);
+ * `gpu_time`: the mean step's GPU measures (null without GPU).
  *
  * `compiling_steps`: steps in which torch.compile compiled (a `compile` phase), left out of the
  * means, costs, the slowest step, outliers, top ops and findings, as the training side's summary
@@ -564,6 +634,8 @@ export interface Summary {
   inferred_phases?: string[];
   measure?: 'gpu' | 'host';
   costs?: Record<string, number>;
+  cost_total_ms?: number;
+  gpu_time?: GpuTime;
   compiling_steps?: number[];
   eval_ms?: number;
   paused_ms?: number;

@@ -103,6 +103,7 @@ def _phase_finding(f: Figures, c: Costs, ctx: Context, phase: str) -> Advice:
     if f.has_gpu:
         evidence.gpu_ms = _ms(f.gpu_us[j])
         evidence.gpu_idle_ms = _ms(f.idle_us[j])
+        evidence.gpu_compute_ms = _ms(f.compute_us[j])
     head = _cost_sentence(f, c, phase)
     if phase == DATA:
         kind, advice = _data(f, ctx, evidence)
@@ -121,11 +122,13 @@ def _cost_sentence(f: Figures, c: Costs, phase: str) -> str:
     cost, wall, share = _ms(c.cost_us[phase]), _ms(f.wall_us), c.share(phase)
     first = phase == c.order[0]
     if c.measure == GPU:
+        # shares of the step's GPU compute time; host and GPU figures are set side by side, never divided
         if not first:
-            return f"{phase} costs {cost:.2f} ms of GPU time per step ({share:.0%})"
-        busy = c.gpu_busy_us / f.wall_us if f.wall_us > 0 else 0.0
-        return (f"{phase} costs the most GPU time: {cost:.2f} ms per step ({share:.0%} of the {wall:.2f} ms step); "
-                f"the step is GPU-bound (GPU busy {busy:.0%}), so the GPU work a phase launches is what it adds")
+            return f"{phase} costs {cost:.2f} ms of GPU compute time per step ({share:.0%} of the step's)"
+        return (f"{phase} costs the most GPU compute time: {cost:.2f} ms per step ({share:.0%} of the step's "
+                f"{_ms(c.total_us):.2f} ms of GPU compute); the step is GPU-bound (the GPU computes "
+                f"{_ms(c.compute_us):.2f} ms per step, the host's own work takes {_ms(c.host_us):.2f} ms), so the "
+                "compute a phase launches is what it adds")
     text = (f"{phase} costs the most host time: {cost:.2f} ms of the {wall:.2f} ms step ({share:.0%}), on the "
             "critical path" if first else f"{phase} costs {cost:.2f} ms of host time per step ({share:.0%})")
     if f.has_gpu and not np.isnan(f.idle_us[j]) and f.cpu_us[j] > 0:
@@ -261,18 +264,76 @@ def _parts(f: Figures, c: Costs, ctx: Context, phase: str) -> list[Advice]:
             text=f"{phase} calls cudaMalloc/cudaFree {alloc_calls:.0f} times per step ({_ms(alloc_us):.2f} ms): the "
                  "caching allocator keeps returning and re-requesting memory; avoid torch.cuda.empty_cache() in the "
                  "loop, keep tensor shapes steady, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"))
-    exposed = float(f.exposed_comm_us[j])
-    saving = min(saving_us(c, gpu_us=exposed), cost)
-    if exposed > 0 and saving >= PART_SHARE * f.wall_us:
-        ops = sorted(((n, v) for n, v in rows.items() if _COLLECTIVE_OP.match(n)), key=lambda kv: -kv[1][4])[:2]
-        names = ", ".join(n for n, _ in ops)
-        out.append(Advice(
-            kind="collectives", phase=phase, saving_us=saving,
-            evidence=Evidence(exposed_ms=_ms(exposed), ops=[n for n, _ in ops] or None),
-            text=f"{_ms(exposed):.2f} ms per step of collectives launched in {phase}" + (f" ({names})" if names else "")
-                 + " run with no compute beside them: overlap them (DDP's buckets during backward, "
-                   "bucket_cap_mb, no_sync() under gradient accumulation) or look for a rank the others wait for"))
+    comm = _communication(f, c, ctx, phase)
+    if comm is not None:
+        out.append(comm)
     return out
+
+
+#: Collective kinds by the op (``nccl:all_reduce``, ``c10d::allreduce_``, ...) or kernel
+#: (``ncclKernel_AllReduce_RING_LL_Sum_float``, ...) names, first match wins.
+_COLLECTIVE_KINDS = (
+    ("all-to-all", re.compile(r"all_?to_?all|alltoall", re.I)),
+    ("all-reduce", re.compile(r"all_?reduce", re.I)),
+    ("all-gather", re.compile(r"all_?gather", re.I)),
+    ("reduce-scatter", re.compile(r"reduce_?scatter", re.I)),
+    ("broadcast", re.compile(r"broadcast", re.I)),
+    ("barrier", re.compile(r"barrier", re.I)),
+    ("send-recv", re.compile(r"send|recv", re.I)),
+)
+_COMM_KERNEL = re.compile(r"nccl|rccl|gloo", re.I)
+
+
+def _collective_kind(name: str) -> str | None:
+    return next((kind for kind, pattern in _COLLECTIVE_KINDS if pattern.search(name)), None)
+
+
+def _communication(f: Figures, c: Costs, ctx: Context, phase: str) -> Advice | None:
+    """Communication launched in ``phase`` that no compute on any stream overlaps: its own finding,
+    with advice for the kind of collective that takes most of the phase's communication (the host's
+    collective ops name it best: NCCL runs an all-to-all as ``SendRecv`` kernels)."""
+    j = f.phases.index(phase)
+    exposed, comm = float(f.exposed_comm_us[j]), float(f.comm_us[j])
+    saving = min(saving_us(c, gpu_us=exposed), exposed)
+    if not f.has_gpu or exposed <= 0 or saving < PART_SHARE * c.total_us:
+        return None
+    ops = sorted(((n, v) for (p, n), v in ctx.ops.items() if p == phase and _COLLECTIVE_OP.match(n)
+                  and n != "record_param_comms"), key=lambda kv: -kv[1][4])
+    kernels = sorted(((n, v) for (p, n), v in ctx.kernels.items() if p == phase and _COMM_KERNEL.search(n)),
+                     key=lambda kv: -kv[1][1])
+    kind = next((k for k in (_collective_kind(n) for n, _ in ops + kernels) if k), "collective")
+    overlap = 1.0 - exposed / comm if comm > 0 else 0.0
+    names = [n for n, _ in ops[:2]] or [_short(n) for n, _ in kernels[:2]]
+    evidence = Evidence(exposed_ms=_ms(exposed), comm_ms=_ms(comm), overlap=round(overlap, 4), collective=kind,
+                        ops=names or None)
+    head = (f"{_ms(exposed):.2f} ms per step of communication launched in {phase}"
+            + (f" ({', '.join(names)})" if names else "")
+            + f" runs with no compute on any stream: {overlap:.0%} of its {_ms(comm):.2f} ms is overlapped")
+    return Advice(kind="exposed-communication", phase=phase, saving_us=saving, evidence=evidence,
+                  text=f"{head}; {_communication_advice(kind, phase)}")
+
+
+def _communication_advice(kind: str, phase: str) -> str:
+    if kind == "all-reduce" and phase == "backward":
+        return ("DDP overlaps the gradient all-reduce with backward bucket by bucket: a smaller bucket_cap_mb starts "
+                "it sooner, and under gradient accumulation no_sync() on all but the last micro-batch skips it")
+    if kind == "all-reduce":
+        return (f"an all-reduce in {phase} has no backward to hide behind: all-reduce fewer, larger tensors (or "
+                "less often, e.g. metrics every N steps), and look for a rank the others wait for")
+    if kind == "all-to-all":
+        return ("an all-to-all exchanges sharded embeddings: balance the embedding tables' sharding across ranks "
+                "(the sharding planner's placement), keep lookups even per rank, and pipeline the exchange with "
+                "the dense compute (e.g. TorchRec's TrainPipelineSparseDist)")
+    if kind in ("all-gather", "reduce-scatter"):
+        return (f"a {kind} of sharded parameters (FSDP/ZeRO): prefetch it (FSDP's forward_prefetch, "
+                "backward_prefetch) or shard in larger units so it overlaps the previous layer's compute")
+    if kind in ("broadcast", "barrier"):
+        return (f"a {kind} waits for every rank: find the rank the others wait for (the Ranks view), e.g. rank 0 "
+                "logging, checkpointing or evaluating before it")
+    if kind == "send-recv":
+        return ("point-to-point transfers (pipeline stages): more micro-batches keep the stages computing while "
+                "they run")
+    return "overlap it with compute, or look for a rank the others wait for (the Ranks view)"
 
 
 def _kernel_us(ctx: Context, phase: str | None, pattern: re.Pattern) -> float:

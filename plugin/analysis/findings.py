@@ -27,10 +27,10 @@ def findings(summary: Summary, w: Worker, full: np.ndarray, figures: Figures | N
         if not summary.steps:
             return []
         return [_note("no-work", "no profiled step holds any work", steps=list(w.numbers)), *_outside(summary, w)]
-    wall = figures.wall_us
+    total = costs.total_us  # the step's time in the measure that binds it: savings are shares of it
     ctx = Context(ops=w.op_means(full), kernels=w.kernel_means(full), loader=w.loader, gpu_names=w.gpu_names)
     ranked = [
-        Finding(kind=a.kind, phase=a.phase, saving_ms=ms(a.saving_us), share=_share(a.saving_us, wall),
+        Finding(kind=a.kind, phase=a.phase, saving_ms=ms(a.saving_us), share=_share(a.saving_us, total),
                 evidence=a.evidence, text=a.text)
         for a in advise(figures, costs, ctx)
     ]

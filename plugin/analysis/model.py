@@ -97,6 +97,27 @@ class Outside(msgspec.Struct):
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
 
 
+class GpuMeasures(msgspec.Struct):
+    """The GPU measures of a span's steps (µs), of the device work launched in each step.
+
+    Per (step, phase) tables share each instant of the step's GPU busy time equally among the phases
+    whose work runs in it, so each adds up over the phases to the step's figure exactly:
+    ``busy`` (any work), ``compute`` (compute work: instants where compute runs, shared among the
+    phases whose compute runs), ``comm`` (communication: collectives, and work launched under
+    ``record_param_comms``), ``exposed`` (communication with no compute on any stream). Busy is
+    compute plus exposed communication. Kernel time (device-event time summed over streams) is
+    `SpanAnalysis.gpu_us`."""
+
+    busy_us: np.ndarray  # (steps, phases)
+    compute_us: np.ndarray  # (steps, phases)
+    comm_us: np.ndarray  # (steps, phases)
+    exposed_us: np.ndarray  # (steps, phases)
+    window_us: np.ndarray  # (steps,) first to last device activity of the step's work; 0 without any
+    past_host_us: np.ndarray  # (steps,) how long that work runs on after the step's host window ends
+    streams: list[str]  # "GPU d stream s", for every stream with work in some step
+    stream_busy_us: np.ndarray  # (steps, streams) GPU busy per stream
+
+
 class SpanAnalysis(msgspec.Struct):
     """The analysis of one trace file."""
 
@@ -114,10 +135,9 @@ class SpanAnalysis(msgspec.Struct):
     #: event synchronize, blocking copies, cudaMalloc/cudaFree) and runtime calls stalled far beyond
     #: their usual time (a full launch queue); at most the phase's host time
     wait_us: np.ndarray
-    #: (steps, phases) device time of collectives (NCCL) launched in the phase that no other device
-    #: work overlapped
-    exposed_comm_us: np.ndarray
-    step_gpu_us: np.ndarray  # (steps,)
+    #: GPU busy, compute, communication and exposed communication per step and phase, GPU window
+    gpu: GpuMeasures
+    step_gpu_us: np.ndarray  # (steps,) kernel time: device time of the step's work summed over streams
     step_gpu_idle_us: np.ndarray  # (steps,)
     memory_devices: list[str]
     memory_peak: np.ndarray  # (steps, phases, devices) peak allocated bytes, -1 where no event

@@ -21,7 +21,7 @@ from ..reading.discovery import display
 from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
 from .kernels import kernel_table
 from .memory import memory_curve, running_allocated
-from .model import Lanes, OpTable, Outside, SpanAnalysis
+from .model import GpuMeasures, Lanes, OpTable, Outside, SpanAnalysis
 from .nesting import Nesting, nest
 from .partition import Partition, partition
 
@@ -33,8 +33,11 @@ SYNC_CALLS = re.compile(r"^(cuda|hip)((Stream|Device|Event)Synchronize|Memcpy(2D
 #: a full launch queue or an implicit synchronization. What it took beyond the usual is waiting.
 _STALL_FACTOR = 4.0
 _STALL_US = 50.0
-#: Device work of collectives (NCCL/RCCL kernels).
-COLLECTIVE_KERNEL = re.compile(r"nccl|rccl", re.I)
+#: Device work of collectives (NCCL/RCCL/gloo kernels) is communication by its name ...
+COLLECTIVE_KERNEL = re.compile(r"nccl|rccl|gloo", re.I)
+#: ... and so is any device work launched under a collective op (``record_param_comms`` wraps each
+#: c10d collective, with the copies it makes).
+COLLECTIVE_OP = re.compile(r"^(nccl|gloo|mpi|ucc|c10d)(:|::)|^record_param_comms$")
 
 
 def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
@@ -70,7 +73,8 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
         step_idle[:] = np.nan
 
     wait = np.minimum(_waits(trace, n, part, shape2), cpu_us)
-    exposed = _exposed_collectives(trace, dev_step, dev_phase, shape2)
+    comm = communication(trace, n, launch)
+    gpu = gpu_measures(trace, part, dev_step, dev_phase, comm, shape2)
     allocated = running_allocated(trace)
     peak, delta = _memory(trace, part, shape2, allocated)
     ops = _op_table(trace, n, part, launch)
@@ -88,7 +92,7 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
         gpu_idle_us=gpu_idle,
         launches=launch_count,
         wait_us=wait,
-        exposed_comm_us=exposed,
+        gpu=gpu,
         step_gpu_us=step_gpu,
         step_gpu_idle_us=step_idle,
         memory_devices=trace.memory_devices,
@@ -205,24 +209,99 @@ def _waits(trace: Trace, n: Nesting, part: Partition, shape2: tuple[int, int]) -
     return out
 
 
-def _exposed_collectives(trace: Trace, dev_step: np.ndarray, dev_phase: np.ndarray,
-                         shape2: tuple[int, int]) -> np.ndarray:
-    """Device time per (launching step, phase) of collective kernels no other device work overlapped."""
-    out = np.zeros(shape2)
+def communication(trace: Trace, n: Nesting, launch: Launch) -> np.ndarray:
+    """Which device events are communication: collective kernels by name, and any work launched
+    (through its runtime call) under a collective op on the host."""
     dev = trace.device
-    if not len(dev):
+    by_name = np.array([bool(COLLECTIVE_KERNEL.search(name)) for name in trace.names] or [False])
+    comm = by_name[dev.name] if len(dev) else np.zeros(0, dtype=bool)
+    if not len(n.name) or not len(dev):
+        return comm
+    op_name = np.array([bool(COLLECTIVE_OP.match(name)) for name in trace.names] or [False])
+    under = op_name[n.name]
+    for d in range(1, int(n.depth.max(initial=0)) + 1):  # a loop over depth, not over events
+        at = np.flatnonzero(n.depth == d)
+        under[at] |= under[n.parent[at]]
+    known = launch.runtime >= 0
+    comm[known] |= under[launch.runtime[known]]
+    return comm
+
+
+def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase: np.ndarray, comm: np.ndarray,
+                 shape2: tuple[int, int]) -> GpuMeasures:
+    """GPU busy, compute, communication and exposed communication per step and phase, GPU busy per
+    stream, and the GPU window of each step's work (see `GpuMeasures`), in one sweep over the start
+    and end of every device event attributed to a step."""
+    steps, phases = shape2
+    dev = trace.device
+    keep = np.flatnonzero(dev_step >= 0)
+    step, phase = dev_step[keep].astype(np.int64), dev_phase[keep].astype(np.int64)
+    start = dev.ts[keep]
+    end = start + np.maximum(dev.dur[keep], 0.0)
+    pairs = np.stack([dev.device[keep], dev.stream[keep]], axis=1) if len(keep) else np.zeros((0, 2), np.int64)
+    unique, stream = np.unique(pairs, axis=0, return_inverse=True)
+    labels = [f"GPU {d} stream {s}" for d, s in unique.tolist()]
+    # columns: each phase's compute, each phase's communication, each stream
+    column = np.where(comm[keep], phases + phase, phase)
+    cols = 2 * phases + len(labels)
+    seg_step, seg, active = _sweep(step, start, end, [column, 2 * phases + stream.ravel()], cols)
+    compute, talk = active[:, :phases], active[:, phases:2 * phases]
+    any_compute = compute.any(axis=1)
+    either = compute | talk
+
+    def shared(mask: np.ndarray, among: np.ndarray) -> np.ndarray:
+        """Per (step, phase): the time of the segments in ``mask``, each shared equally among the
+        phases ``among`` marks in it."""
+        weight = np.where(mask[:, None], among / np.maximum(among.sum(axis=1), 1)[:, None], 0.0) * seg[:, None]
+        out = np.zeros(shape2)
+        np.add.at(out, seg_step, weight)
         return out
-    comm_name = np.array([bool(COLLECTIVE_KERNEL.search(name)) for name in trace.names] or [False])
-    comm = comm_name[dev.name]
-    if not comm.any():
-        return out
-    end = dev.ts + dev.dur
-    compute = _Busy(dev.ts[~comm], end[~comm])
-    exposed = dev.dur[comm] - compute.within(dev.ts[comm], end[comm])
-    step, phase = dev_step[comm], dev_phase[comm]
-    inside = step >= 0
-    np.add.at(out, (step[inside], phase[inside]), exposed[inside])
-    return out
+
+    window = np.zeros(steps)
+    past = np.zeros(steps)
+    if len(keep):
+        first = np.full(steps, np.inf)
+        last = np.full(steps, -np.inf)
+        np.minimum.at(first, step, start)
+        np.maximum.at(last, step, end)
+        has = np.isfinite(first)
+        window[has] = last[has] - first[has]
+        ends = np.array([s.end for s in part.steps])
+        past[has] = np.maximum(last[has] - ends[has], 0.0)
+    stream_busy = np.zeros((steps, len(labels)))
+    np.add.at(stream_busy, seg_step, active[:, 2 * phases:] * seg[:, None])
+    return GpuMeasures(
+        busy_us=shared(either.any(axis=1), either),
+        compute_us=shared(any_compute, compute),
+        comm_us=shared(talk.any(axis=1), talk),
+        exposed_us=shared(~any_compute, talk),
+        window_us=window,
+        past_host_us=past,
+        streams=labels,
+        stream_busy_us=stream_busy,
+    )
+
+
+def _sweep(step: np.ndarray, start: np.ndarray, end: np.ndarray, columns: list[np.ndarray],
+           width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cut each step's device time into elementary segments between consecutive starts and ends of
+    its events; returns each segment's step, length, and which of ``width`` columns have an event
+    running in it (each event counts in one column of each array of ``columns``)."""
+    m = len(step)
+    if not m:
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros((0, width), dtype=bool)
+    t = np.concatenate([start, end])
+    s = np.concatenate([step, step])
+    order = np.lexsort((t, s))
+    t, s = t[order], s[order]
+    rows = np.arange(2 * m)
+    delta = np.zeros((2 * m, width), dtype=np.int32)
+    sign = np.r_[np.ones(m, np.int32), -np.ones(m, np.int32)][order]
+    for c in columns:
+        delta[rows, np.concatenate([c, c])[order]] += sign
+    running = np.cumsum(delta, axis=0)[:-1] > 0  # each step's events end within it: counts return to 0
+    seg = np.where(s[1:] == s[:-1], np.diff(t), 0.0)
+    return s[:-1], seg, running
 
 
 def _memory(trace: Trace, part: Partition, shape2: tuple[int, int],

@@ -11,7 +11,7 @@ import numpy as np
 
 from phaseprof.contract import EVAL, OUT_OF_STEP, PAUSED
 
-from ..answers import Lanes, MemoryFigures, OpRow, PhaseTimes, StepDetail, StepRow
+from ..answers import GpuTime, Lanes, MemoryFigures, OpRow, PhaseTimes, StepDetail, StepRow
 from .model import SpanAnalysis
 from .worker import Worker, ms
 
@@ -39,6 +39,8 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
     rows = list(range(len(w.refs))) if rows is None else rows
     cpu, idle = w.cpu_us[rows], w.gpu_idle_us[rows]
     cpu_ms, gpu_ms, idle_ms = (_ms_list(t) for t in (cpu, w.gpu_us[rows], idle))
+    busy_ms, compute_ms, comm_ms, exposed_ms = (
+        _ms_list(t[rows]) for t in (w.gpu_busy_us, w.gpu_compute_us, w.comm_us, w.exposed_comm_us))
     launches = w.launches[rows].astype(np.int64).tolist()
     outside, outside_gpu = _ms_list(w.outside_us[rows]), _ms_list(w.outside_gpu_us[rows])
     ev, pa = OUT_OF_STEP.index(EVAL), OUT_OF_STEP.index(PAUSED)
@@ -73,11 +75,42 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
                     launches=launches[k][j],
                     verdict=verdict(cpu[k, j], idle[k, j], has_gpu),
                     inferred=name in step.inferred,
+                    gpu_busy_ms=busy_ms[k][j],
+                    gpu_compute_ms=compute_ms[k][j],
+                    comm_ms=comm_ms[k][j],
+                    exposed_comm_ms=exposed_ms[k][j],
                 )
                 for j, name in enumerate(phases)
             },
+            gpu_time=gpu_time(w, np.array([row])) if has_gpu else None,
         ))
     return out
+
+
+def gpu_time(w: Worker, rows: np.ndarray) -> GpuTime | None:
+    """The GPU measures of the steps ``rows`` of ``w``, their means when several (per stream: mean
+    busy per step); None when none of them ran on a GPU."""
+    rows = rows[w.on_gpu[rows]]
+    if not len(rows):
+        return None
+    n = len(rows)
+    comm = float(w.comm_us[rows].sum()) / n
+    exposed = float(w.exposed_comm_us[rows].sum()) / n
+    streams: dict[str, float] = {}
+    for row in rows.tolist():
+        for label, us in w.streams(row).items():
+            streams[label] = streams.get(label, 0.0) + us
+    return GpuTime(
+        busy_ms=ms(w.gpu_busy_us[rows].sum() / n),
+        kernel_ms=ms(w.kernel_us[rows].sum() / n),
+        window_ms=ms(w.gpu_window_us[rows].sum() / n),
+        compute_ms=ms(w.gpu_compute_us[rows].sum() / n),
+        comm_ms=ms(comm),
+        exposed_comm_ms=ms(exposed),
+        overlap=round(1.0 - exposed / comm, 4) if comm > 0 else None,
+        past_host_ms=ms(w.past_host_us[rows].sum() / n),
+        streams={label: ms(us / n) for label, us in streams.items()},
+    )
 
 
 def _ms_list(us: np.ndarray) -> list[list[float | None]]:

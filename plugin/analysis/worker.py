@@ -55,11 +55,20 @@ class Worker:
         self.has_gpu = any(s.has_gpu for s in spans)
         self.cpu_us = self._gather("cpu_us")
         self.gpu_us = self._gather("gpu_us")
-        self.gpu_idle_us = self._gather("gpu_idle_us", missing=np.nan)
+        # a phase a span lacks had no host time there, so no idle time either (NaN only without GPU)
+        self.gpu_idle_us = self._gather("gpu_idle_us")
         self.launches = self._gather("launches")
         self.wait_us = self._gather("wait_us")
-        self.exposed_comm_us = self._gather("exposed_comm_us")
+        #: GPU busy, compute, communication and exposed communication per step and phase (`GpuMeasures`)
+        self.gpu_busy_us = self._gather("gpu.busy_us")
+        self.gpu_compute_us = self._gather("gpu.compute_us")
+        self.comm_us = self._gather("gpu.comm_us")
+        self.exposed_comm_us = self._gather("gpu.exposed_us")
         self.step_gpu_idle_us = np.array([r.span.step_gpu_idle_us[r.index] for r in refs], dtype=np.float64)
+        #: kernel time (summed over streams), GPU window and how far the GPU work outlasts the host window
+        self.kernel_us = np.array([r.span.step_gpu_us[r.index] for r in refs], dtype=np.float64)
+        self.gpu_window_us = np.array([r.span.gpu.window_us[r.index] for r in refs], dtype=np.float64)
+        self.past_host_us = np.array([r.span.gpu.past_host_us[r.index] for r in refs], dtype=np.float64)
         #: Steps in which torch.compile compiled (their ``compile`` phase took time).
         self.compiling = (self.cpu_us[:, self.phases.index(COMPILE)] > 0 if COMPILE in self.phases
                           else np.zeros(len(refs), dtype=bool))
@@ -68,14 +77,29 @@ class Worker:
         self.world_size = next((s.world_size for s in spans if s.world_size is not None), None)
         self.gpu_names = next((s.gpu_names for s in spans if s.gpu_names), [])
 
-    def _gather(self, table: str, missing: float = 0.0) -> np.ndarray:
-        out = np.full((len(self.refs), len(self.phases)), missing, dtype=np.float64)
+    def _gather(self, table: str) -> np.ndarray:
+        """A (steps, phases) table of the spans (``table`` may be dotted: ``gpu.busy_us``), aligned on
+        this worker's phases; a phase a span lacks is 0 there (NaN in a span whose table is NaN
+        throughout: figures that do not exist, as GPU idle without GPU)."""
+        out = np.zeros((len(self.refs), len(self.phases)), dtype=np.float64)
         for span, at, index in self.by_span(range(len(self.refs))):
+            values = span
+            for part in table.split("."):
+                values = getattr(values, part)
+            if values.size and np.isnan(values).all():
+                out[at] = np.nan
             # phases without time anywhere are not listed (nor gathered)
             kept = [j for j, p in enumerate(span.phases) if p in self.phases]
             columns = [self.phases.index(span.phases[j]) for j in kept]
-            out[np.ix_(at, columns)] = getattr(span, table)[np.ix_(index, kept)]
+            out[np.ix_(at, columns)] = values[np.ix_(index, kept)]
         return out
+
+    def streams(self, row: int) -> dict[str, float]:
+        """GPU busy µs per stream of step ``row`` (streams with work in it)."""
+        ref = self.refs[row]
+        g = ref.span.gpu
+        busy = g.stream_busy_us[ref.index] if len(g.streams) else np.zeros(0)
+        return {label: float(v) for label, v in zip(g.streams, busy.tolist()) if v > 0}
 
     def by_span(self, rows) -> list[tuple[SpanAnalysis, list[int], list[int]]]:
         """``rows`` grouped by span: (span, the rows, their step indices in the span)."""

@@ -19,6 +19,7 @@ from .compare import compare, grew_most, median_row
 from .cost import GPU, Costs, Figures, phase_costs
 from .findings import findings
 from .noise import noise
+from .steps import gpu_time
 from .worker import Worker, ms
 
 #: Top ops listed, and grown ops named for the slowest step.
@@ -47,17 +48,25 @@ def summarize(w: Worker, top: int = TOP_OPS) -> Summary:
     gpu = w.gpu_us[full].mean(axis=0)
     on_gpu = full[w.on_gpu[full]]
     idle = w.gpu_idle_us[on_gpu].mean(axis=0).tolist() if len(on_gpu) else [None] * len(phases)
+    busy, compute = w.gpu_busy_us[full].mean(axis=0), w.gpu_compute_us[full].mean(axis=0)
+    comm, exposed = w.comm_us[full].mean(axis=0), w.exposed_comm_us[full].mean(axis=0)
+    total_busy = float(busy.sum())
     out.mean = {
         p: PhaseMean(cpu_ms=ms(cpu[j]), gpu_ms=ms(gpu[j]), gpu_idle_ms=None if idle[j] is None else ms(idle[j]),
-                     share=round(float(cpu[j]) / mean_wall, 4) if mean_wall else 0.0)
+                     share=round(float(cpu[j]) / mean_wall, 4) if mean_wall else 0.0,
+                     gpu_busy_ms=ms(busy[j]), gpu_compute_ms=ms(compute[j]), comm_ms=ms(comm[j]),
+                     exposed_comm_ms=ms(exposed[j]),
+                     gpu_share=round(float(busy[j]) / total_busy, 4) if total_busy > 0 else None)
         for j, p in enumerate(phases)
     }
+    out.gpu_time = gpu_time(w, full)
     out.mean_wall_ms = ms(mean_wall)
     out.median_wall_ms = ms(float(np.median(walls)))
     figures = typical_step(w, full)
     costs = phase_costs(figures)
     out.measure = costs.measure
     out.costs = {p: ms(costs.cost_us[p]) for p in phases}
+    out.cost_total_ms = ms(costs.total_us)
     band = noise(walls)
     out.slowest = _slowest(w, full, band)
     out.outliers = [w.numbers[k] for k in full.tolist() if band.beyond(float(w.wall_us[k]))]
@@ -81,6 +90,9 @@ def typical_step(w: Worker, full: np.ndarray) -> Figures:
         idle_us=w.gpu_idle_us[on_gpu].mean(axis=0) if len(on_gpu) else nan,
         wait_us=w.wait_us[full].mean(axis=0),
         launches=w.launches[full].mean(axis=0),
+        busy_us=w.gpu_busy_us[full].mean(axis=0),
+        compute_us=w.gpu_compute_us[full].mean(axis=0),
+        comm_us=w.comm_us[full].mean(axis=0),
         exposed_comm_us=w.exposed_comm_us[full].mean(axis=0),
         step_idle_us=float(np.nanmean(w.step_gpu_idle_us[on_gpu])) if len(on_gpu) else float("nan"),
         has_gpu=bool(len(on_gpu)),
