@@ -15,6 +15,7 @@ from phaseprof.contract import phase_colour
 
 if TYPE_CHECKING:
     from phaseprof.plugin.answers import (
+        GpuTime,
         PhaseMean,
         PhaseTimes,
         Report,
@@ -50,10 +51,24 @@ def _fmt(value: float | None) -> str:
 
 
 def _cell(phase: PhaseTimes | PhaseMean, gpu: bool) -> str:
-    """Host ms, or host/GPU ms with one decimal each to keep GPU tables narrow."""
+    """Host ms, or host ms/GPU busy ms with one decimal each to keep GPU tables narrow."""
     if not gpu:
         return _fmt(phase.cpu_ms)
-    return f"{phase.cpu_ms:,.1f}/{phase.gpu_ms:,.1f}"
+    return f"{phase.cpu_ms:,.1f}/{phase.gpu_busy_ms:,.1f}"
+
+
+def _gpu_line(g: GpuTime) -> str:
+    """The GPU measures of a (mean) step, each named for what it counts."""
+    line = (f"  GPU per step (mean): GPU busy {_fmt(g.busy_ms)} ms (compute {_fmt(g.compute_ms)} ms, exposed "
+            f"communication {_fmt(g.exposed_comm_ms)} ms) · kernel time (summed over streams) {_fmt(g.kernel_ms)} ms · "
+            f"GPU window {_fmt(g.window_ms)} ms")
+    if g.comm_ms:
+        line += f" · communication {_fmt(g.comm_ms)} ms, {g.overlap:.0%} of it overlapped by compute"
+    if g.past_host_ms:
+        line += f" · runs on {_fmt(g.past_host_ms)} ms past the host window"
+    if len(g.streams) > 1:
+        line += " · GPU busy per stream: " + ", ".join(f"{label} {_fmt(v)} ms" for label, v in g.streams.items())
+    return line
 
 
 def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False) -> None:
@@ -70,7 +85,8 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
     # time kept out of the steps: a column of its own only where some step's window held any
     apart = [(kind, label) for kind, label in (("eval", "eval ms"), ("paused", "paused ms"))
              if any(getattr(r, f"{kind}_ms") for r in w.steps)]
-    caption = ("host/GPU ms (GPU: work launched in the phase)" if gpu else "host ms") + "; * inferred"
+    caption = ("host ms/GPU busy ms (GPU: the work launched in the phase, an instant counted once however many "
+               "streams run); GPU idle: host time with the GPU idle" if gpu else "host ms") + "; * inferred"
     if apart:
         caption += "; " + " and ".join(label for _, label in apart) + ": inside the step's window, not in the step"
     if summary.compiling_steps:
@@ -81,20 +97,23 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
     for p in phases:
         table.add_column(Text(p, style=f"bold {phase_colour(p)}"), justify="right")
     if gpu:
+        table.add_column("GPU busy ms", justify="right")
+        table.add_column("GPU window ms", justify="right")
         table.add_column("GPU idle ms", justify="right")
     for _, label in apart:
         table.add_column(label, justify="right", style="dim")
     outliers = summary.outliers or []
     compiled = set(summary.compiling_steps or [])
-    blank = [""] * (gpu + len(apart))
+    blank = [""] * (3 * gpu + len(apart))
     for row in _rows_to_show(w.steps, summary):
         if row is None:
-            table.add_row("…", *[""] * (len(phases) + 1 + gpu + len(apart)))
+            table.add_row("…", *[""] * (len(phases) + 1 + 3 * gpu + len(apart)))
             continue
         cells = [_cell(row.phases[p], gpu) + ("*" if row.phases[p].inferred else "") for p in phases]
         label = str(row.step) + (" (empty)" if row.empty else "") + (" c" if row.step in compiled else "")
         style = "dim" if row.empty else ("yellow" if row.step in outliers else None)
-        extra = [_fmt(row.gpu_idle_ms)] if gpu else []
+        g = row.gpu_time
+        extra = [_fmt(g and g.busy_ms), _fmt(g and g.window_ms), _fmt(row.gpu_idle_ms)] if gpu else []
         extra += [_outside_cell(row, kind, gpu) for kind, _ in apart]
         table.add_row(label, _fmt(row.wall_ms), *cells, *extra, style=style)
     if summary.mean is not None and len(w.steps) > 1:
@@ -103,7 +122,12 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
         cells = [_cell(mean[p], gpu) for p in phases]
         table.add_row("mean", _fmt(summary.mean_wall_ms), *cells, *blank, style="bold")
         table.add_row("share", "", *[f"{mean[p].share:.0%}" for p in phases], *blank)
+        if gpu:
+            table.add_row("GPU share", "", *["-" if mean[p].gpu_share is None else f"{mean[p].gpu_share:.0%}"
+                                             for p in phases], *blank)
     console.print(table)
+    if summary.gpu_time is not None:
+        console.print(_gpu_line(summary.gpu_time))
     if w.detail is not None:
         _detail(w.detail, phases, console)
     elif summary.slowest is not None:

@@ -81,6 +81,7 @@ def _notes(summary: Summary, w: Worker, full: np.ndarray) -> list[Finding]:
                          steps=[w.numbers[k] for k in full.tolist()]))
     if not summary.gpu:
         out.append(_note("no-gpu", "no GPU activity in these traces: all figures are host (CPU) time"))
+    out += _gpu_past_host(summary, w, full)
     inferred_steps = [w.numbers[k] for k in full.tolist() if _step(w, k).inferred_step]
     if inferred_steps:
         out.append(_note("inferred-steps", f"the trace marks no steps: {len(inferred_steps)} steps inferred, one per "
@@ -105,6 +106,27 @@ def _notes(summary: Summary, w: Worker, full: np.ndarray) -> list[Finding]:
                                             "findings, as the training side's summary leaves them out",
                          steps=steps, phases=[COMPILE]))
     return out + _outside(summary, w)
+
+
+#: GPU work running on after its step's host window by more than this share of its GPU window is noted.
+PAST_HOST_SHARE = 0.05
+
+
+def _gpu_past_host(summary: Summary, w: Worker, full: np.ndarray) -> list[Finding]:
+    """Steps whose GPU work outlasts their host window: the host ran ahead of the GPU."""
+    past, window = w.past_host_us[full], w.gpu_window_us[full]
+    ahead = full[(past > PAST_HOST_SHARE * window) & (past > 0)]
+    if not len(ahead):
+        return []
+    steps = [w.numbers[k] for k in ahead.tolist()]
+    measured = (f"; the step is GPU-bound, so it is measured by the GPU ({summary.cost_total_ms:,.2f} ms of GPU "
+                "compute per step)" if summary.measure == "gpu" and summary.cost_total_ms is not None else "")
+    return [_note("gpu-past-host", f"the GPU work of step{'s' if len(steps) > 1 else ''} {_numbers(steps)} runs on "
+                                   f"after the step's host window ends (by {ms(w.past_host_us[ahead].mean()):,.2f} ms "
+                                   f"on average, at most {ms(w.past_host_us[ahead].max()):,.2f} ms): the host runs "
+                                   "ahead of the GPU, and a step's GPU figures count the work it launched wherever "
+                                   f"it ran{measured}",
+                  steps=steps, past_host_ms=ms(w.past_host_us[ahead].mean()))]
 
 
 def _outside(summary: Summary, w: Worker) -> list[Finding]:

@@ -236,7 +236,10 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
     dev = trace.device
     keep = np.flatnonzero(dev_step >= 0)
     step, phase = dev_step[keep].astype(np.int64), dev_phase[keep].astype(np.int64)
-    start = dev.ts[keep]
+    # times from the first event: near the epoch a float64 µs is 0.25 µs coarse, and sums of many
+    # differences would drift past the durations they are made of
+    base = float(dev.ts[keep].min()) if len(keep) else 0.0
+    start = dev.ts[keep] - base
     end = start + np.maximum(dev.dur[keep], 0.0)
     pairs = np.stack([dev.device[keep], dev.stream[keep]], axis=1) if len(keep) else np.zeros((0, 2), np.int64)
     unique, stream = np.unique(pairs, axis=0, return_inverse=True)
@@ -266,7 +269,7 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
         np.maximum.at(last, step, end)
         has = np.isfinite(first)
         window[has] = last[has] - first[has]
-        ends = np.array([s.end for s in part.steps])
+        ends = np.array([s.end for s in part.steps]) - base
         past[has] = np.maximum(last[has] - ends[has], 0.0)
     stream_busy = np.zeros((steps, len(labels)))
     np.add.at(stream_busy, seg_step, active[:, 2 * phases:] * seg[:, None])

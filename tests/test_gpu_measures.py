@@ -1,0 +1,385 @@
+"""The GPU measures: GPU busy, kernel time, GPU window, compute and communication, each stated apart.
+
+Invariants on every GPU trace under tests/data/gpu (whatever is added there later) and on GPU-shaped
+traces built here; the exact figures of a hand-built step; communication and overlap against an
+independent computation from the raw events; the ranks in one measure; and the terminal's labels.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import re
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import msgspec
+import pytest
+from rich.console import Console
+
+from phaseprof.plugin.analysis.ranks import ranks
+from phaseprof.plugin.analysis.worker import Worker
+from phaseprof.plugin.reading.discovery import discover
+from phaseprof.plugin.report import analyze_file, report
+from phaseprof.terminal import render
+from tests.conftest import DATA
+from tests.logdir import write_trace
+from tests.tracebuilder import Loop, annotation, kernel, launch, op, step, thread_names
+
+GPU_FOLDERS = sorted(p.name for p in (DATA / "gpu").iterdir() if p.is_dir())
+COMM = re.compile(r"nccl|rccl|gloo", re.I)
+#: A sentence dividing a GPU figure by the host's step: "… GPU … (80% of the 78.83 ms step)", "GPU busy 36%".
+GPU_OVER_HOST = (re.compile(r"GPU[^.;]*\(\d+% of the [\d,.]+ ms step\)"), re.compile(r"GPU busy \d+%"))
+
+
+# --- GPU-shaped traces built here ------------------------------------------------------------------------
+
+
+def overlap_step(events: list[dict], number: int, s: float, corr: int) -> int:
+    """One 10 ms step at ``s`` (µs): forward 0-4 ms, backward 4-9 ms, other 9-10 ms. Forward launches
+    K1 (stream 7, 0.1-3.1 ms), K2 (stream 8, 1-2 ms: two streams at once) and K4 (stream 8, 4.5-5.5 ms:
+    beside backward's K3); backward launches K3 (stream 7, 5-9 ms), an NCCL all-reduce (stream 20,
+    8-12 ms: past the host window) and, under record_param_comms, a copy (stream 21, 12-12.5 ms)."""
+    work = [  # (phase start offset for the launch, kernel name, stream, start, end) in µs from s
+        (100, "gemm_fwd", 7, 100, 3100), (200, "gemm_fwd2", 8, 1000, 2000), (300, "gemm_fwd3", 8, 4500, 5500),
+        (4100, "gemm_bwd", 7, 5000, 9000),
+        (4200, "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", 20, 8000, 12000),
+    ]
+    events += [step(number, s, 10_000), annotation("phaseprof::forward", s, 4_000),
+               annotation("phaseprof::backward", s + 4_000, 5_000)]
+    for at, name, stream, a, b in work:
+        corr += 1
+        events += [launch(s + at, corr), kernel(name, s + a, b - a, corr, stream=stream)]
+    corr += 1
+    events += [op("record_param_comms", s + 4300, 50), launch(s + 4310, corr, name="cudaMemcpyAsync")]
+    copy = kernel("Memcpy DtoD (Device -> Device)", s + 12_000, 500, corr, stream=21)
+    events.append({**copy, "cat": "gpu_memcpy"})
+    return corr
+
+
+def overlap_trace(path: Path, steps: int = 5) -> Path:
+    events, corr = thread_names(), 0
+    for n in range(steps):
+        corr = overlap_step(events, n + 1, 1_000_000 + n * 10_000, corr)
+    return write_trace(path, events)
+
+
+def gpu_bound_trace(path: Path) -> Path:
+    """A loop whose GPU work (two streams, and an all-reduce) takes far longer than its host work:
+    the host runs ahead and each step's kernels run long after its host window."""
+    loop = Loop()
+    for n in range(6):
+        loop.step(n, ("phaseprof::forward", 1_000, [("gemm_a", 3_000, 7), ("gemm_b", 2_000, 13)]),
+                  ("phaseprof::backward", 1_500, [("gemm_c", 9_000, 7), ("ncclKernel_AllReduce_x", 3_000, 20)]),
+                  ("phaseprof::optimizer", 500, [("adam_kernel", 500, 7)]))
+    return write_trace(path, loop.events)
+
+
+BUILT = {"overlap": overlap_trace, "gpu_bound": gpu_bound_trace}
+
+
+def gpu_report(folder: Path):
+    r = report(str(folder))
+    assert r.errors == [], r.errors
+    workers = [w for run in r.runs for w in run.workers]
+    assert workers and all(w.gpu for w in workers), folder
+    return r, workers
+
+
+@pytest.fixture(params=[f"data:{name}" for name in GPU_FOLDERS] + [f"built:{name}" for name in BUILT])
+def gpu_case(request, tmp_path):
+    kind, name = request.param.split(":")
+    if kind == "data":
+        return gpu_report(DATA / "gpu" / name)
+    BUILT[name](tmp_path / "run" / "w.1.pt.trace.json")
+    return gpu_report(tmp_path / "run")
+
+
+def test_the_gpu_test_data_holds_the_multi_stream_traces():
+    assert {"hta_nccl_16rank", "hta_alexnet_2stream", "hta_event_sync_3stream", "hta_sampled_2rank",
+            "hta_ns_resolution", "kineto_resnet50_num_workers_0"} <= set(GPU_FOLDERS)
+    for name in GPU_FOLDERS:
+        assert list((DATA / "gpu" / name).glob("LICENSE*")), f"{name} has no licence file beside it"
+
+
+def _adds_up(parts: list[float], total: float) -> None:
+    """Phase parts add up to the total: 100% ± 0.5% (or within rounding to the µs)."""
+    assert sum(parts) == pytest.approx(total, rel=0.005, abs=0.001 * (len(parts) + 1))
+
+
+def test_gpu_invariants(gpu_case):
+    r, workers = gpu_case
+    for w in workers:
+        for row in w.steps:
+            g = row.gpu_time
+            assert g is not None, (w.worker, row.step)
+            phases = row.phases.values()
+            for field, total in (("gpu_busy_ms", g.busy_ms), ("gpu_compute_ms", g.compute_ms),
+                                 ("comm_ms", g.comm_ms), ("exposed_comm_ms", g.exposed_comm_ms)):
+                _adds_up([getattr(p, field) for p in phases], total)
+            assert g.busy_ms <= g.window_ms + 0.002 and g.busy_ms <= g.kernel_ms + 0.002
+            assert g.busy_ms == pytest.approx(g.compute_ms + g.exposed_comm_ms, abs=0.003)
+            assert min(g.compute_ms, g.comm_ms, g.exposed_comm_ms, g.past_host_ms) >= 0
+            assert g.exposed_comm_ms <= g.comm_ms + 0.002
+            assert (g.overlap is None) == (g.comm_ms == 0) and (g.overlap is None or 0 <= g.overlap <= 1)
+            assert all(v <= g.busy_ms + 0.002 for v in g.streams.values())
+            assert sum(g.streams.values()) >= g.busy_ms - 0.002 * len(g.streams)
+            assert g.kernel_ms == pytest.approx(row.gpu_ms, abs=0.002)
+            for p in phases:
+                assert min(p.gpu_busy_ms, p.gpu_compute_ms, p.comm_ms, p.exposed_comm_ms) >= 0
+                assert p.gpu_busy_ms <= p.gpu_ms + 0.002  # a phase's busy time never beyond its kernel time
+                assert p.exposed_comm_ms <= p.comm_ms + 0.002
+        s = w.summary
+        if s.mean is None:
+            continue
+        _adds_up([m.share for m in s.mean.values()], 1.0)
+        _adds_up([m.gpu_share for m in s.mean.values()], 1.0)
+        _adds_up(list(s.costs.values()), s.cost_total_ms)
+        if s.measure == "gpu":  # a GPU-bound step is measured by the GPU: its compute, not the host window
+            assert s.cost_total_ms == pytest.approx(s.gpu_time.compute_ms, abs=0.002)
+        for f in s.findings:
+            if f.share is not None:
+                assert 0 <= f.share <= 1.0, f
+    _no_gpu_over_host(r)
+
+
+def _no_gpu_over_host(r) -> None:
+    """No sentence of the report, in its JSON or on the terminal, sets a GPU figure over the host's step."""
+    console = Console(record=True, width=160, file=open("/dev/null", "w"))  # noqa: SIM115
+    render(r, console, evidence=True)
+    texts = [console.export_text()] + [
+        f.text for run in r.runs for w in run.workers for f in w.summary.findings]
+    texts.append(msgspec.json.encode(r).decode())
+    for text in texts:
+        for pattern in GPU_OVER_HOST:
+            assert not pattern.search(text), pattern.search(text).group(0)
+    for run in r.runs:
+        for w in run.workers:
+            s = w.summary
+            if s.mean_wall_ms is None:
+                continue
+            for f in s.findings:
+                if f.evidence.measure == "gpu" or f.kind == "exposed-communication":
+                    assert f"{s.mean_wall_ms:.2f} ms step" not in f.text, f.text
+
+
+# --- one hand-built step, figure by figure -----------------------------------------------------------------
+
+
+def test_the_measures_of_a_hand_built_step(tmp_path):
+    r, (w,) = gpu_report(overlap_trace(tmp_path / "run" / "w.1.pt.trace.json").parent)
+    row = w.steps[0]
+    g = row.gpu_time
+    # compute: [0.1, 3.1) and [4.5, 9) ms; communication [8, 12.5); exposed [9, 12.5)
+    assert (g.compute_ms, g.comm_ms, g.exposed_comm_ms) == (7.5, 4.5, 3.5)
+    assert (g.busy_ms, g.kernel_ms, g.window_ms, g.past_host_ms) == (11.0, 13.5, 12.4, 2.5)
+    assert g.overlap == pytest.approx(1 - 3.5 / 4.5, abs=1e-4)
+    assert g.streams == {"GPU 0 stream 7": 7.0, "GPU 0 stream 8": 2.0, "GPU 0 stream 20": 4.0,
+                         "GPU 0 stream 21": 0.5}
+    fwd, bwd = row.phases["forward"], row.phases["backward"]
+    # forward's two streams at once count once; [5, 5.5) ms, where forward's K4 and backward's K3 both
+    # run, is shared equally
+    assert (fwd.gpu_busy_ms, fwd.gpu_compute_ms, fwd.comm_ms, fwd.gpu_ms) == (3.75, 3.75, 0.0, 5.0)
+    assert (bwd.gpu_busy_ms, bwd.gpu_compute_ms, bwd.comm_ms, bwd.exposed_comm_ms) == (7.25, 3.75, 4.5, 3.5)
+    # host-bound (10 ms of host work against 7.5 ms of GPU compute): exposed communication found all the same
+    s = w.summary
+    assert s.measure == "host"
+    comm = next(f for f in s.findings if f.kind == "exposed-communication")
+    assert comm.phase == "backward" and comm.evidence.collective == "all-reduce"
+    assert comm.evidence.exposed_ms == 3.5 and comm.evidence.comm_ms == 4.5
+    past = next(f for f in s.findings if f.kind == "gpu-past-host")
+    assert past.evidence.steps == [1, 2, 3, 4, 5] and past.evidence.past_host_ms == 2.5
+
+
+def test_a_gpu_bound_step_is_measured_by_the_gpu(tmp_path):
+    r, (w,) = gpu_report(gpu_bound_trace(tmp_path / "run" / "w.1.pt.trace.json").parent)
+    s = w.summary
+    assert s.measure == "gpu" and s.dominant_phase == "backward"
+    first = s.findings[0]
+    # its share is of the step's GPU compute time: not of the 3 ms host window
+    assert first.share == pytest.approx(s.costs["backward"] / s.gpu_time.compute_ms, abs=1e-3)
+    assert f"of the step's {s.gpu_time.compute_ms:.2f} ms of GPU compute" in first.text
+    assert s.gpu_time.past_host_ms > 0 and any(f.kind == "gpu-past-host" for f in s.findings)
+
+
+# --- communication against an independent computation from the raw events --------------------------------
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _length(intervals) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Length of the union ``a`` less the union ``b`` (both merged and sorted)."""
+    left = 0.0
+    for x, y in a:
+        cut = 0.0
+        for u, v in b:
+            if v <= x:
+                continue
+            if u >= y:
+                break
+            cut += min(y, v) - max(x, u)
+        left += (y - x) - cut
+    return left
+
+
+def independent_comm(path: Path) -> dict[int, dict[str, float]]:
+    """Per step number, from the raw events alone: compute, communication and exposed communication
+    (µs) of the device work launched in the step, communication being NCCL kernels and work launched
+    under a ``record_param_comms`` (or ``nccl:``) op of the launching thread."""
+    with gzip.open(path, "rt") as f:
+        raw = json.load(f)
+    events = raw["traceEvents"] if isinstance(raw, dict) else raw
+    complete = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    steps = [(float(e["ts"]), float(e["ts"]) + float(e["dur"]), int(e["name"].split("#")[1]))
+             for e in complete if e["name"].startswith("ProfilerStep#")]
+    steps.sort()
+    comm_ops = defaultdict(list)
+    for e in complete:
+        if e.get("cat") in ("cpu_op", "user_annotation", "Operator") and (
+                e["name"] == "record_param_comms" or e["name"].startswith("nccl:")):
+            comm_ops[(e["pid"], e["tid"])].append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+    for v in comm_ops.values():
+        v.sort()
+    launches = {}
+    for e in complete:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver", "Runtime") and "correlation" in e.get("args", {}):
+            t = float(e["ts"])
+            ops = comm_ops.get((e["pid"], e["tid"]), [])
+            k = bisect.bisect_right(ops, (t, float("inf")))
+            under = any(a <= t <= b for a, b in ops[max(k - 8, 0):k])
+            launches[e["args"]["correlation"]] = (t, under)
+    per_step = defaultdict(lambda: {"compute": [], "comm": []})
+    for e in complete:
+        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"):
+            continue
+        found = launches.get(e.get("args", {}).get("correlation"))
+        if found is None:
+            continue
+        t, under = found
+        k = bisect.bisect_right(steps, (t, float("inf"), 0)) - 1
+        if k < 0 or not steps[k][0] <= t < steps[k][1]:
+            continue
+        kind = "comm" if COMM.search(e["name"]) or under else "compute"
+        per_step[steps[k][2]][kind].append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+    out = {}
+    for number, work in per_step.items():
+        compute, comm = _union(work["compute"]), _union(work["comm"])
+        out[number] = {"compute": _length(compute), "comm": _length(comm), "exposed": _minus(comm, compute)}
+    return out
+
+
+@pytest.mark.parametrize("folder", ["hta_nccl_16rank", "hta_sampled_2rank"])
+def test_communication_agrees_with_an_independent_computation(folder):
+    _, workers = gpu_report(DATA / "gpu" / folder)
+    checked = 0
+    for w in workers:
+        (span,) = w.spans
+        path = DATA / "gpu" / folder / span
+        expected = independent_comm(path)
+        rows = {r.step: r for r in w.steps}
+        assert set(expected) == set(rows), path.name
+        for number, want in expected.items():
+            g = rows[number].gpu_time
+            assert want["comm"] > 0, (path.name, number)
+            for got, key in ((g.compute_ms, "compute"), (g.comm_ms, "comm"), (g.exposed_comm_ms, "exposed")):
+                assert got == pytest.approx(want[key] / 1000, rel=0.05, abs=0.05), (path.name, number, key)
+            assert g.overlap == pytest.approx(1 - want["exposed"] / want["comm"], abs=0.05)
+            checked += 1
+    assert checked == sum(len(w.steps) for w in workers) >= 4
+
+
+# --- GPU idle of a phase only some spans have (issue 18) ----------------------------------------------------
+
+
+def test_a_phase_only_some_spans_have_gets_no_idle_time_there_not_nan(tmp_path):
+    first, second = Loop(), Loop()
+    for n in range(3):
+        first.step(n, ("phaseprof::data", 500), ("phaseprof::forward", 2_000, [("gemm", 1_000)]))
+    second.t = second.gpu_free = first.t + 1_000
+    for n in range(3, 6):
+        second.step(n, ("phaseprof::forward", 2_000, [("gemm", 1_000)]))
+    write_trace(tmp_path / "run" / "w.1.pt.trace.json", first.events)
+    write_trace(tmp_path / "run" / "w.2.pt.trace.json", second.events)
+    r = report(str(tmp_path / "run"))
+    (w,) = r.runs[0].workers
+    assert [row.step for row in w.steps] == [0, 1, 2, 3, 4, 5]
+    for row in w.steps:
+        assert row.phases["data"].gpu_idle_ms is not None, row.step
+    assert [row.phases["data"].gpu_idle_ms for row in w.steps[3:]] == [0.0, 0.0, 0.0]
+    assert w.summary.mean["data"].gpu_idle_ms == pytest.approx(0.5 / 2, abs=0.01)
+
+
+# --- ranks -------------------------------------------------------------------------------------------------
+
+
+def _workers(folder: Path) -> list[Worker]:
+    (run,) = discover(str(folder))
+    return [Worker(name, [analyze_file(f) for f in files]) for name, files in run.workers.items()]
+
+
+def test_ranks_of_a_gpu_job_are_all_gpu_time_and_never_negative():
+    answer = ranks("r", _workers(DATA / "gpu" / "hta_sampled_2rank"))
+    assert answer.measure == "gpu" and [r.rank for r in answer.ranks] == [0, 1]
+    assert answer.world_size == 128 and answer.missing_ranks == list(range(2, 128))
+    assert "ranks 2-127 of world size 128 have no trace here" in answer.note
+    for r in answer.ranks:
+        assert min(r.compute_ms, r.comm_ms, r.exposed_comm_ms, r.step_ms, *r.phase_compute_ms.values()) >= 0
+        # GPU time throughout: phases' compute adds up to the compute, the step is GPU busy
+        assert sum(r.phase_compute_ms.values()) == pytest.approx(r.compute_ms, abs=0.01)
+        assert r.step_ms == pytest.approx(r.compute_ms + r.exposed_comm_ms, abs=0.003)
+        assert r.exposed_comm_ms <= r.comm_ms and r.step_ms < r.wall_ms
+
+
+def test_one_rank_of_a_world_of_two_names_the_missing_rank(tmp_path):
+    loop = Loop()
+    for n in range(5):
+        loop.step(n, ("phaseprof::forward", 2_000, [("gemm", 1_000)]), ("phaseprof::backward", 3_000))
+    write_trace(tmp_path / "job" / "rank0.1.pt.trace.json", loop.events,
+                distributedInfo={"backend": "nccl", "rank": 0, "world_size": 2})
+    answer = ranks("job", _workers(tmp_path / "job"))
+    assert answer.world_size == 2 and answer.missing_ranks == [1]
+    assert answer.note.startswith("rank 1 of world size 2 has no trace here") and "even" not in answer.note
+
+
+def test_files_of_one_worker_are_not_ranks(tmp_path):
+    answer = ranks("legacy", _workers(DATA / "cpu" / "legacy"))  # one run exported three ways, no rank
+    assert len(answer.ranks) == 1 and len(answer.not_ranks) == 2 and "not ranks" in answer.note
+    # two files of one recorded rank
+    for name in ("a", "b"):
+        shutil.copy(DATA / "gpu" / "hta_sampled_2rank" / "sampled_rank-0.json.gz", tmp_path / f"{name}.json.gz")
+    answer = ranks("copies", _workers(tmp_path))
+    assert [r.worker for r in answer.ranks] == ["a"] and answer.not_ranks == ["b"]
+
+
+def test_ranks_without_gpu_stay_in_host_time(traces):
+    answer = ranks("legacy", _workers(DATA / "cpu" / "legacy"))
+    assert answer.measure == "host" and answer.world_size is None and answer.missing_ranks == []
+    (r,) = answer.ranks
+    assert r.step_ms == r.wall_ms and r.compute_ms >= 0
+
+
+# --- the terminal's labels -----------------------------------------------------------------------------------
+
+
+def test_the_terminal_names_each_gpu_measure(tmp_path):
+    r, _ = gpu_report(DATA / "gpu" / "hta_nccl_16rank")
+    console = Console(record=True, width=200, file=open("/dev/null", "w"))  # noqa: SIM115
+    render(r, console)
+    text = console.export_text()
+    for label in ("kernel time (summed over streams)", "GPU busy", "GPU window", "exposed communication",
+                  "overlapped by compute", "GPU share", "GPU busy per stream"):
+        assert label in text, label
