@@ -230,39 +230,72 @@ def communication(trace: Trace, n: Nesting, launch: Launch) -> np.ndarray:
 def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase: np.ndarray, comm: np.ndarray,
                  shape2: tuple[int, int]) -> GpuMeasures:
     """GPU busy, compute, communication and exposed communication per step and phase, GPU busy per
-    stream, and the GPU window of each step's work (see `GpuMeasures`), in one sweep over the start
-    and end of every device event attributed to a step."""
+    stream, and the GPU window of each step's work (see `GpuMeasures`).
+
+    One sweep over the starts and ends of the device events attributed to a step, in (step, time)
+    order: between two consecutive ones lies a segment. For each kind of column (a phase's compute, a
+    phase's communication, a phase's work of either kind, a stream) the runs of segments in which the
+    column has work running are found by a running count per column; how many columns of a kind run
+    in each segment follows from where runs begin and end. An instant's time is then shared equally
+    among the phases running in it through a prefix sum over the segments, so each run's share is one
+    difference: O(n log n) in the events, whatever the number of phases and streams."""
     steps, phases = shape2
     dev = trace.device
     keep = np.flatnonzero(dev_step >= 0)
+    m = len(keep)
     step, phase = dev_step[keep].astype(np.int64), dev_phase[keep].astype(np.int64)
     # times from the first event: near the epoch a float64 µs is 0.25 µs coarse, and sums of many
     # differences would drift past the durations they are made of
-    base = float(dev.ts[keep].min()) if len(keep) else 0.0
+    base = float(dev.ts[keep].min()) if m else 0.0
     start = dev.ts[keep] - base
     end = start + np.maximum(dev.dur[keep], 0.0)
-    pairs = np.stack([dev.device[keep], dev.stream[keep]], axis=1) if len(keep) else np.zeros((0, 2), np.int64)
+    pairs = np.stack([dev.device[keep], dev.stream[keep]], axis=1) if m else np.zeros((0, 2), np.int64)
     unique, stream = np.unique(pairs, axis=0, return_inverse=True)
     labels = [f"GPU {d} stream {s}" for d, s in unique.tolist()]
-    # columns: each phase's compute, each phase's communication, each stream
-    column = np.where(comm[keep], phases + phase, phase)
-    cols = 2 * phases + len(labels)
-    seg_step, seg, active = _sweep(step, start, end, [column, 2 * phases + stream.ravel()], cols)
-    compute, talk = active[:, :phases], active[:, phases:2 * phases]
-    any_compute = compute.any(axis=1)
-    either = compute | talk
+    talk = comm[keep]
 
-    def shared(mask: np.ndarray, among: np.ndarray) -> np.ndarray:
-        """Per (step, phase): the time of the segments in ``mask``, each shared equally among the
-        phases ``among`` marks in it."""
-        weight = np.where(mask[:, None], among / np.maximum(among.sum(axis=1), 1)[:, None], 0.0) * seg[:, None]
-        out = np.zeros(shape2)
-        np.add.at(out, seg_step, weight)
-        return out
+    t = np.concatenate([start, end])
+    ends_last = np.r_[np.zeros(m, np.int8), np.ones(m, np.int8)]  # at one instant, starts before ends
+    order = np.lexsort((ends_last, t, np.concatenate([step, step])))
+    rank = np.empty(2 * m, dtype=np.int64)
+    rank[order] = np.arange(2 * m)  # where each start (then each end) lies in the sweep
+    seg_step = np.concatenate([step, step])[order]
+    seg = np.where(seg_step[1:] == seg_step[:-1], np.diff(t[order]), 0.0)  # segment k: between places k, k+1
+
+    def runs(column: np.ndarray, member: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The runs of work of each column (``column`` of the events ``member`` marks): their column,
+        first and last place; and how many columns run in each segment."""
+        idx = np.flatnonzero(member)
+        col = np.concatenate([column[idx], column[idx]])
+        place = np.concatenate([rank[idx], rank[m + idx]])
+        by = np.lexsort((place, col))
+        sign = np.r_[np.ones(len(idx), np.int64), -np.ones(len(idx), np.int64)][by]
+        count = np.cumsum(sign)  # each column's count is back to 0 at the end of each step
+        before = count - sign
+        on, off = by[(before == 0) & (count > 0)], by[(count == 0) & (before > 0)]
+        flips = np.bincount(place[on], minlength=2 * m) - np.bincount(place[off], minlength=2 * m)
+        return col[on], place[on], place[off], np.cumsum(flips)[:-1]
+
+    def shared(run: tuple[np.ndarray, ...], weight: np.ndarray, width: int) -> np.ndarray:
+        """Per (step, column): the ``weight`` of the segments of its runs."""
+        col, first, last, _ = run
+        prefix = np.r_[0.0, np.cumsum(weight)]
+        out = np.bincount(seg_step[first] * width + col, weights=prefix[last] - prefix[first],
+                          minlength=steps * width)
+        return out.reshape(steps, width)
+
+    def each(n: np.ndarray) -> np.ndarray:
+        """Each segment's time shared among the ``n`` columns running in it."""
+        return np.where(n > 0, seg / np.maximum(n, 1), 0.0)
+
+    everything = np.ones(m, dtype=bool)
+    compute, communication = runs(phase, ~talk), runs(phase, talk)
+    either, on_stream = runs(phase, everything), runs(stream.ravel(), everything)
+    n_compute, n_comm = compute[3], communication[3]
 
     window = np.zeros(steps)
     past = np.zeros(steps)
-    if len(keep):
+    if m:
         first = np.full(steps, np.inf)
         last = np.full(steps, -np.inf)
         np.minimum.at(first, step, start)
@@ -271,40 +304,16 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
         window[has] = last[has] - first[has]
         ends = np.array([s.end for s in part.steps]) - base
         past[has] = np.maximum(last[has] - ends[has], 0.0)
-    stream_busy = np.zeros((steps, len(labels)))
-    np.add.at(stream_busy, seg_step, active[:, 2 * phases:] * seg[:, None])
     return GpuMeasures(
-        busy_us=shared(either.any(axis=1), either),
-        compute_us=shared(any_compute, compute),
-        comm_us=shared(talk.any(axis=1), talk),
-        exposed_us=shared(~any_compute, talk),
+        busy_us=shared(either, each(either[3]), phases),
+        compute_us=shared(compute, each(n_compute), phases),
+        comm_us=shared(communication, each(n_comm), phases),
+        exposed_us=shared(communication, np.where(n_compute > 0, 0.0, each(n_comm)), phases),
         window_us=window,
         past_host_us=past,
         streams=labels,
-        stream_busy_us=stream_busy,
+        stream_busy_us=shared(on_stream, seg, len(labels)),
     )
-
-
-def _sweep(step: np.ndarray, start: np.ndarray, end: np.ndarray, columns: list[np.ndarray],
-           width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Cut each step's device time into elementary segments between consecutive starts and ends of
-    its events; returns each segment's step, length, and which of ``width`` columns have an event
-    running in it (each event counts in one column of each array of ``columns``)."""
-    m = len(step)
-    if not m:
-        return np.zeros(0, np.int64), np.zeros(0), np.zeros((0, width), dtype=bool)
-    t = np.concatenate([start, end])
-    s = np.concatenate([step, step])
-    order = np.lexsort((t, s))
-    t, s = t[order], s[order]
-    rows = np.arange(2 * m)
-    delta = np.zeros((2 * m, width), dtype=np.int32)
-    sign = np.r_[np.ones(m, np.int32), -np.ones(m, np.int32)][order]
-    for c in columns:
-        delta[rows, np.concatenate([c, c])[order]] += sign
-    running = np.cumsum(delta, axis=0)[:-1] > 0  # each step's events end within it: counts return to 0
-    seg = np.where(s[1:] == s[:-1], np.diff(t), 0.0)
-    return s[:-1], seg, running
 
 
 def _memory(trace: Trace, part: Partition, shape2: tuple[int, int],
