@@ -355,9 +355,9 @@ class Evidence(Answer, omit_defaults=True):
     comm_ms: float | None = None  # communication (collectives') GPU busy time
     overlap: float | None = None  # share of communication time overlapped by compute
     collective: str | None = None  # the kind of collective most exposed: all-reduce, all-to-all, ...
-    gpu_busy_ms: float | None = None  # GPU busy time of the mean step
-    gpu_compute_ms: float | None = None  # GPU compute time of the mean step (what a GPU-bound step costs)
-    host_critical_ms: float | None = None  # the mean step's host time less its waiting for the GPU
+    gpu_busy_ms: float | None = None  # GPU busy time of the mean step (first finding)
+    gpu_compute_ms: float | None = None  # the phase's part of the GPU compute time (what it costs when GPU-bound)
+    host_critical_ms: float | None = None  # the mean step's host time less its waiting for the GPU (first finding)
     past_host_ms: float | None = None  # how long the GPU work runs on after the host window
     step: int | None = None
     step_wall_ms: float | None = None
@@ -717,7 +717,7 @@ class KernelsAnswer(Answer):
     step: int | None  # None: every profiled step
     phase: str | None  # None: every phase
     steps: int  # how many steps the figures cover
-    gpu_us: float  # their GPU time (in the phase): what ``share`` divides
+    gpu_us: float  # their kernel time (summed over streams; in the phase): what ``share`` divides
     kernels: list[KernelRow]
 
 

@@ -104,6 +104,9 @@ def _phase_finding(f: Figures, c: Costs, ctx: Context, phase: str) -> Advice:
         evidence.gpu_ms = _ms(f.gpu_us[j])
         evidence.gpu_idle_ms = _ms(f.idle_us[j])
         evidence.gpu_compute_ms = _ms(f.compute_us[j])
+        if phase == c.order[0]:  # what the verdict rests on: the step's GPU time beside the host's
+            evidence.gpu_busy_ms = _ms(c.gpu_busy_us)
+            evidence.host_critical_ms = _ms(c.host_us)
     head = _cost_sentence(f, c, phase)
     if phase == DATA:
         kind, advice = _data(f, ctx, evidence)
