@@ -190,6 +190,8 @@ def test_the_measures_of_a_hand_built_step(tmp_path):
     comm = next(f for f in s.findings if f.kind == "exposed-communication")
     assert comm.phase == "backward" and comm.evidence.collective == "all-reduce"
     assert comm.evidence.exposed_ms == 3.5 and comm.evidence.comm_ms == 4.5
+    # the GPU's 11 ms (7.5 compute + 3.5 exposed) against the host's 10 ms: hiding it saves 1 ms per step
+    assert comm.saving_ms == pytest.approx(1.0, abs=0.002) and "bucket_cap_mb" in comm.text
     past = next(f for f in s.findings if f.kind == "gpu-past-host")
     assert past.evidence.steps == [1, 2, 3, 4, 5] and past.evidence.past_host_ms == 2.5
 
@@ -301,6 +303,19 @@ def test_communication_agrees_with_an_independent_computation(folder):
             assert g.overlap == pytest.approx(1 - want["exposed"] / want["comm"], abs=0.05)
             checked += 1
     assert checked == sum(len(w.steps) for w in workers) >= 4
+
+
+def test_exposed_communication_gets_advice_for_its_collective():
+    # TorchRec's sharded embeddings: an all-to-all in forward (run by NCCL as SendRecv kernels), an
+    # all-gather in the optimizer; the host binds these steps, so no saving is claimed
+    _, workers = gpu_report(DATA / "gpu" / "hta_sampled_2rank")
+    for w in workers:
+        found = {f.phase: f for f in w.summary.findings if f.kind == "exposed-communication"}
+        forward, optimizer = found["forward"], found["optimizer"]
+        assert forward.evidence.collective == "all-to-all" and "embedding" in forward.text
+        assert "bucket_cap_mb" not in forward.text and "no_sync" not in forward.text
+        assert optimizer.evidence.collective == "all-gather" and "FSDP" in optimizer.text
+        assert forward.saving_ms is None and "binds the step" in forward.text
 
 
 # --- GPU idle of a phase only some spans have (issue 18) ----------------------------------------------------
