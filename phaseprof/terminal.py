@@ -268,8 +268,10 @@ def _detail(detail: StepDetail, phases: list[str], console: Console) -> None:
         mem = detail.memory.get(p) or {}
         if not ops and not mem:
             continue
-        t = Table(title=f"step {detail.step} · {p}: {_fmt(detail.phases[p].cpu_ms)} ms host, "
-                        f"{_fmt(detail.phases[p].gpu_ms)} ms GPU",
+        times = detail.phases[p]
+        gpu = (f", GPU busy {_fmt(times.gpu_busy_ms)} ms, kernel time (summed over streams) {_fmt(times.gpu_ms)} ms"
+               if detail.gpu_time is not None else "")
+        t = Table(title=f"step {detail.step} · {p}: {_fmt(times.cpu_ms)} ms host{gpu}",
                   show_edge=False, pad_edge=False, header_style="bold", title_justify="left")
         gpu = any(o.gpu_ms for o in ops)
         columns = [("op", "left"), ("input shapes", "left"), ("calls", "right"), ("self ms", "right"),

@@ -257,8 +257,8 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
     t = np.concatenate([start, end])
     ends_last = np.r_[np.zeros(m, np.int8), np.ones(m, np.int8)]  # at one instant, starts before ends
     order = np.lexsort((ends_last, t, np.concatenate([step, step])))
-    rank = np.empty(2 * m, dtype=np.int64)
-    rank[order] = np.arange(2 * m)  # where each start (then each end) lies in the sweep
+    place_of = np.empty(2 * m, dtype=np.int64)
+    place_of[order] = np.arange(2 * m)  # where each start (then each end) lies in the sweep
     seg_step = np.concatenate([step, step])[order]
     seg = np.where(seg_step[1:] == seg_step[:-1], np.diff(t[order]), 0.0)  # segment k: between places k, k+1
 
@@ -267,7 +267,7 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
         first and last place; and how many columns run in each segment."""
         idx = np.flatnonzero(member)
         col = np.concatenate([column[idx], column[idx]])
-        place = np.concatenate([rank[idx], rank[m + idx]])
+        place = np.concatenate([place_of[idx], place_of[m + idx]])
         by = np.lexsort((place, col))
         sign = np.r_[np.ones(len(idx), np.int64), -np.ones(len(idx), np.int64)][by]
         count = np.cumsum(sign)  # each column's count is back to 0 at the end of each step
@@ -289,9 +289,9 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
         return np.where(n > 0, seg / np.maximum(n, 1), 0.0)
 
     everything = np.ones(m, dtype=bool)
-    compute, communication = runs(phase, ~talk), runs(phase, talk)
+    compute, talking = runs(phase, ~talk), runs(phase, talk)
     either, on_stream = runs(phase, everything), runs(stream.ravel(), everything)
-    n_compute, n_comm = compute[3], communication[3]
+    n_compute, n_comm = compute[3], talking[3]
 
     window = np.zeros(steps)
     past = np.zeros(steps)
@@ -307,8 +307,8 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
     return GpuMeasures(
         busy_us=shared(either, each(either[3]), phases),
         compute_us=shared(compute, each(n_compute), phases),
-        comm_us=shared(communication, each(n_comm), phases),
-        exposed_us=shared(communication, np.where(n_compute > 0, 0.0, each(n_comm)), phases),
+        comm_us=shared(talking, each(n_comm), phases),
+        exposed_us=shared(talking, np.where(n_compute > 0, 0.0, each(n_comm)), phases),
         window_us=window,
         past_host_us=past,
         streams=labels,
