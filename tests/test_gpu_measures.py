@@ -361,6 +361,30 @@ def test_ranks_of_a_gpu_job_are_all_gpu_time_and_never_negative():
         assert r.exposed_comm_ms <= r.comm_ms and r.step_ms < r.wall_ms
 
 
+def test_a_gpu_straggler_is_found_in_gpu_time(tmp_path):
+    # Two ranks, six steps: rank 1's forward kernels take 4 ms where rank 0's take 2 ms (± a little);
+    # both meet at an all-reduce in backward, where rank 0 waits the 2 ms rank 1 is late.
+    for rank in (0, 1):
+        loop = Loop()
+        for n in range(6):
+            jitter = 20 * ((3 * n + rank) % 5)
+            fwd = 2_000 + 2_000 * rank + jitter
+            reduce = ("ncclKernel_AllReduce_x", 1_000 + 2_000 * (1 - rank))
+            loop.step(n, ("phaseprof::forward", 500, [("gemm_fwd", fwd)]),
+                      ("phaseprof::backward", 500, [("gemm_bwd", 3_000), reduce], [("nccl:all_reduce", 300, 50)]),
+                      ("phaseprof::optimizer", "sync"))
+        write_trace(tmp_path / "job" / f"rank{rank}.1.pt.trace.json", loop.events,
+                    distributedInfo={"backend": "nccl", "rank": rank, "world_size": 2})
+    answer = ranks("job", _workers(tmp_path / "job"))
+    assert answer.measure == "gpu" and answer.missing_ranks == [] and answer.not_ranks == []
+    s = answer.straggler
+    assert s is not None and s.rank == 1 and s.phase == "forward" and s.waited_for, answer.note
+    assert "GPU compute time" in s.reason
+    r0, r1 = answer.ranks
+    assert r1.compute_ms - r0.compute_ms == pytest.approx(2.04, abs=0.1)
+    assert r0.comm_ms - r1.comm_ms == pytest.approx(2.0, abs=0.01)
+
+
 def test_one_rank_of_a_world_of_two_names_the_missing_rank(tmp_path):
     loop = Loop()
     for n in range(5):
