@@ -121,7 +121,7 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
         table.add_section()
         cells = [_cell(mean[p], gpu) for p in phases]
         table.add_row("mean", _fmt(summary.mean_wall_ms), *cells, *blank, style="bold")
-        table.add_row("share", "", *[f"{mean[p].share:.0%}" for p in phases], *blank)
+        table.add_row("host share" if gpu else "share", "", *[f"{mean[p].share:.0%}" for p in phases], *blank)
         if gpu:
             table.add_row("GPU share", "", *["-" if mean[p].gpu_share is None else f"{mean[p].gpu_share:.0%}"
                                              for p in phases], *blank)

@@ -422,5 +422,5 @@ def test_the_terminal_names_each_gpu_measure(tmp_path):
     render(r, console)
     text = console.export_text()
     for label in ("kernel time (summed over streams)", "GPU busy", "GPU window", "exposed communication",
-                  "overlapped by compute", "GPU share", "GPU busy per stream"):
+                  "overlapped by compute", "host share", "GPU share", "GPU busy per stream"):
         assert label in text, label
