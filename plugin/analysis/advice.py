@@ -20,6 +20,7 @@ from phaseprof.contract import DATA, OPTIMIZER
 
 from ..answers import Evidence
 from .cost import GPU, Costs, Figures, saving_us
+from .span import COLLECTIVE_KERNEL
 
 #: A phase adding less than this share of the step gets no finding.
 MIN_SHARE = 0.05
@@ -284,7 +285,6 @@ _COLLECTIVE_KINDS = (
     ("barrier", re.compile(r"barrier", re.I)),
     ("send-recv", re.compile(r"send|recv", re.I)),
 )
-_COMM_KERNEL = re.compile(r"nccl|rccl|gloo", re.I)
 
 
 def _collective_kind(name: str) -> str | None:
@@ -305,7 +305,7 @@ def _communication(f: Figures, c: Costs, ctx: Context, phase: str) -> Advice | N
     at_stake: float | None = saving if saving >= PART_SHARE * c.total_us else None
     ops = sorted(((n, v) for (p, n), v in ctx.ops.items() if p == phase and _COLLECTIVE_OP.match(n)
                   and n != "record_param_comms"), key=lambda kv: -kv[1][4])
-    kernels = sorted(((n, v) for (p, n), v in ctx.kernels.items() if p == phase and _COMM_KERNEL.search(n)),
+    kernels = sorted(((n, v) for (p, n), v in ctx.kernels.items() if p == phase and COLLECTIVE_KERNEL.search(n)),
                      key=lambda kv: -kv[1][1])
     kind = next((k for k in (_collective_kind(n) for n, _ in ops + kernels) if k), "collective")
     overlap = 1.0 - exposed / comm if comm > 0 else 0.0

@@ -26,17 +26,14 @@ one run exported several ways), since they are not ranks.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from ..answers import RankRow, RanksAnswer, Straggler
 from .compare import mean_side
 from .cost import GPU, HOST, Measure
 from .noise import MIN_VALUES, noise
+from .span import COLLECTIVE_OP
 from .worker import Worker, ms, phase_names, rank_order
-
-_COLLECTIVE = re.compile(r"^(nccl|gloo|mpi|ucc|c10d)(:|::)|^record_param_comms$")
 
 
 class _Rank:
@@ -58,7 +55,7 @@ class _Rank:
             self.exposed = exposed.sum(axis=1)
         else:
             cpu = table(w.cpu_us)
-            comm = np.minimum(w.collective_us(rows, phases, _COLLECTIVE.match), cpu)
+            comm = np.minimum(w.collective_us(rows, phases, COLLECTIVE_OP.match), cpu)
             phase_compute = cpu - comm
             self.step = w.wall_us[rows]
             self.compute = np.maximum(self.step - comm.sum(axis=1), 0.0)
