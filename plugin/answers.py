@@ -327,6 +327,23 @@ class Slowest(Answer, omit_defaults=True):
     ops: list[ChangedOp] | None = None
 
 
+class StepNoise(Answer):
+    """How the steps a summary stands for are judged against each other: the one definition of an
+    outlier that the summary, the slowest step, the findings, the terminal and the tab all use.
+    ``median_step``: the median step (the lower middle one for an even count) and ``median_ms`` its
+    wall time; ``band_ms``: how far from it a step must lie to be beyond noise; ``slow`` / ``fast``:
+    the steps beyond it. ``judged`` is false with too few steps to tell (then no step is an outlier)."""
+
+    judged: bool
+    steps: int  # steps judged
+    min_steps: int  # the fewest steps judged
+    median_step: int
+    median_ms: float
+    band_ms: float | None  # None when not judged
+    slow: list[int]
+    fast: list[int]
+
+
 class Evidence(Answer, omit_defaults=True):
     """The figures a finding rests on: only those it uses are present (docs/findings.md says which).
     Times are per step, means over the worker's non-empty steps unless ``step`` names one."""
@@ -359,6 +376,10 @@ class Evidence(Answer, omit_defaults=True):
     gpu_compute_ms: float | None = None  # the phase's part of the GPU compute time (what it costs when GPU-bound)
     host_critical_ms: float | None = None  # the mean step's host time less its waiting for the GPU (first finding)
     past_host_ms: float | None = None  # how long the GPU work runs on after the host window
+    copy_host_ms: float | None = None  # host time in the runtime calls that made pageable copies
+    untraced_ms: float | None = None  # host time in the phase with no recorded event
+    cpus: int | None = None  # CPUs the training process could use, as the trace records them
+    setup_ms: float | None = None  # host time in one-off setup calls (stream/event/handle creation, …)
     step: int | None = None
     step_wall_ms: float | None = None
     median_wall_ms: float | None = None
@@ -398,7 +419,10 @@ class Summary(Answer, omit_defaults=True):
     ``compiling_steps``: steps in which torch.compile compiled (a ``compile`` phase), left out of the
     means, costs, the slowest step, outliers, top ops and findings, as the training side's summary
     leaves them out (kept when every step compiled). ``eval_ms`` / ``paused_ms``: evaluation passes /
-    ``prof.paused()`` blocks inside the profiled steps' windows, in all, kept out of every step."""
+    ``prof.paused()`` blocks inside the profiled steps' windows, in all, kept out of every step.
+    ``warmup_steps``: steps whose time went to one-off setup (docs/findings.md), left out as the
+    compiling steps are; the tab leaves them out of the chart's scale too. ``noise``: how the steps
+    are judged against each other, and the outliers (``outliers`` lists them both ways)."""
 
     steps: int
     empty_steps: list[int]
@@ -418,6 +442,8 @@ class Summary(Answer, omit_defaults=True):
     cost_total_ms: float | None = None
     gpu_time: GpuTime | None = None
     compiling_steps: list[int] | None = None
+    warmup_steps: list[int] | None = None
+    noise: StepNoise | None = None
     eval_ms: float | None = None
     paused_ms: float | None = None
 

@@ -149,8 +149,9 @@ def _scalar_figures(s: Scalars) -> dict[tuple[str, str], np.ndarray]:
 
 
 def _traced_figures(w: Worker) -> dict[tuple[str, str], np.ndarray]:
-    """Per (phase, clock), the per-step ms of the traced steps of one worker (empty steps left out)."""
-    rows = w.full()
+    """Per (phase, clock), the per-step ms of the traced steps of one worker: the steps its summary
+    stands for (`Worker.steady`: no empty, compiling or warm-up step)."""
+    rows = w.steady()
     on_gpu = rows[w.on_gpu[rows]]
     out = {("step", "host"): w.wall_us[rows] / 1000.0}
     for j, p in enumerate(w.phases):
@@ -163,11 +164,11 @@ def _traced_figures(w: Worker) -> dict[tuple[str, str], np.ndarray]:
 
 
 def _op_means(workers: list[Worker]) -> dict[tuple[str, str], np.ndarray]:
-    """(phase, op) -> mean per step of the `Worker.op_means` columns, over all steps of all workers."""
+    """(phase, op) -> mean per step of the `Worker.op_means` columns, over the steady steps of all workers."""
     totals: dict[tuple[str, str], np.ndarray] = {}
     steps = 0
     for w in workers:
-        rows = w.full()
+        rows = w.steady()
         for key, v in w.op_means(rows).items():
             totals[key] = totals.get(key, 0.0) + v * len(rows)
         steps += len(rows)

@@ -326,3 +326,58 @@ def test_notes_on_empty_steps_inferred_phases_and_no_work(tmp_path):
     only_empty = write_trace(tmp_path / "empty" / "w.1.pt.trace.json", [step(1, 0, 1_000), step(2, 1_000, 1_000)])
     s = summary_of(only_empty)
     assert kinds(s) == ["no-work"] and s.dominant_phase is None
+
+
+def test_a_slow_steps_evidence_names_the_median_its_sentence_compares_against(tmp_path):
+    # six steps: the two middle ones differ, and the median step is the lower one (a step of the run)
+    loop = Loop()
+    for n in range(6):
+        forward = 30_000 if n == 3 else 10_000 + 50 * n
+        loop.step(n, ("phaseprof::forward", forward, [], [("aten::mm", 10, forward - 20)]),
+                  ("phaseprof::backward", 10_000))
+    s = loop_summary(tmp_path, loop)
+    slow = finding(s, "slow-step")
+    median = s.slowest.wall_ms - s.slowest.vs_median_ms
+    assert s.slowest.median_step == s.noise.median_step == 2
+    assert slow.evidence.median_wall_ms == pytest.approx(median) == s.median_wall_ms == s.noise.median_ms
+    assert f"median step 2 ({median:.2f} ms" in slow.text
+    assert slow.evidence.noise_ms == s.noise.band_ms == s.slowest.noise_ms
+
+
+def _agree(where, s):
+    """The outliers, the slowest step, the findings and the judgement of the steps say the same."""
+    n = s.noise
+    if n is None:
+        assert not s.outliers and s.slowest is None, where
+        return
+    assert s.outliers == sorted(n.slow + n.fast), where
+    assert s.median_wall_ms == n.median_ms, where
+    if not n.judged:
+        assert n.steps < n.min_steps and n.slow == n.fast == [] and n.band_ms is None, where
+        assert s.slowest.noise == "too-few-steps" and "too-few-steps" in kinds(s), where
+        assert not {"slow-step", "fast-steps"} & set(kinds(s)), where
+        return
+    assert n.steps >= n.min_steps == 5, where
+    assert (s.slowest.noise == "beyond-noise") == (s.slowest.step in n.slow), where
+    assert s.slowest.noise_ms == n.band_ms, where
+    fast = [f for f in s.findings if f.kind == "fast-steps"]
+    assert [f.evidence.steps for f in fast] == ([n.fast] if n.fast else []), where
+    for f in s.findings:
+        if f.kind in ("slow-step", "fast-steps"):
+            assert f.evidence.median_wall_ms == n.median_ms and f.evidence.noise_ms == n.band_ms, where
+        if f.kind == "slow-step":
+            assert f.evidence.step in n.slow, where
+
+
+def test_outliers_slowest_step_and_findings_read_one_judgement_of_the_steps(traces, tmp_path):
+    for folder, w in _worker_summaries(traces):
+        _agree((folder, w.worker), w.summary)
+    for count in (2, 4, 5, 9):  # a slow and a fast step among ``count``
+        loop = Loop()
+        for n in range(count):
+            forward = 40_000 if n == 1 else 2_000 if n == count - 1 else 10_000 + 30 * n
+            loop.step(n, ("phaseprof::forward", forward, [], [("aten::mm", 10, forward - 20)]),
+                      ("phaseprof::backward", 10_000))
+        s = loop_summary(tmp_path / str(count), loop)
+        _agree(count, s)
+        assert (s.outliers == [1, count - 1]) == (count >= 5), (count, s.outliers)

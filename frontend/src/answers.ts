@@ -98,6 +98,10 @@ export interface Evidence {
   gpu_compute_ms?: number;
   host_critical_ms?: number;
   past_host_ms?: number;
+  copy_host_ms?: number;
+  untraced_ms?: number;
+  cpus?: number;
+  setup_ms?: number;
   step?: number;
   step_wall_ms?: number;
   median_wall_ms?: number;
@@ -528,6 +532,24 @@ export interface StepDetail {
 }
 
 /**
+ * How the steps a summary stands for are judged against each other: the one definition of an
+ * outlier that the summary, the slowest step, the findings, the terminal and the tab all use.
+ * `median_step`: the median step (the lower middle one for an even count) and `median_ms` its
+ * wall time; `band_ms`: how far from it a step must lie to be beyond noise; `slow` / `fast`:
+ * the steps beyond it. `judged` is false with too few steps to tell (then no step is an outlier).
+ */
+export interface StepNoise {
+  judged: boolean;
+  steps: number;
+  min_steps: number;
+  median_step: number;
+  median_ms: number;
+  band_ms: number | null;
+  slow: number[];
+  fast: number[];
+}
+
+/**
  * One step: wall time and every phase of its worker; host phase times add up to `wall_ms`.
  * `empty`: a step holding no work (a loop that ended inside the active window).
  *
@@ -617,6 +639,9 @@ export interface Straggler {
  * means, costs, the slowest step, outliers, top ops and findings, as the training side's summary
  * leaves them out (kept when every step compiled). `eval_ms` / `paused_ms`: evaluation passes /
  * `prof.paused()` blocks inside the profiled steps' windows, in all, kept out of every step.
+ * `warmup_steps`: steps whose time went to one-off setup (docs/findings.md), left out as the
+ * compiling steps are; the tab leaves them out of the chart's scale too. `noise`: how the steps
+ * are judged against each other, and the outliers (`outliers` lists them both ways).
  */
 export interface Summary {
   steps: number;
@@ -637,6 +662,8 @@ export interface Summary {
   cost_total_ms?: number;
   gpu_time?: GpuTime;
   compiling_steps?: number[];
+  warmup_steps?: number[];
+  noise?: StepNoise;
   eval_ms?: number;
   paused_ms?: number;
 }

@@ -2,8 +2,9 @@
 
 The advice on each costly phase and its parts comes from `advice` (over the cost model of `cost`);
 this module adds what the steps say among themselves (a slow step beyond noise, fast ones, too few to
-judge) and what the reader must know about the figures (inferred phases or steps, empty steps, no
-GPU, steps left out because they compiled, time kept out of the steps). The first finding's phase is
+judge, read from the summary's one judgement of the steps, `Summary.noise`) and what the reader must
+know about the figures (inferred phases or steps, empty steps, no GPU, steps left out because they
+compiled or warmed up, time kept out of the steps). The first finding's phase is
 the summary's dominant phase. docs/findings.md lists every kind.
 """
 
@@ -16,7 +17,8 @@ from phaseprof.contract import COMPILE
 from ..answers import Evidence, Finding, Summary
 from .advice import Context, advise
 from .cost import Costs, Figures
-from .noise import MIN_VALUES, noise
+from .noise import MIN_VALUES, lower_median
+from .warmup import SETUP_CALL
 from .worker import Worker, ms
 
 
@@ -41,8 +43,10 @@ def findings(summary: Summary, w: Worker, full: np.ndarray, figures: Figures | N
 
 
 def _steps_beyond_noise(summary: Summary, w: Worker, full: np.ndarray, costs: Costs) -> list[Finding]:
-    walls = w.wall_us[full]
-    band = noise(walls)
+    judged = summary.noise
+    if judged is None or not judged.judged:
+        return []
+    band, median = judged.band_ms or 0.0, judged.median_ms
     out = []
     slow = summary.slowest
     if slow is not None and slow.noise == "beyond-noise" and slow.phase is not None:
@@ -51,34 +55,32 @@ def _steps_beyond_noise(summary: Summary, w: Worker, full: np.ndarray, costs: Co
         ops = ", ".join(o.name for o in (slow.ops or [])[:3])
         out.append(Finding(
             kind="slow-step", phase=slow.phase, saving_ms=ms(saving), share=_share(saving, costs.wall_us),
-            evidence=Evidence(step=slow.step, step_wall_ms=slow.wall_ms, median_wall_ms=ms(band.median),
-                              noise_ms=ms(band.band), phase_delta_ms=slow.phase_delta_ms,
+            evidence=Evidence(step=slow.step, step_wall_ms=slow.wall_ms, median_wall_ms=median,
+                              noise_ms=band, phase_delta_ms=slow.phase_delta_ms,
                               ops=[o.name for o in (slow.ops or [])[:3]] or None),
             text=f"step {slow.step} took {slow.wall_ms:.2f} ms, {slow.vs_median_ms:.2f} ms over the median step "
-                 f"{slow.median_step} (beyond the steps' noise of ±{ms(band.band):.2f} ms): its {slow.phase} grew by "
-                 f"{slow.phase_delta_ms:.2f} ms" + (f" ({ops})" if ops else "")))
-    fast = [k for k in full.tolist() if band.fast(float(w.wall_us[k]))]
-    if fast:
-        numbers = ", ".join(str(w.numbers[k]) for k in fast)
-        fastest = min(fast, key=lambda k: w.wall_us[k])
-        ratio = f", {w.wall_us[fastest] / band.median:.2f}x the median" if band.median > 0 else ""
+                 f"{slow.median_step} ({median:.2f} ms; beyond the steps' noise of ±{band:.2f} ms): its "
+                 f"{slow.phase} grew by {slow.phase_delta_ms:.2f} ms" + (f" ({ops})" if ops else "")))
+    if judged.fast:
+        rows = [w.row_of(n) for n in judged.fast]
+        fastest = min(rows, key=lambda k: w.wall_us[k])
+        ratio = f", {ms(w.wall_us[fastest]) / median:.2f}x the median" if median > 0 else ""
         out.append(Finding(
             kind="fast-steps", phase=None, saving_ms=None, share=None,
-            evidence=Evidence(steps=[w.numbers[k] for k in fast], step=w.numbers[fastest],
-                              step_wall_ms=ms(w.wall_us[fastest]), median_wall_ms=ms(band.median),
-                              noise_ms=ms(band.band)),
-            text=f"step{'s' if len(fast) > 1 else ''} {numbers} took far less than the median step "
-                 f"({ms(band.median):.2f} ms; step {w.numbers[fastest]} {ms(w.wall_us[fastest]):.2f} ms{ratio}), "
-                 f"beyond the steps' noise of ±{ms(band.band):.2f} ms: warm-up, or work (or waiting) that "
-                 "landed in other steps; the means include them"))
+            evidence=Evidence(steps=list(judged.fast), step=w.numbers[fastest], step_wall_ms=ms(w.wall_us[fastest]),
+                              median_wall_ms=median, noise_ms=band),
+            text=f"step{'s' if len(rows) > 1 else ''} {_numbers(judged.fast)} took far less than the median step "
+                 f"{judged.median_step} ({median:.2f} ms; step {w.numbers[fastest]} {ms(w.wall_us[fastest]):.2f} ms"
+                 f"{ratio}), beyond the steps' noise of ±{band:.2f} ms: work (or waiting) that landed in other "
+                 "steps, or a warm-up the rules did not recognise; the means include them"))
     return out
 
 
 def _notes(summary: Summary, w: Worker, full: np.ndarray) -> list[Finding]:
     out = []
     if 0 < len(full) < MIN_VALUES:
-        out.append(_note("too-few-steps", f"{len(full)} profiled step{'s' if len(full) > 1 else ''} holding work: too "
-                                          f"few to tell slow or fast steps from noise (at least {MIN_VALUES})",
+        out.append(_note("too-few-steps", f"{len(full)} profiled step{'s' if len(full) > 1 else ''} to judge: too "
+                                          f"few steps to tell slow or fast steps from noise (at least {MIN_VALUES})",
                          steps=[w.numbers[k] for k in full.tolist()]))
     if not summary.gpu:
         out.append(_note("no-gpu", "no GPU activity in these traces: all figures are host (CPU) time"))
@@ -106,6 +108,8 @@ def _notes(summary: Summary, w: Worker, full: np.ndarray) -> list[Finding]:
                                             "phase): left out of the means, costs, slowest step, outliers and "
                                             "findings, as the training side's summary leaves them out",
                          steps=steps, phases=[COMPILE]))
+    if summary.warmup_steps:
+        out.append(_warmup(summary.warmup_steps, w, full))
     return out + _outside(summary, w)
 
 
@@ -128,6 +132,32 @@ def _gpu_past_host(summary: Summary, w: Worker, full: np.ndarray) -> list[Findin
                                    "ahead of the GPU, and a step's GPU figures count the work it launched wherever "
                                    f"it ran{measured}",
                   steps=steps, past_host_ms=ms(w.past_host_us[ahead].mean()))]
+
+
+def _warmup(steps: list[int], w: Worker, full: np.ndarray) -> Finding:
+    """The warm-up steps left out, how long they took against the steps kept, and their setup calls."""
+    rows = [w.row_of(n) for n in steps]
+    setup = float(w.setup_us[rows].sum())
+    longest = max(rows, key=lambda k: w.wall_us[k])
+    median = ms(lower_median(w.wall_us[full]))
+    calls: dict[str, float] = {}
+    for span, _, indices in w.by_span(rows):
+        t = span.ops
+        picked = np.isin(t.step, indices)
+        for name, us in zip(t.name[picked].tolist(), t.self_us[picked].tolist()):
+            if SETUP_CALL.match(span.names[name]):
+                calls[span.names[name]] = calls.get(span.names[name], 0.0) + us
+    top = sorted(calls, key=lambda n: (-calls[n], n))[:3]
+    what = (f"{ms(setup):,.2f} ms of one-off setup calls ({', '.join(top)})" if top
+            else "the first step of its trace")
+    return _note("warmup-steps",
+                 f"step{'s' if len(steps) > 1 else ''} {_numbers(steps)} warmed up (step {w.numbers[longest]} "
+                 f"took {ms(w.wall_us[longest]):,.2f} ms"
+                 + (f", {ms(w.wall_us[longest]) / median:.1f}x the median step kept ({median:,.2f} ms)" if median > 0
+                    else "") + f"; {what}): left out of the means, costs, slowest step, outliers and "
+                 "findings, as compiling steps are",
+                 steps=list(steps), step=w.numbers[longest], step_wall_ms=ms(w.wall_us[longest]),
+                 median_wall_ms=median, setup_ms=ms(setup), ops=top or None)
 
 
 def _outside(summary: Summary, w: Worker) -> list[Finding]:

@@ -3,9 +3,17 @@
 Step times are noisy (a shared machine, the allocator, the OS) and a few steps are no sample. A value
 is beyond noise when it lies further from the median than ``K`` robust standard deviations
 (1.4826 x the median absolute deviation, which is the standard deviation for normal data and is not
-dragged by the outliers it is looking for), and never closer than ``FLOOR_SHARE`` of the median: a
-0.1 ms swing in a 95 ms step is not worth a sentence however steady the other steps were. With fewer
-than ``MIN_VALUES`` values there is nothing to judge against, and the answer says so.
+dragged by the outliers it is looking for), never closer than ``FLOOR_SHARE`` of the median (a 0.1 ms
+swing in a 95 ms step is not worth a sentence however steady the other steps were) and never further
+than ``CEILING_SHARE`` of it: steps in two clusters (every other batch waiting for data, two spans of
+different speed) inflate the median absolute deviation to half the gap between the clusters, and a
+band of ±105 ms around a 115 ms median would call a step twice the median "noise". A step a quarter
+off the median step is news however noisy the others are. With fewer than ``MIN_VALUES`` values there
+is nothing to judge against (three steps give a median absolute deviation from one difference), and
+the answer says so.
+
+The median is the lower middle value for an even count, so that "the median step" is always a step
+of the run, and the figure a sentence compares against is that step's own.
 """
 
 from __future__ import annotations
@@ -17,10 +25,12 @@ import numpy as np
 
 #: Robust standard deviations from the median beyond which a value is an outlier.
 K = 3.0
-#: The noise band is at least this share of the median.
+#: The noise band is at least this share of the median,
 FLOOR_SHARE = 0.05
+#: and at most this share.
+CEILING_SHARE = 0.25
 #: Fewer values than this are too few to judge.
-MIN_VALUES = 3
+MIN_VALUES = 5
 #: MAD x this estimates the standard deviation of normal data.
 _MAD_TO_SD = 1.4826
 
@@ -49,15 +59,23 @@ class Noise(msgspec.Struct, frozen=True):
         return self.slow(value) or self.fast(value)
 
 
-def noise(values: Sequence[float] | np.ndarray, k: float = K, floor_share: float = FLOOR_SHARE) -> Noise:
-    """The median of ``values`` and the band ``max(k x robust SD, floor_share x |median|)``."""
+def noise(values: Sequence[float] | np.ndarray, k: float = K) -> Noise:
+    """The (lower) median of ``values`` and the band ``k x robust SD``, kept within
+    ``[FLOOR_SHARE, CEILING_SHARE] x |median|``."""
     v = np.asarray(values, dtype=np.float64)
     v = v[~np.isnan(v)]
     if not len(v):
         return Noise(median=0.0, band=0.0, count=0)
-    median = float(np.median(v))
+    median = lower_median(v)
     mad = float(np.median(np.abs(v - median)))
-    return Noise(median=median, band=max(k * _MAD_TO_SD * mad, floor_share * abs(median)), count=len(v))
+    band = min(max(k * _MAD_TO_SD * mad, FLOOR_SHARE * abs(median)), CEILING_SHARE * abs(median))
+    return Noise(median=median, band=band, count=len(v))
+
+
+def lower_median(values: Sequence[float] | np.ndarray) -> float:
+    """The middle value; the lower of the two middle ones for an even count (always one of the values)."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    return float(v[(len(v) - 1) // 2])
 
 
 def outliers(values: Sequence[float] | np.ndarray) -> tuple[list[int], list[int]]:

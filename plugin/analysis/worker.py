@@ -17,6 +17,7 @@ import numpy as np
 from phaseprof.contract import COMPILE, OUT_OF_STEP, PHASES
 
 from .model import SpanAnalysis
+from .warmup import setup_us, warmup
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
 
@@ -72,6 +73,11 @@ class Worker:
         #: Steps in which torch.compile compiled (their ``compile`` phase took time).
         self.compiling = (self.cpu_us[:, self.phases.index(COMPILE)] > 0 if COMPILE in self.phases
                           else np.zeros(len(refs), dtype=bool))
+        #: Host µs of one-off setup calls per step, and the steps whose time went to them (`warmup`).
+        self.setup_us = np.concatenate([setup_us(s) for s in spans])[self._span_order()] if refs else np.zeros(0)
+        full = self.full()
+        self.warmup = warmup(self.wall_us, self.setup_us, np.array([r.index == 0 for r in refs], dtype=bool),
+                             full[~self.compiling[full]])
         self.loader = _loader(spans)
         self.rank = rank_of(name, spans)
         self.world_size = next((s.world_size for s in spans if s.world_size is not None), None)
@@ -120,11 +126,18 @@ class Worker:
         return np.flatnonzero(~self.empty)
 
     def steady(self) -> np.ndarray:
-        """The rows a summary stands for: the steps holding work less those that compiled, as the
-        training side's summary leaves them out (all steps holding work when every one compiled)."""
+        """The rows a summary, the gate and the rank table stand for: the steps holding work less those
+        that compiled (as the training side's summary leaves them out) and the warm-up steps (`warmup`);
+        all steps holding work when none is left."""
         full = self.full()
-        steady = full[~self.compiling[full]]
+        steady = full[~(self.compiling[full] | self.warmup[full])]
         return steady if len(steady) else full
+
+    def _span_order(self) -> np.ndarray:
+        """Position of each row in the spans' steps laid end to end (span by span)."""
+        offsets = np.cumsum([0] + [len(s.steps) for s in self.spans])
+        at = {id(s): int(o) for s, o in zip(self.spans, offsets.tolist())}
+        return np.array([at[id(r.span)] + r.index for r in self.refs], dtype=np.int64)
 
     def columns(self, phases: list[str]) -> np.ndarray:
         """Column of each of ``phases`` in this worker's tables; -1 where it has no such phase."""

@@ -3,9 +3,11 @@ the slowest step and what grew in it (when beyond noise), outliers both ways, th
 costliest phase, and the findings drawn from them.
 
 Averages leave out empty steps (a loop that ended inside the profiler's active window leaves an
-empty last step) and, as the training side's summary does, steps in which torch.compile compiled
-(`Worker.steady`); the findings say so. Evaluation passes and ``prof.paused()`` blocks are in no
-step: the summary only totals them, apart.
+empty last step), steps in which torch.compile compiled (as the training side's summary does) and
+warm-up steps (one-off setup: `warmup`), see `Worker.steady`; the findings say so. The steps are
+judged against their noise once (`StepNoise`): the outliers, the slowest step and the findings all
+read that judgement. Evaluation passes and ``prof.paused()`` blocks are in no step: the summary only
+totals them, apart.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import numpy as np
 
 from phaseprof.contract import EVAL, OUT_OF_STEP, PAUSED
 
-from ..answers import MeanOp, PhaseMean, Slowest, Summary
+from ..answers import MeanOp, PhaseMean, Slowest, StepNoise, Summary
 from .compare import compare, grew_most, median_row
 from .cost import GPU, Costs, Figures, phase_costs
 from .findings import findings
-from .noise import noise
+from .noise import MIN_VALUES, Noise, noise
 from .steps import gpu_time
 from .worker import Worker, ms
 
@@ -39,6 +41,9 @@ def summarize(w: Worker, top: int = TOP_OPS) -> Summary:
     compiling = [w.numbers[k] for k in w.full().tolist() if w.compiling[k]]
     if compiling and len(full) < len(w.full()):
         out.compiling_steps = compiling
+    warmup = [w.numbers[k] for k in w.full().tolist() if w.warmup[k]]
+    if warmup:
+        out.warmup_steps = warmup
     if not len(full):
         out.findings = findings(out, w, full, None, None)
         return out
@@ -61,15 +66,17 @@ def summarize(w: Worker, top: int = TOP_OPS) -> Summary:
     }
     out.gpu_time = gpu_time(w, full)
     out.mean_wall_ms = ms(mean_wall)
-    out.median_wall_ms = ms(float(np.median(walls)))
     figures = typical_step(w, full)
     costs = phase_costs(figures)
     out.measure = costs.measure
     out.costs = {p: ms(costs.cost_us[p]) for p in phases}
     out.cost_total_ms = ms(costs.total_us)
     band = noise(walls)
-    out.slowest = _slowest(w, full, band)
-    out.outliers = [w.numbers[k] for k in full.tolist() if band.beyond(float(w.wall_us[k]))]
+    typical = median_row(w, full)
+    out.noise = _judged(w, full, band, typical)
+    out.median_wall_ms = out.noise.median_ms
+    out.slowest = _slowest(w, full, band, typical)
+    out.outliers = [n for n in (w.numbers[k] for k in full.tolist()) if n in out.noise.slow or n in out.noise.fast]
     out.inferred_phases = sorted({p for k in full.tolist() for p in _step(w, k).inferred})
     out.findings = findings(out, w, full, figures, costs)
     out.dominant_phase = next((f.phase for f in out.findings if f.phase is not None), None)
@@ -104,15 +111,23 @@ def _step(w: Worker, row: int):
     return ref.span.steps[ref.index]
 
 
-def _slowest(w: Worker, full: np.ndarray, band) -> Slowest:
+def _judged(w: Worker, full: np.ndarray, band: Noise, typical: int) -> StepNoise:
+    """The steps ``full`` against their noise ``band``: the one definition of an outlier."""
+    rows = full.tolist()
+    return StepNoise(judged=band.judged, steps=len(rows), min_steps=MIN_VALUES, median_step=w.numbers[typical],
+                     median_ms=ms(w.wall_us[typical]), band_ms=ms(band.band) if band.judged else None,
+                     slow=[w.numbers[k] for k in rows if band.slow(float(w.wall_us[k]))],
+                     fast=[w.numbers[k] for k in rows if band.fast(float(w.wall_us[k]))])
+
+
+def _slowest(w: Worker, full: np.ndarray, band: Noise, typical: int) -> Slowest:
     """The slowest step; what grew in it against the median step only when it is beyond noise."""
     slowest = int(full[int(np.argmax(w.wall_us[full]))])
     wall = float(w.wall_us[slowest])
     verdict = "too-few-steps" if not band.judged else "beyond-noise" if band.slow(wall) else "within-noise"
     out = Slowest(step=w.numbers[slowest], wall_ms=ms(wall), noise=verdict,
                   noise_ms=ms(band.band) if band.judged else None)
-    typical = median_row(w, full)
-    if verdict != "beyond-noise" or typical is None or typical == slowest:
+    if verdict != "beyond-noise" or typical == slowest:
         return out
     why = compare((w, np.array([typical])), (w, np.array([slowest])), w.phases, top=50)
     phase, grew = grew_most(why.delta)

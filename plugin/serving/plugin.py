@@ -389,8 +389,9 @@ def _phase_arg(args, w: Worker) -> str | None:
 
 
 def _side(target: Target) -> tuple[Worker, np.ndarray]:
-    """One side of a comparison: the worker and its rows (the step asked for, else all)."""
-    rows = target.rows if target.rows is not None else range(len(target.worker.refs))
+    """One side of a comparison: the worker and its rows (the step asked for, else the steps its summary
+    stands for: no compiling or warm-up step)."""
+    rows = target.rows if target.rows is not None else target.worker.steady()
     return target.worker, np.array(rows, dtype=np.int64)
 
 

@@ -1,0 +1,65 @@
+"""Warm-up steps: steps whose time went to one-off setup, left out of summaries as compiling steps are.
+
+The first steps of a training run create CUDA streams, events and library handles, load kernels, let
+cuDNN's benchmark mode time every algorithm, and grow the caching allocator's pool with ``cudaMalloc``;
+later steps reuse all of it. Such a step can take tens of times the others, and kept in the means it
+makes the findings about itself ("forward is 76% of an 882 ms step" where forward takes 38 ms).
+
+A step holding work is warm-up when it took at least ``FAR`` times the median of the worker's other
+steps and either
+  * one-off setup calls (`SETUP_CALL`, host time on any thread) account for at least
+    ``SETUP_SHARE`` of its excess over that median, or
+  * it is the first step of its trace (span), where the profiler, the process or the loader start up.
+Steps that compiled are judged apart (`Worker.compiling`) and are not among the "others"; a worker
+needs at least one other step to judge against.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .model import SpanAnalysis
+
+#: A warm-up step took at least this many times the median of the other steps,
+FAR = 2.0
+#: and one-off setup calls took at least this share of its excess over that median (unless it is the
+#: first step of its trace).
+SETUP_SHARE = 0.5
+#: Runtime and library calls a training loop makes once: stream, event and handle creation, device
+#: queries, module loads, cuDNN's algorithm search, and the allocator's cudaMalloc.
+SETUP_CALL = re.compile(
+    r"^(cuda|hip)(StreamCreate|EventCreate|DeviceGetStreamPriorityRange|GetDeviceProperties|GetDeviceCount"
+    r"|DeviceGetAttribute|SetDevice|FuncGetAttributes|FuncSetAttribute|HostAlloc|MallocHost|HostRegister"
+    r"|Malloc(Async)?$)\w*"
+    r"|^cu(Init|CtxCreate|DevicePrimaryCtxRetain|ModuleLoad|LibraryLoad|ModuleGetFunction)\w*"
+    r"|^(cudnn|miopen)(Create|Find|Get\w*Algorithm)\w*"
+    r"|^(cublas|cublasLt|hipblas|hipblasLt|rocblas|cufft|cusparse|cusolver)\w*[Cc]reate\w*"
+)
+
+
+def setup_us(span: SpanAnalysis) -> np.ndarray:
+    """Per step of ``span``: host µs of its one-off setup calls (`SETUP_CALL`)."""
+    setup = np.array([bool(SETUP_CALL.match(n)) for n in span.names] or [False])
+    t = span.ops
+    picked = setup[t.name]
+    return np.bincount(t.step[picked], weights=t.self_us[picked], minlength=len(span.steps)).astype(np.float64)
+
+
+def warmup(wall_us: np.ndarray, setup: np.ndarray, first_of_trace: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Which of all steps are warm-up (bool per step), judging only ``rows`` (steps holding work
+    that did not compile) against each other."""
+    out = np.zeros(len(wall_us), dtype=bool)
+    if len(rows) < 2:
+        return out
+    walls = wall_us[rows]
+    for k, row in enumerate(rows.tolist()):
+        others = float(np.median(np.delete(walls, k)))
+        excess = float(wall_us[row]) - others
+        if others <= 0 or wall_us[row] < FAR * others:
+            continue
+        out[row] = bool(first_of_trace[row]) or setup[row] >= SETUP_SHARE * excess
+    if out[rows].all():  # nothing left to stand for the run: judge none
+        out[:] = False
+    return out

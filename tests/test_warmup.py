@@ -1,0 +1,112 @@
+"""Warm-up steps (one-off setup) are named and left out of every summary, as compiling steps are.
+
+The real case: a trace whose first step took ~28x the median, spent creating streams, events and
+cuDNN handles and searching cuDNN's algorithms. Kept in, it made the first finding "forward is 76%
+of an 882 ms step". Here that step is prepended to a real ResNet-50 trace (tests/data/gpu)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from phaseprof.plugin.analysis.ranks import ranks
+from phaseprof.plugin.analysis.worker import Worker
+from phaseprof.plugin.gate import compare_paths
+from phaseprof.plugin.reading.discovery import discover
+from phaseprof.plugin.report import analyze_file
+from tests.logdir import write_trace
+from tests.test_findings import finding, kinds, loop_summary, summary_of
+from tests.tracebuilder import Loop
+
+RESNET = "worker0.1623143089861.pt.trace.json.gz"  # steps 5..10 of ResNet-50 on a V100, num_workers=0
+
+SETUP = [  # (name, offset µs, duration µs) inside the prepended step, on the loop's thread
+    ("cudaStreamCreateWithFlags", 1_000, 900_000),
+    ("cudaEventCreateWithFlags", 905_000, 400_000),
+    ("cudnnCreate", 1_310_000, 600_000),
+    ("cudnnFindConvolutionForwardAlgorithmEx", 2_000_000, 2_100_000),
+]
+
+
+def _resnet_with_a_warmup_step(traces, tmp_path, name=RESNET):
+    """The first ResNet-50 span with a step 4 of one-off setup (~4.8 s, 28x the median) before step 5."""
+    source = traces.folder("gpu", "kineto_resnet50_num_workers_0") / RESNET
+    trace = json.loads(gzip.decompress(source.read_bytes()))
+    events = trace.pop("traceEvents")
+    first = next(e for e in events if e.get("name") == "ProfilerStep#5")
+    pid, tid = first["pid"], first["tid"]
+    start, dur = first["ts"] - 4_900_000, 4_800_000
+    added = [{"ph": "X", "cat": "Operator", "name": "ProfilerStep#4", "pid": pid, "tid": tid, "ts": start, "dur": dur,
+              "args": {}},
+             {"ph": "X", "cat": "Operator", "name": "aten::cudnn_convolution", "pid": pid, "tid": tid,
+              "ts": start + 1_990_000, "dur": 2_200_000, "args": {}}]
+    added += [{"ph": "X", "cat": "Runtime", "name": n, "pid": pid, "tid": tid, "ts": start + at, "dur": us,
+               "args": {"correlation": 9_000_000 + k}} for k, (n, at, us) in enumerate(SETUP)]
+    return write_trace(tmp_path / name, added + events, **trace)
+
+
+def test_a_warmup_step_of_one_off_setup_is_named_and_left_out(traces, tmp_path):
+    original = summary_of(traces.folder("gpu", "kineto_resnet50_num_workers_0") / RESNET)
+    s = summary_of(_resnet_with_a_warmup_step(traces, tmp_path))
+    assert s.steps == 7 and s.warmup_steps == [4]
+    note = finding(s, "warmup-steps")
+    assert note.evidence.steps == [4] and note.saving_ms is None
+    assert note.evidence.setup_ms == pytest.approx(sum(us for _, _, us in SETUP) / 1000)
+    assert note.evidence.ops[0] == "cudnnFindConvolutionForwardAlgorithmEx"
+    assert "cudaStreamCreateWithFlags" in note.evidence.ops
+    # the findings and figures are those of steps 5..10: data first, as without the warm-up step
+    first = s.findings[0]
+    assert (first.kind, first.phase, s.dominant_phase) == ("data-loader", "data", "data")
+    assert s.mean == original.mean and s.costs == original.costs
+    assert s.mean_wall_ms == original.mean_wall_ms and s.median_wall_ms == original.median_wall_ms
+    assert s.slowest == original.slowest and s.noise == original.noise and 4 not in (s.outliers or [])
+    assert s.top_ops == original.top_ops
+    assert [f.text for f in s.findings if f.kind != "warmup-steps"] == [f.text for f in original.findings]
+
+
+def test_the_gate_and_the_rank_table_leave_the_warmup_step_out(traces, tmp_path):
+    base = traces.folder("gpu", "kineto_resnet50_num_workers_0") / RESNET
+    warm = _resnet_with_a_warmup_step(traces, tmp_path)
+    report = compare_paths(str(base), str(warm), source="traces")
+    assert report.new.steps == report.base.steps == 6
+    assert report.slower == [] and all(abs(c.delta_ms) < 1e-6 for c in report.changes)
+    assert all(abs(o.delta_self_cpu_ms) < 1e-6 for o in report.ops)
+    (run,) = discover(str(warm.parent))
+    (f,) = [f for files in run.workers.values() for f in files]
+    w = Worker(f.worker, [analyze_file(f)])
+    (row,) = ranks("r", [w]).ranks
+    assert row.steps == 6
+    assert row.wall_ms == pytest.approx(np.mean(w.wall_us[w.numbers.index(5):]) / 1000, abs=0.001)
+
+
+def test_the_first_step_of_a_trace_far_beyond_the_others_is_warmup_a_later_one_is_not(tmp_path):
+    loop = Loop()
+    for n in range(7):  # step 0 three times the others (no setup call recorded), step 4 too
+        forward = 30_000 if n in (0, 4) else 10_000 + 100 * n
+        loop.step(n, ("phaseprof::forward", forward), ("phaseprof::backward", 5_000))
+    s = loop_summary(tmp_path, loop)
+    assert s.warmup_steps == [0]
+    assert "setup" not in finding(s, "warmup-steps").text.split(";")[1]  # says: the first step of its trace
+    assert s.slowest.step == 4 and s.noise.slow == [4] and "slow-step" in kinds(s)
+
+
+def test_setup_calls_make_a_later_step_warmup_only_when_they_explain_its_excess(tmp_path):
+    stream = [("cudaStreamCreateWithFlags", 100, 18_000, "cuda_runtime")]
+    few = [("cudaEventCreateWithFlags", 100, 2_000, "cuda_runtime")]
+    loop = Loop()
+    for n in range(7):  # step 2: 18 ms of setup in a 35 ms step; step 5: 2 ms of setup in a 35 ms step
+        ops = stream if n == 2 else few if n == 5 else []
+        forward = 30_000 if n in (2, 5) else 10_000 + 100 * n
+        loop.step(n, ("phaseprof::forward", forward, [], ops), ("phaseprof::backward", 5_000))
+    s = loop_summary(tmp_path, loop)
+    assert s.warmup_steps == [2]
+    assert s.slowest.step == 5 and 2 not in s.outliers
+
+
+def test_no_step_is_warmup_on_the_real_traces(traces):
+    for folder in ("kineto_resnet50_num_workers_0", "hta_ns_resolution", "hta_sampled_2rank"):
+        for path in traces.files("gpu", folder):
+            assert summary_of(path).warmup_steps is None, path
