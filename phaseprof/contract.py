@@ -77,6 +77,11 @@ OUT_OF_STEP = (EVAL, PAUSED)
 #: The time ``torch.compile`` spent compiling, inside the step that triggered it.
 COMPILE = "compile"
 
+#: Top-level key of a trace (written by the hook through torch.profiler's ``add_metadata_json``) whose
+#: value says how many CPUs the training process's machine has and may use:
+#: ``{"count": os.cpu_count(), "usable": len(os.sched_getaffinity(0))}`` ("usable" where the OS says).
+CPUS_KEY = "phaseprof_cpus"
+
 #: Prefix of every `record_function` / NVTX range the training hook writes. A range named
 #: ``RANGE_PREFIX + name`` marks phase ``name``: a canonical one or any name the user chose.
 RANGE_PREFIX = "phaseprof::"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from phaseprof.contract import CPUS_KEY
 from phaseprof.plugin.analysis.ranks import ranks
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
@@ -381,3 +382,88 @@ def test_outliers_slowest_step_and_findings_read_one_judgement_of_the_steps(trac
         s = loop_summary(tmp_path / str(count), loop)
         _agree(count, s)
         assert (s.outliers == [1, count - 1]) == (count >= 5), (count, s.outliers)
+
+
+PAGEABLE = "Memcpy HtoD (Pageable -> Device)"
+
+
+def test_pageable_copies_name_the_phase_that_pays_and_ask_for_pinned_memory(tmp_path):
+    # the batch is copied from pageable memory at the start of forward: the host waits 11.9 ms in
+    # cudaMemcpyAsync per step while the copy is staged (the case of a real trace)
+    loop = Loop()
+    for n in range(5):
+        loop.step(n, (DATA_NEXT, 20_000),
+                  ("phaseprof::forward", 30_000, [(PAGEABLE, 11_000, 7, "cudaMemcpyAsync", 11_900)]
+                   + conv_kernels(10, 300)),
+                  ("phaseprof::backward", 10_000, conv_kernels(10, 400)))
+    s = loop_summary(tmp_path, loop)
+    copies = finding(s, "pageable-copies")
+    assert copies.phase == "forward"
+    assert copies.evidence.pageable_copy_ms == pytest.approx(11.0)
+    assert copies.evidence.copy_host_ms == pytest.approx(11.9) and copies.saving_ms == pytest.approx(11.9)
+    assert copies.evidence.ops == ["cudaMemcpyAsync"]
+    assert "pin_memory=True" in copies.text and "non_blocking=True" in copies.text and "forward pays" in copies.text
+    data = finding(s, "data-loader")  # the batch's copies count toward the data-loader finding too
+    assert data.evidence.pageable_copy_ms == pytest.approx(11.0) and "pin_memory=True" in data.text
+
+
+def test_only_the_batchs_pageable_copies_count_toward_the_data_loader_finding(tmp_path):
+    # pageable copies in the optimizer (state moved to the GPU each step) are not the DataLoader's
+    loop = Loop()
+    for n in range(5):  # the optimizer also copies 2 ms from pinned memory
+        loop.step(n, (DATA_NEXT, 30_000, [(PAGEABLE, 1_000, 7, "cudaMemcpyAsync", 1_100)]),
+                  ("phaseprof::forward", 10_000, conv_kernels(10, 300)),
+                  ("Optimizer.step#SGD.step", 12_000, [(PAGEABLE, 8_000, 7, "cudaMemcpyAsync", 8_000),
+                                                       ("Memcpy HtoD (Pinned -> Device)", 2_000, 7, "cudaMemcpyAsync",
+                                                        100)]))
+    s = loop_summary(tmp_path, loop)
+    data = finding(s, "data-loader")
+    assert data.evidence.pageable_copy_ms == pytest.approx(1.0)
+    copies = {f.phase: f for f in s.findings if f.kind == "pageable-copies"}
+    assert copies["optimizer"].evidence.pageable_copy_ms == pytest.approx(8.0)
+    assert copies["optimizer"].evidence.copy_host_ms == pytest.approx(8.1 * 8 / 10)  # the pageable share
+    assert "tensor.pin_memory()" in copies["optimizer"].text and "DataLoader" not in copies["optimizer"].text
+
+
+def _fp32_bound(tmp_path, name, **gpu):
+    loop = Loop()
+    for n in range(5):  # the loop reads the loss each step (a sync): the host waits for the GPU
+        loop.step(n, ("phaseprof::forward", 2_000, [("volta_sgemm_128x64_nn", 3_000)] * 10),
+                  ("phaseprof::backward", 3_000, conv_kernels(10, 5_000)), ("phaseprof::optimizer", "sync"))
+    path = write_trace(tmp_path / name / "w.1.pt.trace.json", loop.events,
+                       deviceProperties=[{"id": 0, "name": name, **gpu}])
+    return summary_of(path).findings[0]
+
+
+@pytest.mark.parametrize("name, gpu, says, never", [
+    # by compute capability where the trace gives it: whatever the name
+    ("NVIDIA GeForce GTX 1080 Ti", {"computeMajor": 6, "computeMinor": 1}, "has no tensor cores", "autocast"),
+    ("Some Future GPU", {"computeMajor": 9, "computeMinor": 0}, "bfloat16", "float16,"),
+    ("Some Turing GPU", {"computeMajor": 7, "computeMinor": 5}, "float16", "bfloat16"),
+    # by name where it does not
+    ("NVIDIA GeForce GTX 1660 SUPER", {}, "has no tensor cores", "autocast"),
+    ("NVIDIA TITAN RTX", {}, "float16, and a GradScaler", "bfloat16"),
+    ("Tesla P100-PCIE-16GB", {}, "has no tensor cores", "autocast"),
+    ("NVIDIA A100-SXM4-80GB", {}, "bfloat16", "GradScaler"),
+    ("Unknown Accelerator", {}, "float16 with a GradScaler on Volta and Turing", "has no tensor cores"),
+])
+def test_precision_advice_fits_the_gpus_tensor_cores(tmp_path, name, gpu, says, never):
+    first = _fp32_bound(tmp_path, name, **gpu)
+    assert first.kind == "gpu-bound" and first.phase == "backward"
+    assert says in first.text and never not in first.text, first.text
+
+
+@pytest.mark.parametrize("cpus, says", [
+    (None, "the trace does not say how many"),
+    ({"count": 64, "usable": 12}, "up to 11: the process may use 12 CPUs"),
+    ({"count": 2}, "may use 2 CPUs: one worker at most"),
+])
+def test_data_loader_advice_is_sized_by_the_cpus_the_trace_records(tmp_path, cpus, says):
+    loop = Loop()
+    for n in range(5):
+        loop.step(n, (DATA_NEXT, 30_000), ("phaseprof::forward", 10_000, conv_kernels(20, 300)))
+    top = {} if cpus is None else {CPUS_KEY: cpus}
+    s = summary_of(write_trace(tmp_path / "w.1.pt.trace.json", loop.events, **top))
+    data = finding(s, "data-loader")
+    assert says in data.text and "4-8" not in data.text
+    assert data.evidence.cpus == (None if cpus is None else cpus.get("usable", cpus["count"]))

@@ -305,3 +305,23 @@ def test_two_profilers_at_once_is_an_error(prof, tmp_path):
     prof.step()
     with pytest.raises(RuntimeError, match="still running"):
         PhaseProfiler(logdir=str(tmp_path), run="other").step()
+
+
+def test_every_trace_records_the_cpus_the_process_may_use(tmp_path):
+    # the data-loader advice is sized by them; a schedule that repeats writes one trace per cycle
+    import gzip
+
+    from phaseprof.contract import CPUS_KEY
+    from phaseprof.plugin.reading.discovery import discover
+    from phaseprof.plugin.report import analyze_file
+
+    run_readme_snippet(tmp_path / "profile", steps=12, wait=1, warmup=1, active=2, repeat=2)
+    run_dir = tmp_path / "profile" / "baseline"
+    traces = sorted(p for p in run_dir.iterdir() if TRACE_FILE_RE.match(p.name))
+    assert len(traces) == 2
+    usable = len(os.sched_getaffinity(0))
+    for path in traces:
+        recorded = json.loads(gzip.decompress(path.read_bytes()))[CPUS_KEY]
+        assert recorded == {"count": os.cpu_count(), "usable": usable}
+    (run,) = discover(str(run_dir))
+    assert [analyze_file(f).cpus for files in run.workers.values() for f in files] == [usable, usable]

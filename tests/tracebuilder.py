@@ -25,7 +25,9 @@ def launch(ts: float, corr: int, tid: int = MAIN, dur: float = 1.0, name: str = 
 
 
 def kernel(name: str, ts: float, dur: float, corr: int, stream: int = 7) -> dict:
-    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+    """A kernel, or a copy or set when ``name`` says so (``Memcpy HtoD (Pageable -> Device)``)."""
+    cat = "gpu_memcpy" if name.startswith("Memcpy") else "gpu_memset" if name.startswith("Memset") else "kernel"
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
             "args": {"correlation": corr, "device": 0, "stream": stream}}
 
 
@@ -53,8 +55,9 @@ class Loop:
         self.gpu_free = 0.0
 
     def step(self, number: int, *phases: tuple) -> Loop:
-        """``phases``: ``(range name, host µs, kernels, ops)``; ``kernels`` a list of (name, µs, stream)
-        or (name, µs); ``ops`` a list of (name, offset µs, µs[, category]) inside the range. Host µs
+        """``phases``: ``(range name, host µs, kernels, ops)``; ``kernels`` a list of (name, µs, stream,
+        launching call, its µs) or a prefix of it (``cudaLaunchKernel`` of 5 µs on stream 7); ``ops`` a list of
+        (name, offset µs, µs[, category]) inside the range. Host µs
         ``"sync"``: the range waits in cudaStreamSynchronize until the GPU has drained."""
         start = self.t
         for name, host_us, *rest in phases:
@@ -68,7 +71,8 @@ class Loop:
             for k, spec in enumerate(kernels):
                 at = self.t + host_us * k / max(len(kernels), 1)
                 self.corr += 1
-                self.events.append(launch(at, self.corr, dur=5.0))
+                call = spec[3] if len(spec) > 3 else "cudaLaunchKernel"
+                self.events.append(launch(at, self.corr, dur=spec[4] if len(spec) > 4 else 5.0, name=call))
                 begin = max(at + 5.0, self.gpu_free)
                 self.events.append(kernel(spec[0], begin, spec[1], self.corr, stream=spec[2] if len(spec) > 2 else 7))
                 self.gpu_free = begin + spec[1]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import threading
 import time
@@ -41,7 +42,16 @@ import torch.distributed as dist
 from rich.console import Console
 from torch.profiler import ProfilerAction
 
-from phaseprof.contract import DATA, OPTIMIZER, OTHER, OUT_OF_STEP, PAUSED, rank_scalars_dir, validate_phase_name
+from phaseprof.contract import (
+    CPUS_KEY,
+    DATA,
+    OPTIMIZER,
+    OTHER,
+    OUT_OF_STEP,
+    PAUSED,
+    rank_scalars_dir,
+    validate_phase_name,
+)
 
 from .cuda_timing import CudaPhaseTimer
 from .faults import Faults
@@ -259,7 +269,18 @@ class PhaseProfiler:
             self._faults.report("torch.profiler failed to start; steps are timed without traces", e)
             return None
         self._recording = profiler.current_action in _RECORDING
+        if self._recording:
+            self._record_cpus(profiler)
         return profiler
+
+    def _record_cpus(self, profiler: torch.profiler.profile) -> None:
+        """Write the CPUs this process may use into the trace being recorded: the data-loader advice is
+        sized by them (`phaseprof.contract.CPUS_KEY`)."""
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        try:
+            profiler.add_metadata_json(CPUS_KEY, json.dumps({"count": os.cpu_count(), "usable": usable}))
+        except Exception as e:  # noqa: BLE001
+            self._faults.report("the CPU count could not be written into the trace", e)
 
     def _new_gpu_timer(self) -> CudaPhaseTimer | None:
         """A CUDA timer if CUDA is initialised in this process (e.g. the model is on a GPU). Asking
@@ -304,7 +325,10 @@ class PhaseProfiler:
         except Exception as e:  # noqa: BLE001
             self._profiler = None
             self._faults.report("torch.profiler failed; steps are timed without traces from here on", e)
+        was_recording = self._recording
         self._recording = self._profiler is not None and profiler.current_action in _RECORDING
+        if self._recording and not was_recording:  # a new trace: each carries the CPU count
+            self._record_cpus(profiler)
 
     # -- checks -----------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import re
 import msgspec
 import numpy as np
 
-from phaseprof.contract import DATA, OPTIMIZER
+from phaseprof.contract import DATA, FORWARD, OPTIMIZER
 
 from ..answers import Evidence
 from .cost import GPU, Costs, Figures, saving_us
@@ -60,14 +60,27 @@ _SYNC_CALL = re.compile(r"^(cuda|hip)((Stream|Device|Event)Synchronize|Memcpy(2D
 _SYNCING_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero", "aten::equal",
                 "aten::masked_select", "aten::unique", "aten::_unique2", "aten::allclose")
 _ALLOC_CALL = re.compile(r"^(cuda|hip)(Malloc|Free)(Async)?$")
+#: Host-to-device copies from pageable (not pinned) memory, and the runtime calls that make copies.
+_PAGEABLE_HTOD = re.compile(r"HtoD.*Pageable", re.I)
+_COPY_CALL = re.compile(r"^(cuda|hip)Memcpy(2D|3D)?(Async)?(WithStream)?$")
+_MEMCPY = re.compile(r"^Memcpy")
+#: Phases on the batch's way to the GPU: pageable copies launched there are the DataLoader's batch.
+BATCH_PHASES = (DATA, FORWARD)
 _COLLECTIVE_OP = re.compile(r"^(nccl|gloo|mpi|ucc|c10d)(:|::)|^record_param_comms$")
 _MATRIX_KERNEL = re.compile(r"gemm|conv|dgrad|wgrad|winograd|scudnn|hcudnn|cutlass|xmma|fft", re.I)
 _NORM_KERNEL = re.compile(r"bn_fw|bn_bw|batch_norm|layer_norm", re.I)
 _TENSOR_CORE = re.compile(r"h884|h1688|h16816|s884|s1688|s16816|hmma|tensorop|i8816|bf16|tf32|f16|half|wmma", re.I)
 _ELEMENTWISE = re.compile(r"elementwise|reduce_kernel|vectorized|unrolled", re.I)
 _FOREACH = re.compile(r"_foreach_|multi_tensor_apply|fused", re.I)
-#: GPUs without bf16 or TF32 tensor cores (before Ampere).
-_PRE_AMPERE = re.compile(r"V100|P100|P40|P4\b|T4|K80|M60|Titan V|Quadro RTX|RTX 20", re.I)
+#: Tensor cores by compute capability (NVIDIA's table): none before 7.0 (Pascal and older), float16
+#: only on 7.x (Volta, Turing), bfloat16, float16 and TF32 from 8.0 (Ampere). Turing's GeForce GTX 16
+#: series (7.5) has none. Where the trace gives no capability, the GPU's name decides:
+_NO_TENSOR_CORES = re.compile(r"\bGTX\b|\bP(100|40|6|4)\b|\b[KM]\d0\b|\bTitan Xp?\b|\bQuadro [PMK]\d|\bGT \d", re.I)
+_FP16_TENSOR_CORES = re.compile(r"V100|\bTitan V\b|\bTITAN RTX\b|\bT4\b|Quadro RTX|\bRTX 20\d0|\bQuadro T\d|"
+                                r"\bT(400|600|1000|1200)\b", re.I)
+_BF16_TENSOR_CORES = re.compile(r"\b[ABHL]\d{1,3}[SXG]?\b|\bRTX [345]0\d0|\bRTX A\d|\bRTX \d000 Ada|"
+                                r"\bG[HB]\d00\b|\bB\d00\b|Orin|Thor", re.I)
+BF16, FP16, NONE = "bfloat16", "float16", "none"
 
 
 class Context(msgspec.Struct):
@@ -77,6 +90,8 @@ class Context(msgspec.Struct):
     kernels: KernelMeans
     loader: str | None  # "single-process", "worker processes" or None (no DataLoader range)
     gpu_names: list[str]
+    gpu_capabilities: list[str] = []  # "major.minor" per GPU name, "" where the trace gives none
+    cpus: int | None = None  # CPUs the training process could use, where the trace records them
 
 
 def advise(f: Figures, c: Costs, ctx: Context) -> list[Advice]:
@@ -141,22 +156,35 @@ def _cost_sentence(f: Figures, c: Costs, phase: str) -> str:
 
 
 def _data(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
-    pageable = _kernel_us(ctx, None, re.compile(r"HtoD.*Pageable", re.I))
+    pageable = sum(_kernel_us(ctx, p, _PAGEABLE_HTOD) for p in BATCH_PHASES)
+    workers = _workers(ctx.cpus)
     advice = {
-        "single-process": "the loop's own thread loads every batch (DataLoader num_workers=0): set num_workers "
-                          "(e.g. 4-8) so batches are prepared in worker processes while the step runs, with "
+        "single-process": f"the loop's own thread loads every batch (DataLoader num_workers=0): set num_workers "
+                          f"({workers}) so batches are prepared in worker processes while the step runs, with "
                           "persistent_workers=True",
-        "worker processes": "the loop waits for DataLoader workers: raise num_workers or prefetch_factor, or make the "
-                            "per-sample transforms cheaper",
-    }.get(ctx.loader or "", "load batches in DataLoader worker processes (num_workers > 0) and prefetch them, so "
-                             "the loop does not prepare data itself")
+        "worker processes": f"the loop waits for DataLoader workers: raise num_workers ({workers}) or "
+                            "prefetch_factor, or make the per-sample transforms cheaper",
+    }.get(ctx.loader or "", f"load batches in DataLoader worker processes (num_workers > 0: {workers}) and prefetch "
+                             "them, so the loop does not prepare data itself")
     if ctx.loader:
         evidence.loader = ctx.loader
+    evidence.cpus = ctx.cpus
     if pageable > 0:
         evidence.pageable_copy_ms = _ms(pageable)
-        advice += (f"; host-to-device copies come from pageable memory ({_ms(pageable):.2f} ms per step): "
-                   "pin_memory=True and .to(device, non_blocking=True) let them overlap")
+        advice += (f"; the batch's host-to-device copies come from pageable memory ({_ms(pageable):.2f} ms per step): "
+                   "pin_memory=True on the DataLoader and .to(device, non_blocking=True) let them overlap")
     return "data-loader", advice
+
+
+def _workers(cpus: int | None) -> str:
+    """How many DataLoader workers the machine has room for: one CPU stays with the loop."""
+    if cpus is None:
+        return ("about the CPUs the process may use, less one for the loop; the trace does not say how many: "
+                "PhaseProfiler records them")
+    if cpus <= 2:
+        return (f"the process may use {cpus} CPU{'s' if cpus > 1 else ''}: one worker at most, so cheaper "
+                "per-sample work (decode or resize once, ahead of training) matters more than workers")
+    return f"up to {cpus - 1}: the process may use {cpus} CPUs, one stays with the loop"
 
 
 def _optimizer(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
@@ -195,21 +223,42 @@ def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tupl
     evidence.fp32_matrix_share = round(fp32_us / total, 4)
     top = ", ".join(evidence.kernels)
     if fp32_us / total >= FP32_MATRIX_SHARE:
-        pre_ampere = any(_PRE_AMPERE.search(g) for g in ctx.gpu_names)
-        gpu = f" on this {ctx.gpu_names[0]}" if ctx.gpu_names else ""
-        precision = ("mixed precision (torch.autocast with float16, and a GradScaler)" if pre_ampere else
-                     "mixed precision (torch.autocast with bfloat16) or TF32 (torch.backends.cuda.matmul.allow_tf32 "
-                     "and torch.backends.cudnn.allow_tf32)")
+        names = ", ".join(list(dict.fromkeys(_short(n) for n, _ in fp32))[:2])
+        head = f"{fp32_us / total:.0%} of its GPU time is fp32 matrix kernels without tensor cores ({names})"
+        cores = tensor_cores(ctx.gpu_names[0], (ctx.gpu_capabilities or [""])[0]) if ctx.gpu_names else None
+        gpu = f"this {ctx.gpu_names[0]}" if ctx.gpu_names else "this GPU"
+        if cores == NONE:
+            return "gpu-bound", (f"{head}; {gpu} has no tensor cores, so lower precision would not move them onto "
+                                 "any: fewer or smaller matrix products are what shorten them")
+        precision = {
+            FP16: "mixed precision (torch.autocast with float16, and a GradScaler)",
+            BF16: "mixed precision (torch.autocast with bfloat16) or TF32 (torch.backends.cuda.matmul.allow_tf32 "
+                  "and torch.backends.cudnn.allow_tf32)",
+        }.get(cores, "mixed precision (torch.autocast: bfloat16, or TF32, on Ampere and later GPUs; float16 with a "
+                     "GradScaler on Volta and Turing)")
         convs = any(re.search(r"conv|dgrad|wgrad|winograd|cudnn", n, re.I) for n, _ in fp32)
         return "gpu-bound", (
-            f"{fp32_us / total:.0%} of its GPU time is fp32 matrix kernels without tensor cores "
-            f"({', '.join(list(dict.fromkeys(_short(n) for n, _ in fp32))[:2])}): {precision} runs them on "
-            f"tensor cores{gpu}"
+            f"{head}: {precision} runs them on tensor cores{' on ' + gpu if ctx.gpu_names else ''}"
             + ("; with convolutions, channels_last memory format helps too" if convs else ""))
     if elementwise_us / total >= FP32_MATRIX_SHARE:
         return "gpu-bound", (f"{elementwise_us / total:.0%} of its GPU time is elementwise kernels "
                              f"({top}): torch.compile fuses them into fewer passes over memory")
     return "gpu-bound", f"its GPU time goes to {top}"
+
+
+def tensor_cores(name: str, capability: str) -> str | None:
+    """The precisions a GPU's tensor cores run: `BF16` (bfloat16, float16, TF32), `FP16` (float16
+    only), `NONE`, or None when neither its compute capability nor its name tells."""
+    if _NO_TENSOR_CORES.search(name):
+        return NONE
+    if capability:
+        major = int(capability.split(".")[0])
+        return NONE if major < 7 else FP16 if major == 7 else BF16
+    if _FP16_TENSOR_CORES.search(name):
+        return FP16
+    if _BF16_TENSOR_CORES.search(name):
+        return BF16
+    return None
 
 
 def _host_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tuple[str, str]:
@@ -268,6 +317,7 @@ def _parts(f: Figures, c: Costs, ctx: Context, phase: str) -> list[Advice]:
             text=f"{phase} calls cudaMalloc/cudaFree {alloc_calls:.0f} times per step ({_ms(alloc_us):.2f} ms): the "
                  "caching allocator keeps returning and re-requesting memory; avoid torch.cuda.empty_cache() in the "
                  "loop, keep tensor shapes steady, or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"))
+    out += _pageable(f, c, ctx, phase, rows)
     comm = _communication(f, c, ctx, phase)
     if comm is not None:
         out.append(comm)
@@ -345,9 +395,33 @@ def _communication_advice(kind: str, phase: str) -> str:
     return "overlap it with compute, or look for a rank the others wait for (the Ranks view)"
 
 
-def _kernel_us(ctx: Context, phase: str | None, pattern: re.Pattern) -> float:
-    return sum(float(v[1]) for (p, name), v in ctx.kernels.items()
-               if (phase is None or p == phase) and pattern.search(name))
+def _pageable(f: Figures, c: Costs, ctx: Context, phase: str, rows: dict[str, np.ndarray]) -> list[Advice]:
+    """Host-to-device copies from pageable memory launched in ``phase``: the host waits in the call
+    while the driver stages the bytes through a pinned buffer, and the copy overlaps nothing. What the
+    phase pays is the host time of its copy calls, in the share of its copies' device time that is
+    pageable (the copy calls launch the copies, and only them)."""
+    pageable = _kernel_us(ctx, phase, _PAGEABLE_HTOD)
+    if pageable <= 0:
+        return []
+    host = sum(float(v[2]) for name, v in rows.items() if _COPY_CALL.match(name))
+    paid = host * min(1.0, pageable / max(_kernel_us(ctx, phase, _MEMCPY), pageable))
+    saving = min(saving_us(c, host_us=paid), c.cost_us[phase])
+    if saving < PART_SHARE * f.wall_us:
+        return []
+    fix = ("pin_memory=True on the DataLoader and .to(device, non_blocking=True)" if phase in BATCH_PHASES else
+           "keep the source tensors in pinned memory (tensor.pin_memory(), once) and copy with "
+           ".to(device, non_blocking=True), or create them on the GPU")
+    return [Advice(
+        kind="pageable-copies", phase=phase, saving_us=saving,
+        evidence=Evidence(pageable_copy_ms=_ms(pageable), copy_host_ms=_ms(paid),
+                          ops=[n for n in rows if _COPY_CALL.match(n)][:2] or None),
+        text=f"{phase} pays {_ms(paid):.2f} ms of host time per step copying to the GPU from pageable memory "
+             f"({_ms(pageable):.2f} ms of Memcpy HtoD (Pageable -> Device)): the host waits while each copy is "
+             f"staged and the copy overlaps nothing; {fix} let the copies run beside the step")]
+
+
+def _kernel_us(ctx: Context, phase: str, pattern: re.Pattern) -> float:
+    return sum(float(v[1]) for (p, name), v in ctx.kernels.items() if p == phase and pattern.search(name))
 
 
 def _short(name: str, width: int = 60) -> str:

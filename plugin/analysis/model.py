@@ -154,6 +154,8 @@ class SpanAnalysis(msgspec.Struct):
     rank: int | None = None
     world_size: int | None = None
     gpu_names: list[str] = msgspec.field(default_factory=list)  # of the GPUs with activity in the trace
+    gpu_capabilities: list[str] = msgspec.field(default_factory=list)  # theirs: "major.minor", "" unknown
+    cpus: int | None = None  # CPUs the training process could use, where the trace records them
     #: Malformed events skipped while reading: how many, and one line on how many, why, which first.
     skipped_events: int = 0
     first_problem: str = ""

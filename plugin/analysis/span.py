@@ -109,6 +109,9 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
         rank=trace.rank,
         world_size=trace.world_size,
         gpu_names=[trace.gpu_names[d] for d in np.unique(dev.device).tolist() if 0 <= d < len(trace.gpu_names)],
+        gpu_capabilities=[trace.gpu_capabilities[d] if d < len(trace.gpu_capabilities) else ""
+                          for d in np.unique(dev.device).tolist() if 0 <= d < len(trace.gpu_names)],
+        cpus=trace.cpus,
         skipped_events=trace.skipped,
         first_problem=trace.first_problem,
     )

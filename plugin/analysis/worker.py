@@ -81,7 +81,10 @@ class Worker:
         self.loader = _loader(spans)
         self.rank = rank_of(name, spans)
         self.world_size = next((s.world_size for s in spans if s.world_size is not None), None)
-        self.gpu_names = next((s.gpu_names for s in spans if s.gpu_names), [])
+        with_gpus = next((s for s in spans if s.gpu_names), None)
+        self.gpu_names = with_gpus.gpu_names if with_gpus else []
+        self.gpu_capabilities = with_gpus.gpu_capabilities if with_gpus else []
+        self.cpus = next((s.cpus for s in spans if s.cpus), None)
 
     def _gather(self, table: str) -> np.ndarray:
         """A (steps, phases) table of the spans (``table`` may be dotted: ``gpu.busy_us``), aligned on

@@ -34,6 +34,8 @@ class Part:
         self.rank: int | None = None
         self.world_size: int | None = None
         self.gpu_names: list[str] = []
+        self.gpu_capabilities: list[str] = []  # "major.minor" per GPU, "" where not given
+        self.cpus: int | None = None
         self.problems = Problems()
         self.host: dict[str, np.ndarray] = {}
         self.device: dict[str, np.ndarray] = {}

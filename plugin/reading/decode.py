@@ -29,7 +29,7 @@ from . import split
 from .columns import Part, fill_columns
 from .events import DeviceEvents, HostEvents, MemoryEvents, Thread, Trace, memory_device_label
 from .file_bytes import Limits, TraceError, trace_bytes
-from .lenient import decode_leniently, small_int
+from .lenient import capability, decode_leniently, small_int, usable_cpus
 from .trace_fields import LIST_DECODER, OBJECT_DECODER, Event
 
 __all__ = ["TraceError", "read_trace", "Limits"]
@@ -172,6 +172,9 @@ def _decode_events(data, path: str, deadline: float) -> tuple[Part, list[Event],
         part.world_size = small_int(obj.distributedInfo.world_size)
     if obj.deviceProperties:
         part.gpu_names = [d.name for d in obj.deviceProperties]
+        part.gpu_capabilities = [capability(d.computeMajor, d.computeMinor) for d in obj.deviceProperties]
+    if obj.cpus is not None:
+        part.cpus = usable_cpus(obj.cpus.usable, obj.cpus.count)
     return part, obj.traceEvents, None
 
 
@@ -201,7 +204,9 @@ def _merge(path: str, parts: list[Part]) -> Trace:
         base.problems.merge(other.problems)
         if base.rank is None:
             base.rank, base.world_size = other.rank, other.world_size
-        base.gpu_names = base.gpu_names or other.gpu_names
+        if not base.gpu_names:
+            base.gpu_names, base.gpu_capabilities = other.gpu_names, other.gpu_capabilities
+        base.cpus = base.cpus or other.cpus
 
     def columns(attr: str) -> dict[str, np.ndarray]:
         if len(parts) == 1:
@@ -233,6 +238,8 @@ def _merge(path: str, parts: list[Part]) -> Trace:
         rank=base.rank,
         world_size=base.world_size,
         gpu_names=base.gpu_names,
+        gpu_capabilities=base.gpu_capabilities,
+        cpus=base.cpus,
         skipped=base.problems.count,
         first_problem=base.problems.describe(),
     )

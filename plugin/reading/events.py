@@ -99,6 +99,8 @@ class Trace(msgspec.Struct):
     rank: int | None = None
     world_size: int | None = None
     gpu_names: list[str] = msgspec.field(default_factory=list)
+    gpu_capabilities: list[str] = msgspec.field(default_factory=list)  # "major.minor" per GPU, "" unknown
+    cpus: int | None = None  # CPUs the training process could use, where the trace records them
     #: Events skipped (or read without a field) as malformed, and one line saying how many, why, and which first.
     skipped: int = 0
     first_problem: str = ""

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec import field
 
+from phaseprof.contract import CPUS_KEY
+
 from .file_bytes import TraceError
 from .problems import Problems
 from .trace_fields import ARGS_DECODER, EVENT_DECODER, NAN, NO_ARGS, Args, Event
@@ -27,6 +29,7 @@ class _LooseObject(msgspec.Struct, gc=False):
     traceEvents: msgspec.Raw = msgspec.Raw(b"")
     distributedInfo: Any = None
     deviceProperties: Any = None
+    cpus: Any = field(default=None, name=CPUS_KEY)
 
 
 class _LooseEvent(msgspec.Struct, gc=False):
@@ -76,6 +79,10 @@ def decode_leniently(data, path: str, part: Part, bare_list: bool, deadline: flo
         if isinstance(obj.deviceProperties, list):
             part.gpu_names = [d.get("name") if isinstance(d, dict) and isinstance(d.get("name"), str) else ""
                               for d in obj.deviceProperties]
+            part.gpu_capabilities = [capability(d.get("computeMajor"), d.get("computeMinor"))
+                                     if isinstance(d, dict) else "" for d in obj.deviceProperties]
+        if isinstance(obj.cpus, dict):
+            part.cpus = usable_cpus(obj.cpus.get("usable"), obj.cpus.get("count"))
     events: list[Event] = []
     positions: list[int] = []
     problems = part.problems
@@ -194,6 +201,21 @@ def _float(value) -> float:
         return float(value)
     except OverflowError:  # an integer past float range
         return math.inf if value > 0 else -math.inf
+
+
+def capability(major, minor) -> str:
+    """A GPU's compute capability as ``"major.minor"``, "" when the trace does not give it."""
+    major, minor = small_int(major), small_int(minor)
+    return f"{major}.{minor or 0}" if major is not None and major < 100 and (minor or 0) < 10 else ""
+
+
+def usable_cpus(usable, count) -> int | None:
+    """The CPUs a process may use: its affinity where recorded, else the machine's count."""
+    for value in (usable, count):
+        number = small_int(value)
+        if number:
+            return number
+    return None
 
 
 def small_int(value) -> int | None:

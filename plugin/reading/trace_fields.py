@@ -10,6 +10,8 @@ from __future__ import annotations
 import msgspec
 from msgspec import field
 
+from phaseprof.contract import CPUS_KEY
+
 NAN = float("nan")
 
 
@@ -47,12 +49,20 @@ class DistributedInfo(msgspec.Struct, gc=False):
 
 class DeviceProperties(msgspec.Struct, gc=False):
     name: str = ""
+    computeMajor: int | None = None
+    computeMinor: int | None = None
+
+
+class Cpus(msgspec.Struct, gc=False):
+    count: int | None = None
+    usable: int | None = None
 
 
 class TraceObject(msgspec.Struct, gc=False):
     traceEvents: list[Event] | None = None
     distributedInfo: DistributedInfo | None = None
     deviceProperties: list[DeviceProperties] | None = None
+    cpus: Cpus | None = field(default=None, name=CPUS_KEY)
 
 
 OBJECT_DECODER = msgspec.json.Decoder(TraceObject)
