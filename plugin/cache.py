@@ -96,7 +96,7 @@ def consistent(a: SpanAnalysis) -> bool:
     steps, phases, devices = len(a.steps), len(a.phases), len(a.memory_devices)
     g = a.gpu
     grids = [(x, (steps, phases)) for x in (a.cpu_us, a.gpu_us, a.gpu_idle_us, a.launches, a.wait_us,
-                                           g.busy_us, g.compute_us, g.comm_us, g.exposed_us)]
+                                           g.busy_us, g.compute_us, g.comm_us, g.exposed_us, a.untraced_us)]
     grids += [(g.window_us, (steps,)), (g.past_host_us, (steps,)), (g.stream_busy_us, (steps, len(g.streams)))]
     per_device = (steps, phases, max(devices, 1))  # one column of "no event" when the trace has no device
     grids += [(a.step_gpu_us, (steps,)), (a.step_gpu_idle_us, (steps,)),

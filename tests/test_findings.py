@@ -13,7 +13,7 @@ from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
 from phaseprof.plugin.report import analyze_file, report
 from tests.logdir import write_trace
-from tests.tracebuilder import Loop, step
+from tests.tracebuilder import AUTOGRAD, Loop, op, step
 
 DATA_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
@@ -467,3 +467,37 @@ def test_data_loader_advice_is_sized_by_the_cpus_the_trace_records(tmp_path, cpu
     data = finding(s, "data-loader")
     assert says in data.text and "4-8" not in data.text
     assert data.evidence.cpus == (None if cpus is None else cpus.get("usable", cpus["count"]))
+
+
+def test_host_time_with_no_recorded_event_is_named_untraced_not_blamed_on_the_op_beside_it(tmp_path):
+    # each step ends with 85 ms in which the process recorded nothing but a 0.08 ms aten::zeros
+    loop = Loop()
+    for n in range(5):
+        loop.step(n, ("phaseprof::forward", 20_000, [], [("aten::mm", 10, 19_900)]),
+                  ("phaseprof::backward", 10_000, [], [("aten::mm", 10, 9_900)]))
+        assert loop.events[-1]["name"] == f"ProfilerStep#{n}"
+        loop.events[-1]["dur"] += 85_000
+        loop.events.append(op("aten::zeros", loop.t + 40_000, 80))
+        loop.t += 85_000
+    s = loop_summary(tmp_path, loop)
+    first = s.findings[0]
+    assert (first.kind, first.phase) == ("host-time", "other")
+    assert first.evidence.untraced_ms == pytest.approx(85.0 - 0.08)
+    assert first.text.index("84.92 ms of it (100%) is untraced") < first.text.index("aten::zeros (0.08 ms)")
+    assert "its ops with the most self time" not in first.text
+    # phases whose time is in their ops say nothing of untraced time
+    forward = next(f for f in s.findings if f.phase == "forward")
+    assert "untraced" not in forward.text and forward.evidence.untraced_ms is None
+
+
+def test_untraced_time_counts_what_other_threads_of_the_process_record(tmp_path):
+    # on CUDA builds the loop's thread waits in backward, recording nothing, while autograd's thread works
+    loop = Loop()
+    for n in range(5):
+        start = loop.t
+        loop.step(n, ("phaseprof::forward", 10_000, [], [("aten::mm", 10, 9_900)]), ("phaseprof::backward", 20_000))
+        loop.events.append(op("autograd::engine::evaluate_function: MmBackward0", start + 10_000, 19_000,
+                              tid=AUTOGRAD))
+    s = loop_summary(tmp_path, loop)
+    backward = next(f for f in s.findings if f.phase == "backward")
+    assert "untraced" not in backward.text and "evaluate_function" in backward.text

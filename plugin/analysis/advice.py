@@ -38,6 +38,8 @@ SHORT_KERNEL_US = 50.0
 #: GPU-bound phases whose matrix kernels are fp32 without tensor cores at least this share of their
 #: device time are worth mixed precision.
 FP32_MATRIX_SHARE = 0.3
+#: Untraced time this share of a phase, and more than any of its ops, is named before them.
+UNTRACED_SHARE = 0.1
 #: Allocator calls per step worth a look.
 MANY_ALLOCS = 10
 
@@ -92,6 +94,7 @@ class Context(msgspec.Struct):
     gpu_names: list[str]
     gpu_capabilities: list[str] = []  # "major.minor" per GPU name, "" where the trace gives none
     cpus: int | None = None  # CPUs the training process could use, where the trace records them
+    untraced_us: dict[str, float] = {}  # per phase: host µs per step with no recorded event (`untraced`)
 
 
 def advise(f: Figures, c: Costs, ctx: Context) -> list[Advice]:
@@ -199,7 +202,7 @@ def _optimizer(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
     if fused:
         evidence.foreach = True
         batched = "it already updates parameters in batches (foreach/fused kernels); "
-        return "optimizer", batched + _top_ops(ctx, OPTIMIZER)
+        return "optimizer", batched + _top_ops(f, ctx, OPTIMIZER, evidence)
     if f.has_gpu and launches >= MANY_LAUNCHES and gpu / launches < TINY_KERNEL_US:
         evidence.mean_kernel_us = round(gpu / launches, 2)
         return "optimizer", (f"it launches {launches:.0f} kernels per step averaging {gpu / launches:.1f} µs, one per "
@@ -209,7 +212,7 @@ def _optimizer(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
         evidence.mean_op_us = round(float(f.cpu_us[j]) / ops, 2)
         return "optimizer", (f"it runs {ops:.0f} ops per step averaging {f.cpu_us[j] / ops:.1f} µs, a few per "
                              "parameter: foreach=True updates all parameters in a few ops")
-    return "optimizer", _top_ops(ctx, OPTIMIZER)
+    return "optimizer", _top_ops(f, ctx, OPTIMIZER, evidence)
 
 
 def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tuple[str, str]:
@@ -273,14 +276,29 @@ def _host_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tup
             f"the GPU idles {idle / cpu:.0%} of it while the host launches {launches:.0f} kernels averaging "
             f"{gpu / launches:.1f} µs: launch-bound; CUDA graphs (torch.compile(mode='reduce-overhead')), "
             "torch.compile's fusion or a larger batch give the GPU more work per launch")
-    return "host-time", _top_ops(ctx, phase)
+    return "host-time", _top_ops(f, ctx, phase, evidence)
 
 
-def _top_ops(ctx: Context, phase: str) -> str:
+def _top_ops(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> str:
+    """The phase's ops with the most self time; first its untraced time (`untraced`) where that is
+    more than any op's and at least ``UNTRACED_SHARE`` of the phase: it is nobody's."""
     ops = sorted(((name, v) for (p, name), v in ctx.ops.items() if p == phase), key=lambda kv: -kv[1][1])[:3]
+    host = float(f.cpu_us[f.phases.index(phase)])
+    untraced = ctx.untraced_us.get(phase, 0.0)
+    text = ""
+    if host > 0 and untraced >= UNTRACED_SHARE * host and untraced > max((float(v[1]) for _, v in ops), default=0.0):
+        evidence.untraced_ms = _ms(untraced)
+        text = (f"{_ms(untraced):.2f} ms of it ({untraced / host:.0%}) is untraced: the process recorded no op, "
+                "runtime call or range then (Python or framework code between the recorded ops: a dataset's "
+                "__getitem__, logging, file I/O; or events a sampled trace dropped); record_function ranges or "
+                "torch.profiler's with_stack=True name it")
+        if ops:
+            text += "; the ops beside it with the most self time: "
+    elif ops:
+        text = "its ops with the most self time: "
     if not ops:
-        return "the trace records no ops in it"
-    return "its ops with the most self time: " + ", ".join(f"{name} ({_ms(v[1]):.2f} ms)" for name, v in ops)
+        return text or "the trace records no ops in it"
+    return text + ", ".join(f"{name} ({_ms(v[1]):.2f} ms)" for name, v in ops)
 
 
 # --- findings on part of a phase ----------------------------------------------------------------------

@@ -137,6 +137,8 @@ class SpanAnalysis(msgspec.Struct):
     wait_us: np.ndarray
     #: GPU busy, compute, communication and exposed communication per step and phase, GPU window
     gpu: GpuMeasures
+    #: (steps, phases) host time in which no thread of the loop's process recorded an event (`untraced`)
+    untraced_us: np.ndarray
     step_gpu_us: np.ndarray  # (steps,) kernel time: device time of the step's work summed over streams
     step_gpu_idle_us: np.ndarray  # (steps,)
     memory_devices: list[str]

@@ -24,6 +24,7 @@ from .memory import memory_curve, running_allocated
 from .model import GpuMeasures, Lanes, OpTable, Outside, SpanAnalysis
 from .nesting import Nesting, nest
 from .partition import Partition, partition
+from .untraced import untraced_us
 
 #: Swimlane bands of one phase closer than this share of the step are drawn as one band.
 _LANE_MERGE_SHARE = 0.002
@@ -93,6 +94,7 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
         launches=launch_count,
         wait_us=wait,
         gpu=gpu,
+        untraced_us=untraced_us(n, part, shape2, _Busy),
         step_gpu_us=step_gpu,
         step_gpu_idle_us=step_idle,
         memory_devices=trace.memory_devices,

@@ -65,6 +65,7 @@ class Worker:
         self.gpu_compute_us = self._gather("gpu.compute_us")
         self.comm_us = self._gather("gpu.comm_us")
         self.exposed_comm_us = self._gather("gpu.exposed_us")
+        self.untraced_us = self._gather("untraced_us")
         self.step_gpu_idle_us = np.array([r.span.step_gpu_idle_us[r.index] for r in refs], dtype=np.float64)
         #: kernel time (summed over streams), GPU window and how far the GPU work outlasts the host window
         self.kernel_us = np.array([r.span.step_gpu_us[r.index] for r in refs], dtype=np.float64)
