@@ -233,10 +233,13 @@ def _rows_to_show(rows: list[StepRow], summary: Summary) -> list[StepRow | None]
 def _overview(summary: Summary, console: Console) -> None:
     slow = summary.slowest
     line = f"  slowest: step {slow.step} ({_fmt(slow.wall_ms)} ms)"
+    judged = summary.noise
     if slow.noise == "too-few-steps":
-        line += ": too few steps to tell from noise"
+        line += f": too few steps to tell from noise (at least {judged.min_steps if judged else 5})"
     elif slow.noise == "within-noise":
         line += f", within the steps' noise (±{_fmt(slow.noise_ms)} ms of the median {_fmt(summary.median_wall_ms)} ms)"
+        if judged and judged.fast:
+            line += f"; step{'s' if len(judged.fast) > 1 else ''} {', '.join(map(str, judged.fast))} faster, beyond it"
     elif slow.phase is not None:
         line += (f", {_fmt(slow.vs_median_ms)} ms over the median step {slow.median_step} (beyond the noise of "
                  f"±{_fmt(slow.noise_ms)} ms); {slow.phase} grew {_fmt(slow.phase_delta_ms)} ms")

@@ -144,3 +144,12 @@ def test_progress_bar_only_when_stderr_is_a_terminal(tmp_path):
     assert proc.returncode == 0
     assert json.loads(out)["runs"]  # stdout stays clean JSON
     assert b"reading big.1.pt.trace.json" in drawn
+
+
+def test_the_slowest_step_line_names_fast_outliers_beside_a_slowest_step_within_noise(traces):
+    # HTA's V100 run: the slowest step is within noise, steps 101 and 102 are fast outliers
+    text = " ".join(report(str(traces.folder("gpu", "hta_ns_resolution"))).stdout.split())
+    assert "slowest: step 105 (95.70 ms), within the steps' noise" in text
+    assert "steps 101, 102 faster, beyond it" in text
+    text = " ".join(report(str(traces.folder("gpu", "hta_sampled_2rank"))).stdout.split())
+    assert "too few steps to tell from noise (at least 5)" in text

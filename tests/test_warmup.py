@@ -110,3 +110,24 @@ def test_no_step_is_warmup_on_the_real_traces(traces):
     for folder in ("kineto_resnet50_num_workers_0", "hta_ns_resolution", "hta_sampled_2rank"):
         for path in traces.files("gpu", folder):
             assert summary_of(path).warmup_steps is None, path
+
+
+def test_compiling_steps_are_left_out_of_the_gate_and_the_rank_table_too(tmp_path):
+    def loop(compiles: bool) -> Loop:
+        out = Loop()
+        for n in range(7):
+            phases = [("phaseprof::compile", 2_000_000)] if compiles and n == 0 else []
+            out.step(n, *phases, ("phaseprof::forward", 10_000 + 10 * n), ("phaseprof::backward", 5_000))
+        return out
+
+    base = write_trace(tmp_path / "base" / "w.1.pt.trace.json", loop(False).events[:])
+    new = write_trace(tmp_path / "new" / "w.1.pt.trace.json", loop(True).events)
+    s = summary_of(new)
+    assert s.compiling_steps == [0] and s.warmup_steps is None
+    report = compare_paths(str(base), str(new), source="traces")
+    assert report.new.steps == 6 and report.base.steps == 7
+    assert report.slower == [] and not any(c.phase == "compile" and c.delta_ms for c in report.changes)
+    (run,) = discover(str(new.parent))
+    (f,) = [f for files in run.workers.values() for f in files]
+    (row,) = ranks("r", [Worker(f.worker, [analyze_file(f)])]).ranks
+    assert row.steps == 6 and row.wall_ms < 20
