@@ -84,13 +84,23 @@ def test_the_gate_and_the_rank_table_leave_the_warmup_step_out(traces, tmp_path)
 
 def test_the_first_step_of_a_trace_far_beyond_the_others_is_warmup_a_later_one_is_not(tmp_path):
     loop = Loop()
-    for n in range(7):  # step 0 three times the others (no setup call recorded), step 4 too
-        forward = 30_000 if n in (0, 4) else 10_000 + 100 * n
+    for n in range(7):  # step 0 three times the others (no setup call recorded), step 4 nearly so
+        forward = {0: 32_000, 4: 30_000}.get(n, 10_000 + 100 * n)
         loop.step(n, ("phaseprof::forward", forward), ("phaseprof::backward", 5_000))
     s = loop_summary(tmp_path, loop)
     assert s.warmup_steps == [0]
     assert "setup" not in finding(s, "warmup-steps").text.split(";")[1]  # says: the first step of its trace
     assert s.slowest.step == 4 and s.noise.slow == [4] and "slow-step" in kinds(s)
+
+
+def test_a_first_step_no_slower_than_a_later_one_is_not_warmup(tmp_path):
+    # a busy machine: the first step is slow, and so is a later one
+    loop = Loop()
+    for n in range(7):
+        forward = {0: 30_000, 4: 32_000}.get(n, 10_000 + 100 * n)
+        loop.step(n, ("phaseprof::forward", forward), ("phaseprof::backward", 5_000))
+    s = loop_summary(tmp_path, loop)
+    assert s.warmup_steps is None and s.noise.slow == [0, 4]
 
 
 def test_setup_calls_make_a_later_step_warmup_only_when_they_explain_its_excess(tmp_path):

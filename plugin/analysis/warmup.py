@@ -9,7 +9,8 @@ A step holding work is warm-up when it took at least ``FAR`` times the median of
 steps and either
   * one-off setup calls (`SETUP_CALL`, host time on any thread) account for at least
     ``SETUP_SHARE`` of its excess over that median, or
-  * it is the first step of its trace (span), where the profiler, the process or the loader start up.
+  * it is the first step of its trace (span), where the profiler, the process or the loader start up,
+    and slower than every other step (on a busy machine a first step as slow as later ones is noise).
 Steps that compiled are judged apart (`Worker.compiling`) and are not among the "others"; a worker
 needs at least one other step to judge against.
 """
@@ -59,7 +60,8 @@ def warmup(wall_us: np.ndarray, setup: np.ndarray, first_of_trace: np.ndarray, r
         excess = float(wall_us[row]) - others
         if others <= 0 or wall_us[row] < FAR * others:
             continue
-        out[row] = bool(first_of_trace[row]) or setup[row] >= SETUP_SHARE * excess
+        first = bool(first_of_trace[row]) and wall_us[row] > np.delete(walls, k).max()
+        out[row] = first or setup[row] >= SETUP_SHARE * excess
     if out[rows].all():  # nothing left to stand for the run: judge none
         out[:] = False
     return out
