@@ -42,14 +42,15 @@ def test_a_forged_capability_is_no_capability(tmp_path):
 
 
 @pytest.mark.parametrize("cpus, read", [({"count": 8}, 8), ({"count": 8, "usable": None}, 8),
-                                        ({"count": 0, "usable": 0}, None)])
+                                        ({"count": 0, "usable": 0}, None), ({"count": "8", "usable": True}, 8),
+                                        ({"count": 2.5}, None), ([8], None)])
 def test_the_usable_cpus_are_the_affinity_else_the_count(tmp_path, cpus, read):
     path = write_trace(tmp_path / "w.1.pt.trace.json", _events(False), **{CPUS_KEY: cpus})
     assert read_trace(str(path)).cpus == read
 
 
 def test_a_cpu_count_of_the_wrong_type_is_no_count(tmp_path):
-    # the typed decoder refuses it, the event-by-event reader takes what it can: no count
+    # read as no count, and the file's events are read as usual
     path = write_trace(tmp_path / "w.1.pt.trace.json", _events(False), **{CPUS_KEY: "many"})
     trace = read_trace(str(path))
     assert trace.cpus is None and len(trace.host) > 0

@@ -173,8 +173,8 @@ def _decode_events(data, path: str, deadline: float) -> tuple[Part, list[Event],
     if obj.deviceProperties:
         part.gpu_names = [d.name for d in obj.deviceProperties]
         part.gpu_capabilities = [capability(d.computeMajor, d.computeMinor) for d in obj.deviceProperties]
-    if obj.cpus is not None:
-        part.cpus = usable_cpus(obj.cpus.usable, obj.cpus.count)
+    if isinstance(obj.cpus, dict):
+        part.cpus = usable_cpus(obj.cpus.get("usable"), obj.cpus.get("count"))
     return part, obj.traceEvents, None
 
 

@@ -7,6 +7,8 @@ whose type differs between the schemas in the wild are unions (`trace_schema`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 from msgspec import field
 
@@ -49,20 +51,16 @@ class DistributedInfo(msgspec.Struct, gc=False):
 
 class DeviceProperties(msgspec.Struct, gc=False):
     name: str = ""
-    computeMajor: int | None = None
-    computeMinor: int | None = None
-
-
-class Cpus(msgspec.Struct, gc=False):
-    count: int | None = None
-    usable: int | None = None
+    # Any: a value of an odd type must not send the whole file down the event-by-event path
+    computeMajor: Any = None
+    computeMinor: Any = None
 
 
 class TraceObject(msgspec.Struct, gc=False):
     traceEvents: list[Event] | None = None
     distributedInfo: DistributedInfo | None = None
     deviceProperties: list[DeviceProperties] | None = None
-    cpus: Cpus | None = field(default=None, name=CPUS_KEY)
+    cpus: Any = field(default=None, name=CPUS_KEY)  # {"count": …, "usable": …}, checked where read
 
 
 OBJECT_DECODER = msgspec.json.Decoder(TraceObject)
