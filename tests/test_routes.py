@@ -15,7 +15,7 @@ from tests.tracebuilder import annotation, op, step
 
 def _rank_trace(path, rank: int, slow_ms: float):
     events = []
-    for s in range(3):
+    for s in range(5):  # five steps: the fewest a straggler is judged from
         t0 = s * 20_000
         events += [step(s + 1, t0, 10_000 + slow_ms * 1000), annotation("## forward ##", t0, 4_000),
                    annotation("## backward ##", t0 + 4_000, 4_000), op("aten::mm", t0 + 100, 3_000)]
