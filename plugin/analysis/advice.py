@@ -172,6 +172,11 @@ def _data(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
     if ctx.loader:
         evidence.loader = ctx.loader
     evidence.cpus = ctx.cpus
+    host, untraced = float(f.cpu_us[f.phases.index(DATA)]), ctx.untraced_us.get(DATA, 0.0)
+    if ctx.loader != "worker processes" and host > 0 and untraced >= UNTRACED_SHARE * host:
+        evidence.untraced_ms = _ms(untraced)
+        advice += (f"; {_ms(untraced):.2f} ms of it ({untraced / host:.0%}) records no op: the dataset's Python "
+                   "(decoding, transforms), which worker processes run beside the step")
     if pageable > 0:
         evidence.pageable_copy_ms = _ms(pageable)
         advice += (f"; the batch's host-to-device copies come from pageable memory ({_ms(pageable):.2f} ms per step): "
