@@ -141,3 +141,19 @@ def test_compiling_steps_are_left_out_of_the_gate_and_the_rank_table_too(tmp_pat
     (f,) = [f for files in run.workers.values() for f in files]
     (row,) = ranks("r", [Worker(f.worker, [analyze_file(f)])]).ranks
     assert row.steps == 6 and row.wall_ms < 20
+
+
+def test_comparing_whole_workers_leaves_the_warmup_step_out(traces, tmp_path):
+    from tests.logdir import settled
+    from tests.test_plugin import BASE, make_app
+
+    settled(_resnet_with_a_warmup_step(traces, tmp_path / "warm"))
+    plugin, client = make_app(tmp_path)
+    try:
+        assert plugin._store.wait(60)
+        body = json.loads(client.get(f"{BASE}/compare?run_a=warm&run_b=warm").get_data())
+        assert body["a"]["steps"] == body["b"]["steps"] == [5, 6, 7, 8, 9, 10]
+        step = json.loads(client.get(f"{BASE}/compare?run_a=warm&step_a=4&run_b=warm").get_data())
+        assert step["a"]["steps"] == [4]  # asked for by number, the warm-up step is there
+    finally:
+        plugin._store.close()
