@@ -141,6 +141,8 @@ def test_findings_are_typed_with_the_figures_their_sentence_uses(tmp_path):
     assert data.phase == "data" and data.saving_ms == pytest.approx(3.0) and data.share == pytest.approx(0.3)
     assert data.text.startswith("data costs 3.00 ms of host time per step (30%)")
     assert "no-gpu" in by_kind
-    # the JSON leaves out the figures a finding does not use (no GPU figures on a CPU-only run)
+    # the JSON leaves out the figures a finding does not use (no GPU figures on a CPU-only run); the data
+    # phase holds no op: its 3 ms are untraced, the dataset's own Python
     assert msgspec.json.decode(msgspec.json.encode(data.evidence)) == {
-        "measure": "host", "cost_ms": 3.0, "wall_ms": 10.0, "host_ms": 3.0}
+        "measure": "host", "cost_ms": 3.0, "wall_ms": 10.0, "host_ms": 3.0, "untraced_ms": 3.0}
+    assert "3.00 ms of it (100%) records no op" in data.text
