@@ -12,6 +12,7 @@ from phaseprof.plugin.analysis.ranks import ranks
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
 from phaseprof.plugin.report import analyze_file, report
+from tests import test_gpu_measures
 from tests.logdir import write_trace
 from tests.tracebuilder import AUTOGRAD, Loop, op, step
 
@@ -503,3 +504,31 @@ def test_untraced_time_counts_what_other_threads_of_the_process_record(tmp_path)
     s = loop_summary(tmp_path, loop)
     backward = next(f for f in s.findings if f.phase == "backward")
     assert "untraced" not in backward.text and "evaluate_function" in backward.text
+
+
+gpu_case = test_gpu_measures.gpu_case  # the fixture: every GPU trace of tests/data and the ones built there
+
+
+def test_on_every_gpu_case_the_outliers_slowest_step_and_findings_agree(gpu_case):
+    _, workers = gpu_case
+    for w in workers:
+        _agree(w.worker, w.summary)
+
+
+@pytest.mark.parametrize("count", [4, 5])
+def test_a_straggler_is_named_from_five_steps_per_rank_not_fewer(tmp_path, count):
+    workers = []
+    for rank in (0, 1):
+        loop = Loop()
+        for n in range(count):  # rank 1 computes twice as long
+            loop.step(n, ("phaseprof::forward", 10_000 * (1 + rank) + 50 * n), ("phaseprof::backward", 5_000))
+        write_trace(tmp_path / f"rank{rank}.1.pt.trace.json", loop.events,
+                    distributedInfo={"rank": rank, "world_size": 2})
+        (run,) = discover(str(tmp_path))
+        (f,) = [f for f in run.workers[f"rank{rank}"]]
+        workers.append(Worker(f.worker, [analyze_file(f)]))
+    answer = ranks("r", workers)
+    if count < 5:
+        assert answer.straggler is None and "too few steps" in answer.note
+    else:
+        assert answer.straggler is not None and answer.straggler.rank == 1
