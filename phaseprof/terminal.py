@@ -91,6 +91,8 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
         caption += "; " + " and ".join(label for _, label in apart) + ": inside the step's window, not in the step"
     if summary.compiling_steps:
         caption += "; c: compiled, left out of the means"
+    if summary.warmup_steps:
+        caption += "; w: warm-up (one-off setup), left out of the means"
     table = Table(show_edge=False, pad_edge=False, header_style="bold", caption=caption)
     table.add_column("step", justify="right")
     table.add_column("wall ms", justify="right")
@@ -104,13 +106,15 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
         table.add_column(label, justify="right", style="dim")
     outliers = summary.outliers or []
     compiled = set(summary.compiling_steps or [])
+    warmup = set(summary.warmup_steps or [])
     blank = [""] * (3 * gpu + len(apart))
     for row in _rows_to_show(w.steps, summary):
         if row is None:
             table.add_row("…", *[""] * (len(phases) + 1 + 3 * gpu + len(apart)))
             continue
         cells = [_cell(row.phases[p], gpu) + ("*" if row.phases[p].inferred else "") for p in phases]
-        label = str(row.step) + (" (empty)" if row.empty else "") + (" c" if row.step in compiled else "")
+        label = (str(row.step) + (" (empty)" if row.empty else "") + (" c" if row.step in compiled else "")
+                 + (" w" if row.step in warmup else ""))
         style = "dim" if row.empty else ("yellow" if row.step in outliers else None)
         g = row.gpu_time
         extra = [_fmt(g and g.busy_ms), _fmt(g and g.window_ms), _fmt(row.gpu_idle_ms)] if gpu else []
@@ -219,7 +223,8 @@ def _rows_to_show(rows: list[StepRow], summary: Summary) -> list[StepRow | None]
     if len(rows) <= MAX_ROWS:
         return rows
     keep = set(range(_EDGE)) | set(range(len(rows) - _EDGE, len(rows)))
-    flagged = set(summary.outliers or []) | ({summary.slowest.step} if summary.slowest else set())
+    flagged = (set(summary.outliers or []) | set(summary.warmup_steps or [])
+               | ({summary.slowest.step} if summary.slowest else set()))
     keep |= {i for i, r in enumerate(rows) if r.step in flagged}
     out: list[StepRow | None] = []
     for i, r in enumerate(rows):

@@ -157,3 +157,13 @@ def test_comparing_whole_workers_leaves_the_warmup_step_out(traces, tmp_path):
         assert step["a"]["steps"] == [4]  # asked for by number, the warm-up step is there
     finally:
         plugin._store.close()
+
+
+def test_the_terminal_marks_the_warmup_step_left_out_of_the_means(traces, tmp_path):
+    from tests.test_report_cli import report as run_report
+
+    warm = _resnet_with_a_warmup_step(traces, tmp_path)
+    text = run_report(str(warm)).stdout
+    assert "w: warm-up (one-off setup), left out of the means" in " ".join(text.split())
+    row = next(line for line in text.splitlines() if line.strip().startswith("4 w"))
+    assert "4,800.00" in row or "4800.00" in row
