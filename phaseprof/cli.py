@@ -102,7 +102,7 @@ def _compare(args: argparse.Namespace) -> int:
     except UnusableInput as e:
         if args.json:
             sys.stdout.buffer.write(msgspec.json.encode({"errors": [{"path": e.path, "error": e.reason}]}) + b"\n")
-        print(f"phaseprof compare: {e}", file=sys.stderr)
+        print(f"phaseprof compare: {_shown(str(e))}", file=sys.stderr)
         return 2
     if args.json:
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(result), indent=1) + b"\n")
@@ -126,7 +126,7 @@ def _cache(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.paths:
         if not os.path.exists(path):
-            print(f"{path}: no such file or directory", file=sys.stderr)
+            print(f"{_shown(path)}: no such file or directory", file=sys.stderr)
             failed += 1
             continue
         for run in discover(path):
@@ -134,7 +134,7 @@ def _cache(args: argparse.Namespace) -> int:
                 try:
                     analyze_file(f)
                 except TraceError as e:
-                    print(f"{f.path}: {e.reason}", file=sys.stderr)
+                    print(f"{_shown(f.path)}: {_shown(e.reason)}", file=sys.stderr)
                     failed += 1
     return 1 if failed else 0
 
@@ -146,6 +146,13 @@ def _idle_priority() -> None:
     except (AttributeError, OSError):
         with contextlib.suppress(AttributeError, OSError):
             os.nice(19)
+
+
+def _shown(text: str) -> str:
+    """A path or message for the terminal: control characters and bytes that are not UTF-8 escaped."""
+    from phaseprof.terminal import LINE_WIDTH, plain
+
+    return plain(text, LINE_WIDTH)
 
 
 def _share(text: str) -> float:
@@ -187,7 +194,9 @@ class _ProgressBar:
 
     def reading(self, f) -> None:
         if self._progress is not None:
-            self._progress.update(self._task, description=f"reading {os.path.basename(f.path)}")
+            from rich.markup import escape
+
+            self._progress.update(self._task, description=f"reading {escape(_shown(f.name))}")
             self._progress.refresh()
 
     def read(self, f) -> None:

@@ -1,5 +1,6 @@
 """Render a `phaseprof compare` answer for a terminal: each figure on both sides with its change and
-interval, the ops that changed most, and the verdict in one line."""
+interval, the ops that changed most, and the verdict in one line. Names are text, never markup
+(`phaseprof.terminal.plain`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from phaseprof.terminal import LINE_WIDTH, plain
 
 if TYPE_CHECKING:
     from phaseprof.plugin.answers import Change, GateReport
@@ -18,12 +21,13 @@ OPS_SHOWN = 8
 
 def render(result: GateReport, console: Console) -> None:
     base, new = result.base, result.new
-    console.print(Text(f"base {base.path}: {base.steps} steps of {base.workers} worker(s)\n"
-                       f"new  {new.path}: {new.steps} steps of {new.workers} worker(s)", style="dim"))
+    console.print(Text(f"base {plain(base.path, LINE_WIDTH)}: {base.steps} steps of {base.workers} worker(s)\n"
+                       f"new  {plain(new.path, LINE_WIDTH)}: {new.steps} steps of {new.workers} worker(s)",
+                       style="dim"))
     source = "every step (scalars)" if result.source == "scalars" else "the traced steps"
     table = Table(show_edge=False, pad_edge=False, header_style="bold",
-                  caption=f"median ms per step over {source}; interval: {result.confidence:.0%} confidence, "
-                          "joint over all rows")
+                  caption=Text(f"median ms per step over {source}; interval: {result.confidence:.0%} confidence, "
+                               "joint over all rows"))
     for name, justify in (("phase", "left"), ("clock", "left"), ("base ms", "right"), ("new ms", "right"),
                           ("change", "right"), ("interval", "right"), ("", "left")):
         table.add_column(name, justify=justify)
@@ -34,23 +38,24 @@ def render(result: GateReport, console: Console) -> None:
         mark = "slower" if c.slower else ("faster" if c.faster else "")
         interval = "-" if c.low is None else f"{c.low:+.1%} … {c.high:+.1%}"
         change = "-" if c.change is None else f"{c.change:+.1%}"
-        table.add_row(c.phase, c.clock, f"{c.base_ms:,.3f}", f"{c.new_ms:,.3f}", change, interval, mark, style=style)
+        cells = (plain(c.phase), c.clock, f"{c.base_ms:,.3f}", f"{c.new_ms:,.3f}", change, interval, mark)
+        table.add_row(*map(Text, cells), style=style)
     console.print(table)
     slower_phases = {c.phase for c in result.changes if c.slower and c.phase != "step"}
     ops = [o for o in result.ops if not slower_phases or o.phase in slower_phases][:OPS_SHOWN]
     if ops:
-        t = Table(title="ops that changed most (self time per step)", show_edge=False, pad_edge=False,
+        t = Table(title=Text("ops that changed most (self time per step)"), show_edge=False, pad_edge=False,
                   header_style="bold")
         for name, justify in (("phase", "left"), ("op", "left"), ("calls", "right"), ("host ms", "right"),
                               ("GPU ms", "right")):
             t.add_column(name, justify=justify)
         for o in ops:
-            t.add_row(o.phase, o.name, f"{o.a_calls:g} → {o.b_calls:g}",
-                      f"{o.a_self_cpu_ms:,.3f} → {o.b_self_cpu_ms:,.3f} ({o.delta_self_cpu_ms:+,.3f})",
-                      f"{o.delta_self_gpu_ms:+,.3f}")
+            t.add_row(*map(Text, (plain(o.phase), plain(o.name), f"{o.a_calls:g} → {o.b_calls:g}",
+                                  f"{o.a_self_cpu_ms:,.3f} → {o.b_self_cpu_ms:,.3f} ({o.delta_self_cpu_ms:+,.3f})",
+                                  f"{o.delta_self_gpu_ms:+,.3f}")))
         console.print(t)
     for e in result.errors:
-        console.print(Text(f"{e.path}: {e.error}", style="red"))
+        console.print(Text(f"{plain(e.path, LINE_WIDTH)}: {plain(e.error, LINE_WIDTH)}", style="red"))
     threshold = f"{result.threshold:.0%}" if result.threshold * 100 == round(result.threshold * 100) \
         else f"{result.threshold:.1%}"
     if result.slower:
@@ -62,7 +67,7 @@ def render(result: GateReport, console: Console) -> None:
 
 
 def _said(c: Change) -> str:
-    name = c.phase + (" (GPU)" if c.clock == "gpu" else "")
+    name = plain(c.phase) + (" (GPU)" if c.clock == "gpu" else "")
     if c.change is None:
         return f"{name} +{c.delta_ms:,.3f} ms"
     return f"{name} {c.change:+.1%} ({c.base_ms:,.3f} → {c.new_ms:,.3f} ms, interval {c.low:+.1%} … {c.high:+.1%})"

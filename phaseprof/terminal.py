@@ -1,6 +1,12 @@
 """Render a report (`phaseprof.plugin.answers.Report`) for a terminal with rich: per-step phase
 table (with the time kept out of each step apart, after the step's own columns), averages, the
-slowest step and why, top ops of the dominant phase, findings, and errors."""
+slowest step and why, top ops of the dominant phase, findings, and errors.
+
+Everything a trace or a file system named (runs, workers, phases, ops, kernels, paths, errors) is
+text, never markup: it reaches rich only inside `Text` objects, with control characters written as
+escapes (`plain`) and long names cut to a width (the whole name is in ``--json``). Notes that repeat
+(one per empty step, say) are printed once with a count.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,11 @@ from rich.table import Table
 from rich.text import Text
 
 from phaseprof.contract import phase_colour
+
+#: A name longer than this is cut, ending in "…" (``--json`` has it whole).
+NAME_WIDTH = 120
+#: A sentence (a finding, an error) longer than this is cut: only names make one this long.
+LINE_WIDTH = 2_000
 
 if TYPE_CHECKING:
     from phaseprof.plugin.answers import (
@@ -31,6 +42,26 @@ MAX_ROWS = 40
 _EDGE = 10
 
 
+def plain(text: str, width: int | None = NAME_WIDTH) -> str:
+    """``text`` as it can be shown on a terminal: control and other invisible characters (escape
+    sequences, bidirectional overrides, lone surrogates) written as escapes (``\\x1b``), cut to
+    ``width`` characters."""
+    cut = width is not None and len(text) > width
+    if cut:
+        text = text[:width]  # before escaping: a name of millions of characters costs nothing
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                       for c in text)
+    if width is not None and (cut or len(text) > width):
+        text = text[:width - 1] + "…"
+    return text
+
+
+def say(text: str, style: str = "") -> Text:
+    """A line of ``text`` (names in it already `plain`) for rich: never read as markup."""
+    return Text(text, style=style)
+
+
 def render(report: Report, console: Console, evidence: bool = False) -> None:
     """Print ``report``; ``evidence``: each finding's figures under its sentence."""
     for run in report.runs:
@@ -41,9 +72,9 @@ def render(report: Report, console: Console, evidence: bool = False) -> None:
         elif run.whole_run:
             _ranks_whole_run(run.run, run.whole_run, console)
     if report.errors:
-        console.print(Text("Errors", style="bold red"))
+        console.print(say("Errors", "bold red"))
         for e in report.errors:
-            console.print(Text(f"  {e.path}: {e.error}", style="red"))
+            console.print(say(f"  {plain(e.path, LINE_WIDTH)}: {plain(e.error, LINE_WIDTH)}", "red"))
 
 
 def _fmt(value: float | None) -> str:
@@ -67,20 +98,37 @@ def _gpu_line(g: GpuTime) -> str:
     if g.past_host_ms:
         line += f" · runs on {_fmt(g.past_host_ms)} ms past the host window"
     if len(g.streams) > 1:
-        line += " · GPU busy per stream: " + ", ".join(f"{label} {_fmt(v)} ms" for label, v in g.streams.items())
+        shown = list(g.streams.items())
+        line += " · GPU busy per stream: " + ", ".join(f"{plain(label)} {_fmt(v)} ms" for label, v in shown[:_EDGE])
+        line += f", … ({len(shown) - _EDGE:,} more)" if len(shown) > _EDGE else ""
     return line
+
+
+def _table(**options) -> Table:
+    """A table whose title and caption, like its cells, are text, never markup."""
+    for key in ("title", "caption"):
+        if isinstance(options.get(key), str):
+            options[key] = say(options[key])
+    return Table(show_edge=False, pad_edge=False, header_style="bold", **options)
+
+
+def _row(table: Table, *cells: str | Text, style: str | None = None) -> None:
+    table.add_row(*(c if isinstance(c, Text) else say(c) for c in cells), style=style)
 
 
 def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False) -> None:
     summary = w.summary
     phases = summary.phases
-    title = f"run {run} · worker {w.worker}"
+    title = f"run {plain(run)} · worker {plain(w.worker)}"
     if w.rank is not None:
         title += f" · rank {w.rank}" + (f"/{w.world_size}" if w.world_size else "")
     if w.gpu_names:
-        title += f" · {w.gpu_names[0]}"
-    console.print(Text(title, style="bold"))
-    console.print(Text(f"  {len(w.spans)} span(s): {', '.join(w.spans)}", style="dim"))
+        title += f" · {plain(w.gpu_names[0])}"
+    console.print(say(title, "bold"))
+    spans = ", ".join(plain(s) for s in w.spans[:_EDGE])
+    if len(w.spans) > _EDGE:
+        spans += f", … ({len(w.spans) - _EDGE:,} more)"
+    console.print(say(f"  {len(w.spans)} span(s): {spans}", "dim"))
     gpu = w.gpu
     # time kept out of the steps: a column of its own only where some step's window held any
     apart = [(kind, label) for kind, label in (("eval", "eval ms"), ("paused", "paused ms"))
@@ -93,24 +141,24 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
         caption += "; c: compiled, left out of the means"
     if summary.warmup_steps:
         caption += "; w: warm-up (one-off setup), left out of the means"
-    table = Table(show_edge=False, pad_edge=False, header_style="bold", caption=caption)
+    table = _table(caption=caption)
     table.add_column("step", justify="right")
     table.add_column("wall ms", justify="right")
     for p in phases:
-        table.add_column(Text(p, style=f"bold {phase_colour(p)}"), justify="right")
+        table.add_column(say(plain(p), f"bold {phase_colour(p)}"), justify="right")
     if gpu:
         table.add_column("GPU busy ms", justify="right")
         table.add_column("GPU window ms", justify="right")
         table.add_column("GPU idle ms", justify="right")
     for _, label in apart:
         table.add_column(label, justify="right", style="dim")
-    outliers = summary.outliers or []
+    outliers = set(summary.outliers or [])
     compiled = set(summary.compiling_steps or [])
     warmup = set(summary.warmup_steps or [])
     blank = [""] * (3 * gpu + len(apart))
     for row in _rows_to_show(w.steps, summary):
         if row is None:
-            table.add_row("…", *[""] * (len(phases) + 1 + 3 * gpu + len(apart)))
+            _row(table, "…", *[""] * (len(phases) + 1 + 3 * gpu + len(apart)))
             continue
         cells = [_cell(row.phases[p], gpu) + ("*" if row.phases[p].inferred else "") for p in phases]
         label = (str(row.step) + (" (empty)" if row.empty else "") + (" c" if row.step in compiled else "")
@@ -119,33 +167,56 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
         g = row.gpu_time
         extra = [_fmt(g and g.busy_ms), _fmt(g and g.window_ms), _fmt(row.gpu_idle_ms)] if gpu else []
         extra += [_outside_cell(row, kind, gpu) for kind, _ in apart]
-        table.add_row(label, _fmt(row.wall_ms), *cells, *extra, style=style)
+        _row(table, label, _fmt(row.wall_ms), *cells, *extra, style=style)
     if summary.mean is not None and len(w.steps) > 1:
         mean = summary.mean
         table.add_section()
         cells = [_cell(mean[p], gpu) for p in phases]
-        table.add_row("mean", _fmt(summary.mean_wall_ms), *cells, *blank, style="bold")
-        table.add_row("host share" if gpu else "share", "", *[f"{mean[p].share:.0%}" for p in phases], *blank)
+        _row(table, "mean", _fmt(summary.mean_wall_ms), *cells, *blank, style="bold")
+        _row(table, "host share" if gpu else "share", "", *[f"{mean[p].share:.0%}" for p in phases], *blank)
         if gpu:
-            table.add_row("GPU share", "", *["-" if mean[p].gpu_share is None else f"{mean[p].gpu_share:.0%}"
-                                             for p in phases], *blank)
+            _row(table, "GPU share", "", *["-" if mean[p].gpu_share is None else f"{mean[p].gpu_share:.0%}"
+                                           for p in phases], *blank)
     console.print(table)
     if summary.gpu_time is not None:
-        console.print(_gpu_line(summary.gpu_time))
+        console.print(say(_gpu_line(summary.gpu_time)))
     if w.detail is not None:
         _detail(w.detail, phases, console)
     elif summary.slowest is not None:
         _overview(summary, console)
+    _findings(summary, console, evidence)
+    console.print()
+
+
+def _findings(summary: Summary, console: Console, evidence: bool) -> None:
+    """Each finding in a line (its figures under it with ``evidence``); a note of a kind that repeats
+    (one per empty step, say) once, with how many more there are."""
+    notes: dict[str, int] = {}
     for finding in summary.findings:
+        if finding.saving_ms is None:
+            notes[finding.kind] = notes.get(finding.kind, 0) + 1
+    shown: set[str] = set()
+    for finding in summary.findings:
+        repeated = notes.get(finding.kind, 0) if finding.saving_ms is None else 0
+        if repeated > 1 and finding.kind in shown:
+            continue
+        shown.add(finding.kind)
         saving = f"[≤ {finding.saving_ms:,.2f} ms] " if finding.saving_ms is not None else ""
-        console.print(Text("  • " + saving + finding.text))
+        more = f" (and {repeated - 1:,} more like it)" if repeated > 1 else ""
+        console.print(say("  • " + saving + plain(finding.text, LINE_WIDTH) + more))
         if evidence:
             figures = msgspec.structs.asdict(finding.evidence)
-            shown = [f"{k.replace('_', ' ')}: {', '.join(map(str, v)) if isinstance(v, list) else v}"
-                     for k, v in figures.items() if v is not None]
-            if shown:
-                console.print(Text("      " + " · ".join(shown), style="dim"))
-    console.print()
+            shown_figures = [f"{k.replace('_', ' ')}: {_figure(v)}" for k, v in figures.items() if v is not None]
+            if shown_figures:
+                console.print(say("      " + plain(" · ".join(shown_figures), LINE_WIDTH), "dim"))
+
+
+def _figure(value) -> str:
+    """One figure of a finding's evidence: a value, or the first values of a list."""
+    if not isinstance(value, list):
+        return plain(str(value))
+    head = ", ".join(plain(str(v)) for v in value[:_EDGE])
+    return head + (f", … ({len(value) - _EDGE:,} more)" if len(value) > _EDGE else "")
 
 
 def _outside_cell(row: StepRow, kind: str, gpu: bool) -> str:
@@ -159,19 +230,19 @@ def _outside_cell(row: StepRow, kind: str, gpu: bool) -> str:
 def _whole_run(run: str, w: WholeRun, console: Console) -> None:
     """Every timed step of the run (its scalars): spread per phase, slowest steps, profiler time."""
     who = f" · rank {w.rank}" if w.rank is not None else ""
-    console.print(Text(f"run {run}{who} · whole run: {w.steps:,} steps timed (steps {w.first_step}–{w.last_step})",
-                       style="bold"))
-    t = Table(show_edge=False, pad_edge=False, header_style="bold", caption="ms per step, every step of the run")
+    console.print(say(f"run {plain(run)}{who} · whole run: {w.steps:,} steps timed (steps {w.first_step}–"
+                      f"{w.last_step})", "bold"))
+    t = _table(caption="ms per step, every step of the run")
     for col in ("phase", "median", "p90", "p99", "max", "mean"):
         t.add_column(col, justify="left" if col == "phase" else "right")
     for p in w.phases:
-        t.add_row(p.phase + (" (GPU)" if p.clock == "gpu" else ""),
-                  *(_fmt(v) for v in (p.median_ms, p.p90_ms, p.p99_ms, p.max_ms, p.mean_ms)),
-                  style="bold" if p.phase == "step" else None)
+        _row(t, plain(p.phase) + (" (GPU)" if p.clock == "gpu" else ""),
+             *(_fmt(v) for v in (p.median_ms, p.p90_ms, p.p99_ms, p.max_ms, p.mean_ms)),
+             style="bold" if p.phase == "step" else None)
     console.print(t)
     if w.slowest:
-        console.print("  slowest steps: " + ", ".join(
-            f"{s.step} ({_fmt(s.wall_ms)} ms; {s.phase} +{_fmt(s.phase_over_median_ms)})" for s in w.slowest))
+        console.print(say("  slowest steps: " + ", ".join(
+            f"{s.step} ({_fmt(s.wall_ms)} ms; {plain(s.phase)} +{_fmt(s.phase_over_median_ms)})" for s in w.slowest)))
     _outside_lines(w, console)
     console.print()
 
@@ -180,18 +251,18 @@ def _outside_lines(w: WholeRun, console: Console) -> None:
     """The time the run spent outside its steps: evaluation passes and the profiler's own."""
     if w.eval and w.eval.total_ms:
         e = w.eval
-        console.print(f"  evaluation, outside the steps: {e.steps} pass(es), {_fmt(e.total_ms)} ms in all "
-                      f"({e.share:.2%} of the run), median {_fmt(e.median_ms)} ms, at most {_fmt(e.max_ms)} ms "
-                      f"(before step {e.max_step})")
+        console.print(say(f"  evaluation, outside the steps: {e.steps} pass(es), {_fmt(e.total_ms)} ms in all "
+                          f"({e.share:.2%} of the run), median {_fmt(e.median_ms)} ms, at most {_fmt(e.max_ms)} ms "
+                          f"(before step {e.max_step})"))
     if w.profiler:
         p = w.profiler
-        console.print(f"  profiler's own time: {_fmt(p.total_ms)} ms in all ({p.share:.2%} of the run), "
-                      f"median {_fmt(p.median_ms)} ms, at most {_fmt(p.max_ms)} ms after step {p.max_step}")
+        console.print(say(f"  profiler's own time: {_fmt(p.total_ms)} ms in all ({p.share:.2%} of the run), "
+                          f"median {_fmt(p.median_ms)} ms, at most {_fmt(p.max_ms)} ms after step {p.max_step}"))
 
 
 def _ranks_whole_run(run: str, ranks: list[WholeRun], console: Console) -> None:
     """Every timed step of each rank, one row per rank; the highest median of each column in bold."""
-    console.print(Text(f"run {run} · whole run of {len(ranks)} ranks (per-step scalars)", style="bold"))
+    console.print(say(f"run {plain(run)} · whole run of {len(ranks)} ranks (per-step scalars)", "bold"))
     phases: list[str] = []
     for w in ranks:
         phases += [p.phase for p in w.phases if p.clock == "host" and p.phase not in phases]
@@ -199,23 +270,22 @@ def _ranks_whole_run(run: str, ranks: list[WholeRun], console: Console) -> None:
     worst = {ph: max(m.get(ph, float("-inf")) for m in medians) for ph in phases}
     outside = [(label, kind) for label, kind in (("eval ms in all", "eval"), ("profiler ms in all", "profiler"))
                if any(getattr(w, kind) and getattr(w, kind).total_ms for w in ranks)]
-    t = Table(show_edge=False, pad_edge=False, header_style="bold",
-              caption="median ms per step over every timed step; the highest of each column in bold"
-                      + ("; outside the steps: " + " and ".join(label for label, _ in outside) if outside else ""))
-    for col in ("rank", "steps", "step p90", "step max", *phases, *(label for label, _ in outside)):
-        t.add_column(col, justify="right")
+    t = _table(caption="median ms per step over every timed step; the highest of each column in bold"
+                       + ("; outside the steps: " + " and ".join(label for label, _ in outside) if outside else ""))
+    for col in ("rank", "steps", "step p90", "step max", *(plain(ph) for ph in phases),
+                *(label for label, _ in outside)):
+        t.add_column(say(col), justify="right")
     for w, m in zip(ranks, medians):
         step = next(p for p in w.phases if p.phase == "step" and p.clock == "host")
-        cells = [Text(_fmt(m.get(ph)), style="bold" if m.get(ph) == worst[ph] else "") for ph in phases]
-        cells += [Text(_fmt(getattr(w, kind).total_ms if getattr(w, kind) else None), style="dim")
-                  for _, kind in outside]
-        t.add_row("-" if w.rank is None else str(w.rank), f"{w.steps:,}", _fmt(step.p90_ms), _fmt(step.max_ms), *cells)
+        cells = [say(_fmt(m.get(ph)), "bold" if m.get(ph) == worst[ph] else "") for ph in phases]
+        cells += [say(_fmt(getattr(w, kind).total_ms if getattr(w, kind) else None), "dim") for _, kind in outside]
+        _row(t, "-" if w.rank is None else str(w.rank), f"{w.steps:,}", _fmt(step.p90_ms), _fmt(step.max_ms), *cells)
     console.print(t)
     slowest = max((s for w in ranks for s in w.slowest[:1]), key=lambda s: s.wall_ms, default=None)
     if slowest is not None:
         rank = next(w.rank for w in ranks if w.slowest and w.slowest[0] is slowest)
-        console.print(f"  slowest step of any rank: {slowest.step} on rank {rank} ({_fmt(slowest.wall_ms)} ms; "
-                      f"{slowest.phase} +{_fmt(slowest.phase_over_median_ms)})")
+        console.print(say(f"  slowest step of any rank: {slowest.step} on rank {rank} ({_fmt(slowest.wall_ms)} ms; "
+                          f"{plain(slowest.phase)} +{_fmt(slowest.phase_over_median_ms)})"))
     console.print()
 
 
@@ -247,16 +317,15 @@ def _overview(summary: Summary, console: Console) -> None:
             line += f"; step{'s' if len(judged.fast) > 1 else ''} {', '.join(map(str, judged.fast))} faster, beyond it"
     elif slow.phase is not None:
         line += (f", {_fmt(slow.vs_median_ms)} ms over the median step {slow.median_step} (beyond the noise of "
-                 f"±{_fmt(slow.noise_ms)} ms); {slow.phase} grew {_fmt(slow.phase_delta_ms)} ms")
+                 f"±{_fmt(slow.noise_ms)} ms); {plain(slow.phase)} grew {_fmt(slow.phase_delta_ms)} ms")
         if slow.ops:
-            line += ": " + ", ".join(f"{o.name} {o.delta_self_cpu_ms:+.2f} ms" for o in slow.ops[:3])
-    console.print(line)
+            line += ": " + ", ".join(f"{plain(o.name)} {o.delta_self_cpu_ms:+.2f} ms" for o in slow.ops[:3])
+    console.print(say(line))
     if not summary.top_ops:
         return
     gpu = summary.gpu
-    t = Table(title=f"top ops of {summary.dominant_phase} (mean per step, by self "
-                    f"{'GPU' if summary.measure == 'gpu' else 'host'} time)",
-              show_edge=False, pad_edge=False, header_style="bold", title_justify="left")
+    t = _table(title=f"top ops of {plain(summary.dominant_phase or '')} (mean per step, by self "
+                     f"{'GPU' if summary.measure == 'gpu' else 'host'} time)", title_justify="left")
     t.add_column("op", overflow="fold")
     t.add_column("calls", justify="right")
     t.add_column("self ms", justify="right")
@@ -266,7 +335,7 @@ def _overview(summary: Summary, console: Console) -> None:
         t.add_column("GPU ms", justify="right")
     for o in summary.top_ops:
         extra = [_fmt(o.self_gpu_ms), _fmt(o.gpu_ms)] if gpu else []
-        t.add_row(o.name, f"{o.calls:g}", _fmt(o.self_cpu_ms), _fmt(o.cpu_ms), *extra)
+        _row(t, plain(o.name), f"{o.calls:g}", _fmt(o.self_cpu_ms), _fmt(o.cpu_ms), *extra)
     console.print(t)
 
 
@@ -279,8 +348,7 @@ def _detail(detail: StepDetail, phases: list[str], console: Console) -> None:
         times = detail.phases[p]
         gpu = (f", GPU busy {_fmt(times.gpu_busy_ms)} ms, kernel time (summed over streams) {_fmt(times.gpu_ms)} ms"
                if detail.gpu_time is not None else "")
-        t = Table(title=f"step {detail.step} · {p}: {_fmt(times.cpu_ms)} ms host{gpu}",
-                  show_edge=False, pad_edge=False, header_style="bold", title_justify="left")
+        t = _table(title=f"step {detail.step} · {plain(p)}: {_fmt(times.cpu_ms)} ms host{gpu}", title_justify="left")
         gpu = any(o.gpu_ms for o in ops)
         columns = [("op", "left"), ("input shapes", "left"), ("calls", "right"), ("self ms", "right"),
                    ("total ms", "right")] + ([("self GPU ms", "right"), ("GPU ms", "right")] if gpu else [])
@@ -288,8 +356,8 @@ def _detail(detail: StepDetail, phases: list[str], console: Console) -> None:
             t.add_column(col, justify=just, overflow="fold")
         for o in ops[:10]:
             extra = [_fmt(o.self_gpu_ms), _fmt(o.gpu_ms)] if gpu else []
-            t.add_row(o.name, o.shapes or "", str(o.calls), _fmt(o.self_cpu_ms), _fmt(o.cpu_ms), *extra)
+            _row(t, plain(o.name), plain(o.shapes or ""), str(o.calls), _fmt(o.self_cpu_ms), _fmt(o.cpu_ms), *extra)
         console.print(t)
         for device, m in mem.items():
             peak = "-" if m.peak_bytes is None else f"{m.peak_bytes / 2**20:,.1f} MiB"
-            console.print(f"    memory {device}: peak {peak}, net {m.delta_bytes / 2**20:+,.1f} MiB")
+            console.print(say(f"    memory {plain(device)}: peak {peak}, net {m.delta_bytes / 2**20:+,.1f} MiB"))

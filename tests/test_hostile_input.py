@@ -472,3 +472,29 @@ def test_the_analysis_cache_is_never_written_through_a_link_out_of_the_logdir(tm
     assert steps_of(analyze(str(logdir))) == [1]
     assert list(outside.iterdir()) == []  # nothing written through the link
     assert list((tmp_path / "user-cache").rglob("*.analysis"))  # the user's cache took the entry
+
+
+# --- the same output whatever the string hash seed ----------------------------------------------------------
+
+def test_the_report_is_the_same_for_every_string_hash_seed(tmp_path):
+    """Ties everywhere (user phases of equal time, ops of equal self time, steps of equal wall time):
+    the report must not depend on the order Python happens to iterate a set of names in."""
+    from tests.tracebuilder import Loop
+
+    loop = Loop()
+    names = [f"aten::op_{c}" for c in "abcdefghijklmnop"]
+    ops = [(name, 1 + 5 * i, 3) for i, name in enumerate(names)]
+    for n in range(1, 9):
+        loop.step(n, ("phaseprof::alpha", 100, [("k_" + c, 20) for c in "abcd"], ops),
+                  ("phaseprof::beta", 100, [("k_" + c, 20) for c in "efgh"], ops), ("phaseprof::gamma", 100, [], ops))
+    write(tmp_path / "run" / "w.1.pt.trace.json", encode(loop.events))
+    outputs = set()
+    for seed in range(4):
+        out = subprocess.run([sys.executable, "-m", "phaseprof.cli", "report", "--json", "--step", "3", str(tmp_path)],
+                             capture_output=True, timeout=600,
+                             env={**os.environ, "PYTHONHASHSEED": str(seed), "PHASEPROF_CACHE": "off"})
+        assert out.returncode == 0, out.stderr.decode()
+        outputs.add(out.stdout)
+    assert len(outputs) == 1
+    (worker,) = msgspec.json.decode(outputs.pop())["runs"][0]["workers"]
+    assert worker["summary"]["phases"][-3:] == ["alpha", "beta", "gamma"]  # user phases as the trace has them

@@ -236,9 +236,11 @@ def _concat(groups: list[dict[str, np.ndarray]], columns: dict[str, type]) -> di
 
 
 def _codes(values: list, table: dict) -> np.ndarray:
-    """Code each value as its index in ``table`` (extended with values not seen before)."""
-    for v in set(values) - table.keys():
-        table[v] = len(table)
+    """Code each value as its index in ``table`` (extended with values not seen before, in order of
+    first appearance: codes, and every tie broken by them, never depend on the string hash seed)."""
+    for v in dict.fromkeys(values):
+        if v not in table:
+            table[v] = len(table)
     return np.fromiter(map(table.__getitem__, values), np.int32, len(values))
 
 
@@ -254,7 +256,7 @@ def _thread_codes(events: list[Event], table: dict) -> np.ndarray:
         tids = np.fromiter(map(_TID, events), np.int64, len(events))
     except (TypeError, ValueError, OverflowError):
         keys = list(zip(map(_PID, events), map(_TID, events)))
-        local = {key: table.setdefault((key[0], _thread_id(key[1])), len(table)) for key in set(keys)}
+        local = {key: table.setdefault((key[0], _thread_id(key[1])), len(table)) for key in dict.fromkeys(keys)}
         return np.fromiter(map(local.__getitem__, keys), np.int32, len(keys))
     if (pids == pids[0]).all() and (tids == tids[0]).all():
         return np.full(len(events), table.setdefault((int(pids[0]), int(tids[0])), len(table)), np.int32)
