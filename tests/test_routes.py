@@ -45,9 +45,32 @@ def test_integer_parameters_are_ascii_digits_only(client, route, value):
 
 
 def test_integer_parameters_accept_digits_and_a_minus(client):
-    assert client.get(f"{BASE}/step?run=ddp&step=2").status_code == 200
-    assert client.get(f"{BASE}/step?run=ddp&step=002").status_code == 200
+    two = client.get(f"{BASE}/step?run=ddp&step=2")
+    assert two.status_code == 200 and json.loads(two.get_data())["step"] == 2
+    for same in ("002", "0" * 40 + "2"):  # leading zeros name the same step
+        response = client.get(f"{BASE}/step?run=ddp&step={same}")
+        assert response.status_code == 200 and response.get_data() == two.get_data(), same
     assert client.get(f"{BASE}/step?run=ddp&step=-2").status_code == 404  # well-formed: no such step
+
+
+STEP_ROUTES = ["step?run=ddp&step={}", "trace?run=ddp&step={}", "kernels?run=ddp&step={}", "memory?run=ddp&step={}",
+               "compare?run_a=ddp&step_a={}&run_b=ddp", "compare?run_a=ddp&run_b=ddp&step_b={}"]
+
+
+@pytest.mark.parametrize("value", ["9" * 5_000, "-" + "9" * 5_000, "1" * 4_301, "9" * 20, str(2**63),
+                                   str(-(2**63) - 1)])
+@pytest.mark.parametrize("route", STEP_ROUTES)
+def test_integer_parameters_of_any_length_are_a_400(client, route, value):
+    response = client.get(f"{BASE}/{route.format(value)}")
+    assert response.status_code == 400, (value[:30], response.status_code, response.get_data(as_text=True)[:300])
+    assert "out of range" in response.get_data(as_text=True)
+    assert len(response.get_data()) < 1_000  # the value is not echoed whole
+
+
+@pytest.mark.parametrize("route", STEP_ROUTES)
+def test_the_largest_64_bit_step_number_is_well_formed(client, route):
+    for value in (str(2**63 - 1), str(-(2**63))):
+        assert client.get(f"{BASE}/{route.format(value)}").status_code == 404, value  # no such step
 
 
 def test_one_resolver_answers_alike_on_every_route(client):

@@ -64,6 +64,9 @@ _CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".map": "applica
 _ALL_SAMPLES = 10**9
 #: An integer parameter: ASCII digits with an optional leading minus, nothing else.
 _INTEGER = re.compile(r"-?[0-9]+")
+#: Step numbers are 64-bit: an integer parameter of more digits names nothing (and Python's int()
+#: refuses more than 4,300 of them).
+_MAX_DIGITS = 19
 
 
 class Target(NamedTuple):
@@ -376,7 +379,10 @@ def _int_arg(args, name: str, required: bool = False) -> int | None:
             raise errors.InvalidArgumentError(f"missing parameter {name!r}")
         return None
     if not _INTEGER.fullmatch(value):
-        raise errors.InvalidArgumentError(f"parameter {name!r} must be an integer, not {value!r}")
+        shown = value if len(value) <= 40 else value[:40] + "…"
+        raise errors.InvalidArgumentError(f"parameter {name!r} must be an integer, not {shown!r}")
+    if len(value.lstrip("-").lstrip("0")) > _MAX_DIGITS or not -(2**63) <= int(value) < 2**63:
+        raise errors.InvalidArgumentError(f"parameter {name!r} is out of range (step numbers are 64-bit integers)")
     return int(value)
 
 
