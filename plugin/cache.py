@@ -4,8 +4,10 @@ An entry holds one span's `SpanAnalysis` as msgpack (msgspec, arrays as raw byte
 naming what it was made from: the trace's path, size and modification time, and the analysis
 version (a digest of the reading and analysis code and of the file contract, so any change to them
 retires every entry).
-An entry is used only when all of these match the trace as it is now; a stale, foreign or corrupt
-entry is ignored (and overwritten by the next analysis), never trusted. Entries keep the ops' input
+An entry is used only when all of these match the trace as it is now, its bytes match the checksum
+it carries, and its analysis holds together (`consistent`); a stale, foreign or corrupt entry is
+ignored (and overwritten by the next analysis), never trusted, and an entry is never read through a
+symbolic link (which could lead out of the logdir). Entries keep the ops' input
 shapes, so that one entry serves every reader (the report, the step detail, TensorBoard).
 
 Where entries live, first found first used:
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import struct
 import sys
@@ -43,6 +46,9 @@ from .reading.file_bytes import read_regular
 SUFFIX = ".analysis"
 _MAGIC = b"phaseprof-analysis\n"
 _ARRAY = 1  # msgpack extension code of a numpy array
+#: Each entry carries a digest of its bytes (BLAKE2b): a flipped bit anywhere is caught, and the trace
+#: read again, where msgpack alone would decode many a damaged entry into other figures.
+_CHECKSUM_BYTES = 16
 #: An entry larger than this is not read (real ones are a few hundred KiB to a few MiB).
 _MAX_ENTRY_BYTES = 256 << 20
 
@@ -71,7 +77,7 @@ def load(f: TraceFile) -> SpanAnalysis | None:
         return None
     for path, key_path in _places(f):
         try:  # the logdir is written by others: a FIFO or a huge file here must not stall a reader
-            data = read_regular(path, _MAX_ENTRY_BYTES)
+            data = read_regular(path, _MAX_ENTRY_BYTES, follow_links=False)
         except TraceError:
             continue
         try:
@@ -90,10 +96,14 @@ def load(f: TraceFile) -> SpanAnalysis | None:
 
 def consistent(a: SpanAnalysis) -> bool:
     """Whether an analysis read from an entry holds together: arrays of numbers sized by its steps,
-    phases and devices, tables with columns of one length, sorted by step, and codes that index the
-    lists they name. An entry sits in a logdir others write; one that passes this can show wrong
-    figures (as a forged trace can) but cannot make a reader fail."""
+    phases and devices, tables of finite numbers in columns of one length, sorted by step, codes that
+    index the lists they name, and counts of calls that are counts (at least one: figures are divided
+    by them). An entry sits in a logdir others write; one that passes this can show wrong figures (as a
+    forged trace can) but cannot make a reader fail."""
     steps, phases, devices = len(a.steps), len(a.phases), len(a.memory_devices)
+    if not all(math.isfinite(s.start) and math.isfinite(s.end) and all(map(math.isfinite, s.outside.values()))
+               for s in a.steps):
+        return False
     g = a.gpu
     grids = [(x, (steps, phases)) for x in (a.cpu_us, a.gpu_us, a.gpu_idle_us, a.launches, a.wait_us,
                                            g.busy_us, g.compute_us, g.comm_us, g.exposed_us, a.untraced_us)]
@@ -102,7 +112,8 @@ def consistent(a: SpanAnalysis) -> bool:
     grids += [(a.step_gpu_us, (steps,)), (a.step_gpu_idle_us, (steps,)),
               (a.memory_peak, per_device), (a.memory_delta, per_device),
               (a.outside_gpu_us, (steps, len(contract.OUT_OF_STEP)))]
-    if any(x.dtype.kind not in "iuf" or x.shape != shape for x, shape in grids):
+    # NaN is a grid's "no figure" (GPU idle time of a trace without a GPU); infinities are no figure at all
+    if any(x.dtype.kind not in "iuf" or x.shape != shape or np.isinf(x).any() for x, shape in grids):
         return False
     names, shapes, lanes = len(a.names), len(a.shapes), len(a.lanes.labels)
     tables = [  # (table, its code columns and the length of the list each indexes)
@@ -115,13 +126,17 @@ def consistent(a: SpanAnalysis) -> bool:
     for table, codes in tables:
         columns = [getattr(table, k) for k in table.__struct_fields__ if k != "labels"]
         rows = len(table.step)
-        if any(c.ndim != 1 or len(c) != rows or c.dtype.kind not in "iuf" for c in columns):
+        if any(c.ndim != 1 or len(c) != rows or c.dtype.kind not in "iuf" or not _finite(c) for c in columns):
             return False
         if rows and not _codes_within(table.step, steps) or (np.diff(table.step) < 0).any():
             return False
         if rows and not all(_codes_within(getattr(table, k), n) for k, n in codes):
             return False
-    return True
+    return all((t.calls >= 1).all() for t in (a.ops, a.kernels))
+
+
+def _finite(x: np.ndarray) -> bool:
+    return x.dtype.kind != "f" or bool(np.isfinite(x).all())
 
 
 def _codes_within(codes: np.ndarray, n: int) -> bool:
@@ -253,11 +268,22 @@ _encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 _decoder = msgspec.msgpack.Decoder(Entry, ext_hook=_ext_hook, dec_hook=_dec_hook)
 
 
+def _checksum(body) -> bytes:
+    return hashlib.blake2b(body, digest_size=_CHECKSUM_BYTES).digest()
+
+
 def _encode(entry: Entry) -> bytes:
-    return _MAGIC + _encoder.encode(entry)
+    """The magic line, a checksum of the body, the body (msgpack)."""
+    body = _encoder.encode(entry)
+    return _MAGIC + _checksum(body) + body
 
 
 def _decode(data: bytes) -> Entry:
+    """The entry in ``data``; ValueError when it is not one or a byte of it changed since it was written."""
     if not data.startswith(_MAGIC):
         raise ValueError("not a phaseprof analysis")
-    return _decoder.decode(memoryview(data)[len(_MAGIC):])
+    view = memoryview(data)
+    start = len(_MAGIC) + _CHECKSUM_BYTES
+    if _checksum(view[start:]) != view[len(_MAGIC):start]:
+        raise ValueError("damaged: the checksum does not match")
+    return _decoder.decode(view[start:])

@@ -101,11 +101,20 @@ def _forge(analysis, how: str) -> None:
                                                   start=np.zeros(1), end=np.ones(1))
     elif how == "GPU time outside the steps of another shape":
         analysis.outside_gpu_us = analysis.outside_gpu_us[:1]
+    elif how == "ops called no times":  # a mean per call divides by it
+        analysis.ops.calls = np.zeros_like(analysis.ops.calls)
+    elif how == "infinite op time":
+        analysis.ops.self_us = np.full_like(analysis.ops.self_us, np.inf)
+    elif how == "infinite host time":
+        analysis.cpu_us = np.full_like(analysis.cpu_us, -np.inf)
+    elif how == "a step with no end":
+        analysis.steps[1].end = float("nan")
 
 
 @pytest.mark.parametrize("how", ["op name out of range", "grid of another shape", "columns of two lengths",
                                  "steps out of order", "text where numbers go", "time outside the steps of no kind",
-                                 "GPU time outside the steps of another shape"])
+                                 "GPU time outside the steps of another shape", "ops called no times",
+                                 "infinite op time", "infinite host time", "a step with no end"])
 def test_a_forged_entry_with_a_valid_key_is_not_trusted(tmp_path, how):
     """An entry whose key matches its trace but whose analysis does not hold together (written by
     someone who can write the logdir) is read again from the trace, never served."""
@@ -118,6 +127,48 @@ def test_a_forged_entry_with_a_valid_key_is_not_trusted(tmp_path, how):
     with open(entry, "wb") as fh:
         fh.write(cache._encode(forged))
     assert analyze(str(trace), step=0) == first
+
+
+def test_a_single_flipped_bit_anywhere_in_an_entry_is_caught(tmp_path):
+    """Every entry carries a checksum of its bytes: a damaged entry is read again from the trace,
+    never decoded into other figures (msgpack alone decodes many a flipped bit into another number)."""
+    import random
+
+    trace = _trace(tmp_path / "w.1.pt.trace.json")
+    first = analyze(str(trace), step=1)
+    entry = _entry(trace)
+    with open(entry, "rb") as fh:
+        data = fh.read()
+    rng = random.Random(18)
+    for bit in sorted(rng.sample(range(len(data) * 8), 150)):
+        damaged = bytearray(data)
+        damaged[bit // 8] ^= 1 << (bit % 8)
+        with open(entry, "wb") as fh:
+            fh.write(damaged)
+        assert analyze(str(trace), step=1) == first, f"bit {bit} of {len(data) * 8}"
+        with open(entry, "rb") as fh:
+            assert fh.read() == data  # read again and rewritten whole
+
+
+@pytest.mark.parametrize("where", ["beside the run", "user cache"])
+def test_an_entry_is_never_read_through_a_link(tmp_path, where):
+    """An entry that is a symbolic link (to a forged entry outside the logdir, say) is not read."""
+    trace = _trace(tmp_path / "logdir" / "w.1.pt.trace.json")
+    if where == "user cache":
+        (tmp_path / "logdir" / ANALYSIS_DIR).write_bytes(b"")  # no entries beside the run: the user's cache
+    first = analyze(str(trace))
+    entry = _entry(trace)
+    if where == "user cache":
+        (entry,) = (tmp_path / "user-cache").rglob("*" + cache.SUFFIX)
+    with open(entry, "rb") as fh:
+        forged = cache._decode(fh.read())
+    forged.analysis.cpu_us = forged.analysis.cpu_us * 3  # holds together: only the figures are wrong
+    outside = tmp_path / "outside.analysis"
+    outside.write_bytes(cache._encode(forged))
+    os.unlink(entry)
+    os.symlink(outside, entry)
+    assert analyze(str(trace)) == first
+    assert outside.read_bytes() == cache._encode(forged)  # and nothing written through the link
 
 
 def test_an_entry_of_another_analysis_version_is_not_trusted(tmp_path, monkeypatch):

@@ -498,3 +498,20 @@ def test_the_report_is_the_same_for_every_string_hash_seed(tmp_path):
     assert len(outputs) == 1
     (worker,) = msgspec.json.decode(outputs.pop())["runs"][0]["workers"]
     assert worker["summary"]["phases"][-3:] == ["alpha", "beta", "gamma"]  # user phases as the trace has them
+
+
+def test_step_numbers_far_apart_list_the_steps_of_every_op(tmp_path):
+    """Step numbers more than 2**32 apart in one span (a hostile trace, or a forged cached analysis):
+    /ops lists each op's steps (it answered 500 before)."""
+    from phaseprof.plugin.analysis.operators import run_ops
+    from phaseprof.plugin.analysis.span import analyze_trace
+    from phaseprof.plugin.analysis.worker import Worker
+    from tests.hostile import training_step
+
+    events = training_step(1, 1000, 1) + training_step(2**40, 1100, 11) + training_step(2**40 + 7, 1200, 21)
+    path = write(tmp_path / "w.1.pt.trace.json", encode(events))
+    w = Worker("w", [analyze_trace(read_trace(str(path)))])
+    assert w.numbers == [1, 2**40, 2**40 + 7]
+    for group in ("name", "shapes"):
+        rows = {r.name: r.steps for r in run_ops(w, None, group).ops}
+        assert rows["aten::mm"] == [1, 2**40, 2**40 + 7], group

@@ -44,15 +44,15 @@ def run_ops(w: Worker, phase: str | None = None, group: str = "name") -> OpsAnsw
         sums = [np.bincount(inverse, weights=c[picked], minlength=len(keys))
                 for c in (t.calls, t.self_us, t.total_us, t.self_gpu_us, t.gpu_us)]
         numbers = np.array([s.number for s in span.steps], dtype=np.int64)[t.step[picked]]
-        base = int(numbers.min())
-        by_step = np.unique(inverse.astype(np.int64) * (1 << 32) + (numbers - base))
+        # (group, step number) pairs, each once; step numbers may lie anywhere in 64 bits
+        by_step = np.unique(np.column_stack([inverse.astype(np.int64), numbers]), axis=0)
         by_phase = np.bincount(inverse.astype(np.int64) * len(span.phases) + t.phase[picked], weights=t.self_us[picked],
                                minlength=len(keys) * len(span.phases)).reshape(len(keys), len(span.phases))
         present = np.zeros((len(keys), len(span.phases)), bool)
         present[inverse, t.phase[picked]] = True
         step_lists: list[list[int]] = [[] for _ in keys]
-        for g, n in zip((by_step >> 32).tolist(), (by_step & 0xFFFFFFFF).tolist()):
-            step_lists[g].append(n + base)
+        for g, n in by_step.tolist():
+            step_lists[g].append(n)
         for g, k in enumerate(keys.tolist()):
             if group == "shapes":
                 name, shapes = span.names[k // max(len(span.shapes), 1)], span.shapes[k % max(len(span.shapes), 1)]

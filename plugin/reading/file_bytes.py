@@ -126,11 +126,17 @@ def trace_bytes(path: str, limits: Limits, deadline: float) -> Iterator[bytearra
         os.close(fd)
 
 
-def read_regular(path: str, limit: int) -> bytes:
+def read_regular(path: str, limit: int, *, follow_links: bool = True) -> bytes:
     """The whole of ``path`` if it is a regular file of at most ``limit`` bytes (opened non-blocking:
-    a FIFO never blocks); `TraceError` otherwise. For small files beside the traces (cached analyses)."""
+    a FIFO never blocks); `TraceError` otherwise. For small files beside the traces (cached analyses).
+    ``follow_links=False``: a symbolic link at ``path`` is refused, not followed."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+        if not hasattr(os, "O_NOFOLLOW") and os.path.islink(path):
+            raise TraceError(path, "a symbolic link; not followed")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)
     except OSError as e:
         raise TraceError(path, f"cannot open the file ({e.strerror or e})") from None
     try:
