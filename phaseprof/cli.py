@@ -129,13 +129,17 @@ def _cache(args: argparse.Namespace) -> int:
             print(f"{_shown(path)}: no such file or directory", file=sys.stderr)
             failed += 1
             continue
-        for run in discover(path):
+        unreadable: list[tuple[str, str]] = []
+        for run in discover(path, unreadable):
             for f in run.files:
                 try:
                     analyze_file(f)
                 except TraceError as e:
                     print(f"{_shown(f.path)}: {_shown(e.reason)}", file=sys.stderr)
                     failed += 1
+        for directory, why in unreadable:
+            print(f"{_shown(directory)}: {why}", file=sys.stderr)
+            failed += 1
     return 1 if failed else 0
 
 

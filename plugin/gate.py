@@ -20,7 +20,7 @@ from .analysis.model import SpanAnalysis
 from .analysis.regression import MIN_STEPS, compare_figures, side_figure
 from .analysis.worker import Worker
 from .answers import Change, ChangedOp, FileError, GateReport, GateSide
-from .reading.discovery import discover
+from .reading.discovery import discover, display
 from .reading.errors import TraceError
 from .reading.scalars import Scalars, read_scalars
 from .report import analyze_file
@@ -44,8 +44,9 @@ class _Side:
         if not os.path.exists(path):
             raise UnusableInput(path, "no such file or directory")
         self.path = path
-        self.runs = discover(path)
-        self.errors: list[FileError] = []
+        unreadable: list[tuple[str, str]] = []
+        self.runs = discover(path, unreadable)
+        self.errors: list[FileError] = [FileError(path=display(p), error=why) for p, why in unreadable]
         self.spans: list[SpanAnalysis] = []
         self.keys: list[tuple[str, str]] = []  # (run, worker) of each span
         self.workers: set[tuple[str, str]] = set()

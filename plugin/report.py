@@ -79,7 +79,9 @@ def report(path: str, run: str | None = None, step: int | None = None, *, progre
     errors: list[FileError] = []
     if not os.path.exists(path):
         return Report(runs=[], errors=[FileError(path=display(path), error="no such file or directory")])
-    runs = discover(path)
+    unreadable: list[tuple[str, str]] = []
+    runs = discover(path, unreadable)
+    errors += [FileError(path=_display_path(path, directory), error=why) for directory, why in unreadable]
     if run is not None:
         runs = [r for r in runs if r.name == run]
         if not runs:
@@ -101,7 +103,7 @@ def _run_report(root: str, run: Run, step: int | None, errors: list[FileError],
         for f in files:
             if progress:
                 progress.reading(f)
-            shown = _display_path(root, f)
+            shown = _display_path(root, f.path)
             try:
                 span = analyze_file(f, shapes=step is not None)
             except TraceError as e:
@@ -151,8 +153,9 @@ def _whole_run(run: Run) -> list[WholeRun]:
     return out
 
 
-def _display_path(root: str, f: TraceFile) -> str:
-    """The file as the user would name it: relative to what they passed, when inside it."""
+def _display_path(root: str, path: str) -> str:
+    """A file or directory found under ``root`` as the user would name it: relative to what they
+    passed, when inside it."""
     base = root if os.path.isdir(root) else os.path.dirname(root)
-    rel = os.path.relpath(f.path, os.path.realpath(base))
-    return display(os.path.join(base, rel) if not rel.startswith("..") else f.path)
+    rel = os.path.relpath(path, os.path.realpath(base))
+    return display(os.path.join(base, rel) if not rel.startswith("..") else path)

@@ -515,3 +515,75 @@ def test_step_numbers_far_apart_list_the_steps_of_every_op(tmp_path):
     for group in ("name", "shapes"):
         rows = {r.name: r.steps for r in run_ops(w, None, group).ops}
         assert rows["aten::mm"] == [1, 2**40, 2**40 + 7], group
+
+
+# --- directories that cannot be listed -------------------------------------------------------------------
+
+def _unlistable(monkeypatch, name: str) -> None:
+    """Listing any directory called ``name`` fails as it does without permission (tests run as root,
+    whom ``chmod 000`` does not stop)."""
+    real = os.scandir
+
+    def scandir(path="."):
+        if os.path.basename(os.fsdecode(path)) == name:
+            raise PermissionError(13, "Permission denied", os.fsdecode(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+def test_a_directory_that_cannot_be_listed_is_an_error_entry(tmp_path, monkeypatch):
+    from tests.test_plugin import make_app
+
+    write(tmp_path / "good" / "w.1.pt.trace.json", encode(training_trace(2)))
+    write(tmp_path / "locked" / "w.1.pt.trace.json", encode(training_trace(2)))
+    for root, _, names in os.walk(tmp_path):
+        for n in names:
+            os.utime(os.path.join(root, n), (time.time() - 60, time.time() - 60))
+    _unlistable(monkeypatch, "locked")
+    report = analyze(str(tmp_path))
+    assert [r["run"] for r in report["runs"]] == ["good"] and steps_of(report) == [1, 2]
+    (error,) = report["errors"]
+    assert error == {"path": os.path.join(str(tmp_path), "locked"),
+                     "error": "cannot read the directory (Permission denied)"}
+    plugin, client = make_app(tmp_path)
+    try:
+        assert plugin._store.wait(60)
+        listing = json.loads(client.get("/data/plugin/phaseprof/runs").get_data())
+        assert listing["errors"] == [{"path": "locked", "error": "cannot read the directory (Permission denied)"}]
+        assert [r["run"] for r in listing["runs"]] == ["good"]
+    finally:
+        plugin._store.close()
+    from phaseprof.plugin.gate import _Side
+
+    assert [e.error for e in _Side(str(tmp_path)).errors] == ["cannot read the directory (Permission denied)"]
+
+
+def test_a_directory_without_permission_is_an_error_entry_for_a_user_who_lacks_it(tmp_path):
+    """The same with a real ``chmod 000``, read by a user without root's privileges."""
+    import shutil
+    import tempfile
+
+    command = [sys.executable, "-m", "phaseprof.cli", "report", "--json"]
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv: no way to read as a user that chmod 000 stops")
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+    logdir = tempfile.mkdtemp(prefix="phaseprof-locked-")  # where another user may look
+    try:
+        os.chmod(logdir, 0o755)
+        for run in ("good", "locked"):
+            path = write(os.path.join(logdir, run, "w.1.pt.trace.json"), encode(training_trace(2)))
+            os.chmod(path.parent, 0o755)
+            os.chmod(path, 0o644)
+        os.chmod(os.path.join(logdir, "locked"), 0)
+        out = subprocess.run([*command, logdir], capture_output=True, timeout=600,
+                             env={**os.environ, "PHASEPROF_CACHE": "off"})
+        assert out.returncode == 0, out.stderr.decode()
+        report = msgspec.json.decode(out.stdout)
+        assert [r["run"] for r in report["runs"]] == ["good"]
+        assert report["errors"] == [{"path": os.path.join(logdir, "locked"),
+                                     "error": "cannot read the directory (Permission denied)"}]
+    finally:
+        os.chmod(os.path.join(logdir, "locked"), 0o755)
+        shutil.rmtree(logdir)

@@ -77,15 +77,23 @@ def within(root: str, path: str) -> bool:
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def discover(root: str) -> list[Run]:
-    """Runs under ``root`` (a directory or one trace file), in name order."""
+def discover(root: str, unreadable: list[tuple[str, str]] | None = None) -> list[Run]:
+    """Runs under ``root`` (a directory or one trace file), in name order. A directory that cannot
+    be listed (no permission, say) is added to ``unreadable`` as (its real path, why), so that it is
+    reported rather than silently missing; the others are still read."""
     root = os.path.realpath(root)
+
+    def cannot_list(e: OSError) -> None:
+        if unreadable is not None:
+            unreadable.append((e.filename if isinstance(e.filename, str) else root,
+                               f"cannot read the directory ({e.strerror or e})"))
+
     if os.path.isfile(root):
         directory, name = os.path.split(root)
         f = _trace_file(directory, name, ".", force=True)
         return [Run(name=".", path=directory, files=[f] if f else [])]
     runs: dict[str, Run] = {}
-    for directory, subdirs, files in os.walk(root, followlinks=False):
+    for directory, subdirs, files in os.walk(root, onerror=cannot_list, followlinks=False):
         subdirs[:] = sorted(d for d in subdirs if d != ANALYSIS_DIR)
         rel = display(os.path.relpath(directory, root))
         run = None

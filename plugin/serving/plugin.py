@@ -156,6 +156,7 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
                            for s in spans],
                 ))
             out.append(RunInfo(run=run.name, has_scalars=bool(run.scalar_dirs()), workers=workers))
+        problems += [FileError(path=path, error=why) for path, why in self._store.unreadable()]
         return RunsAnswer(runs=out, loading=self._store.progress(), errors=problems,
                           phases=[PhaseStyle(name=p.name, colour=p.colour) for p in PHASE_REGISTRY],
                           user_phase_colours=list(USER_PHASE_COLOURS))

@@ -28,7 +28,7 @@ from ..analysis.model import SpanAnalysis
 from ..analysis.worker import Worker
 from ..answers import Loading
 from ..reading.decode import TraceError
-from ..reading.discovery import Run, TraceFile, discover
+from ..reading.discovery import Run, TraceFile, discover, display
 from ..report import problems_of
 from .loading import LoaderPool
 
@@ -77,6 +77,8 @@ class TraceStore:
         self._rescan_s = rescan_s
         self._lock = threading.RLock()
         self._runs: list[Run] = []
+        #: Directories the last scan could not list: (real path, why).
+        self._unreadable: list[tuple[str, str]] = []
         self._spans: dict[str, Span] = {}  # by real path
         self._scanned_at = float("-inf")
         self._pool: LoaderPool | None = None
@@ -98,8 +100,9 @@ class TraceStore:
             if self._closed or (not force and time.monotonic() - self._scanned_at < self._rescan_s):
                 return
             self._scanned_at = time.monotonic()
+        unreadable: list[tuple[str, str]] = []
         try:
-            runs = discover(self.logdir) if os.path.isdir(self.logdir) else []
+            runs = discover(self.logdir, unreadable) if os.path.isdir(self.logdir) else []
         except OSError as e:
             logger.warning("phaseprof: cannot scan %s: %s", self.logdir, e)
             return
@@ -107,6 +110,7 @@ class TraceStore:
         due: list[Span] = []
         with self._lock:
             self._runs = runs
+            self._unreadable = unreadable
             seen = set()
             for run in runs:
                 for f in run.files:
@@ -168,6 +172,13 @@ class TraceStore:
     def runs(self) -> list[Run]:
         with self._lock:
             return list(self._runs)
+
+    def unreadable(self) -> list[tuple[str, str]]:
+        """Directories under the logdir the last scan could not list: (path relative to the logdir, why)."""
+        with self._lock:
+            found = list(self._unreadable)
+        root = os.path.realpath(self.logdir)
+        return [(display(os.path.relpath(path, root)), why) for path, why in found]
 
     def run(self, name: str) -> Run | None:
         return next((r for r in self.runs() if r.name == name), None)
