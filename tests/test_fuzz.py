@@ -15,6 +15,7 @@ runs thousands and prints how many cases ran, the slowest and the peak memory.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -22,11 +23,13 @@ import resource
 import tempfile
 import time
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.hostile import encode, exercise, training_trace
+from tests.hostile import HOSTILE_NAMES, encode, exercise, exercise_entry, training_trace
+from tests.tracebuilder import annotation, step
 
 pytestmark = pytest.mark.fuzz
 
@@ -47,7 +50,7 @@ NAMES = [
     "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "phaseprof::forward", "phaseprof::backward",
     "phaseprof::eval", "phaseprof::paused", "phaseprof::compile", "phaseprof::", "phaseprof::\u202etxt",
     "[pl][profile]run_training_batch", "[memory]", "cudaLaunchKernel", "hipLaunchKernel", "cudaMemcpyAsync", "",
-    " ", "thread_name", "process_name", "stream \u00b2", "\x00", "\ud83d\ude00",
+    " ", "thread_name", "process_name", "stream \u00b2", "\x00", "\ud83d\ude00", *HOSTILE_NAMES,
 ]
 CATEGORIES = ["cpu_op", "user_annotation", "cuda_runtime", "kernel", "gpu_memcpy", "gpu_memset",
               "cpu_instant_event", "Operator", "Runtime", "Kernel", "Memcpy", "", "python_function",
@@ -113,7 +116,15 @@ def traces(draw) -> bytes:
     """A whole file: a plausible training trace with hostile events mixed in, in one of the
     layouts traces come in, sometimes corrupted byte by byte."""
     base = training_trace(draw(st.integers(0, 3)))
+    if draw(st.booleans()):  # names the terminal must show as text: an op, a kernel, a phase of the user's
+        for e in base:
+            if e["name"] in ("aten::mm", "gemm", "Optimizer.step#SGD.step"):
+                e["name"] = draw(st.sampled_from(HOSTILE_NAMES))
+        if base:
+            base.append(annotation("phaseprof::" + draw(st.sampled_from(HOSTILE_NAMES)), 1090, 5))
     extra = draw(st.lists(events(), max_size=25))
+    if draw(st.integers(0, 5)) == 0:  # a loop that ended early many times over: hundreds of empty steps
+        extra += [step(n, 5_000.0 + n, 0) for n in range(10, 10 + draw(st.integers(1, 400)))]
     mixed = base + extra
     order = draw(st.permutations(range(len(mixed)))) if draw(st.booleans()) else range(len(mixed))
     evs = [mixed[i] for i in order]
@@ -156,11 +167,10 @@ def _run_case(data: bytes, suffix: str = ".1.pt.trace.json") -> None:
         with open(path, "wb") as fh:
             fh.write(data)
         start = time.monotonic()
-        exercise(path)
+        exercise(path)  # a case that hangs fails on pytest-timeout, with its traceback
         took = time.monotonic() - start
     STATS["cases"] += 1
     STATS["slowest_s"] = max(STATS["slowest_s"], took)
-    assert took < 10, f"one case took {took:.1f} s"
 
 
 @given(traces())
@@ -183,7 +193,7 @@ def test_step_and_phase_games_keep_host_time_whole(ranges, steps):
     """Steps that overlap, repeat or are empty, and phase ranges and time kept out of the steps
     (evaluation, paused) across them: every step's host phases still add up to its wall time, and
     what was kept out of it is never negative."""
-    from tests.tracebuilder import annotation, op, step
+    from tests.tracebuilder import annotation, op
 
     evs = [step(n, s, d) for n, s, d in steps]
     evs += [annotation(name, s, d, tid=100 + t % 2) for t, s, d, name in ranges]
@@ -202,6 +212,71 @@ def test_step_and_phase_games_keep_host_time_whole(ranges, steps):
                 total = sum(p["cpu_ms"] for p in row["phases"].values())
                 assert total == pytest.approx(row["wall_ms"], abs=0.002 * max(1, len(row["phases"])))
                 assert row["eval_ms"] >= 0 and row["paused_ms"] >= 0
+
+
+@functools.cache
+def _entry_bytes() -> bytes:
+    """A cached analysis as written to disk: a training loop with GPU work, memory and a user phase."""
+    from phaseprof.plugin import cache
+    from phaseprof.plugin.analysis.span import analyze_trace
+    from phaseprof.plugin.reading.decode import read_trace
+    from tests.tracebuilder import annotation
+
+    events = training_trace(5) + [annotation("phaseprof::loss", 1090.0 + 100 * i, 5) for i in range(5)]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "w.1.pt.trace.json")
+        with open(path, "wb") as fh:
+            fh.write(encode(events))
+        analysis = analyze_trace(read_trace(path))
+    return cache._encode(cache.Entry(cache.Key("w.1.pt.trace.json", 1, 1, "v"), analysis))
+
+
+FORGED_VALUES = [0, -1, 1, 2**31, -(2**31), 2**62, float("nan"), float("inf"), -float("inf"), 1e300, -1e-300]
+
+
+@given(st.lists(st.tuples(st.sampled_from(["grid", "table", "step", "rank"]), st.integers(0, 63), st.integers(0, 63),
+                          st.integers(0, 10**6), st.sampled_from(FORGED_VALUES)), min_size=1, max_size=6))
+def test_forged_cache_entries_never_fail_a_reader(edits):
+    """An entry of valid bytes (the checksum matches) whose figures were changed by someone who can
+    write the logdir: either `cache.consistent` refuses it, or every reader answers, with figures
+    that may be wrong, but never fails."""
+    from phaseprof.plugin import cache
+
+    analysis = cache._decode(_entry_bytes()).analysis
+    for where, which, column, at, value in edits:
+        if where == "grid":
+            names = [f for f in analysis.__struct_fields__ if isinstance(getattr(analysis, f), np.ndarray)]
+            _forge_array(analysis, names[which % len(names)], at, value)
+        elif where == "table":
+            table = getattr(analysis, ("ops", "kernels", "memory_curve", "lanes", "outside")[which % 5])
+            columns = [f for f in table.__struct_fields__ if f != "labels"]
+            _forge_array(table, columns[column % len(columns)], at, value)
+        elif where == "step":
+            forged = analysis.steps[at % len(analysis.steps)]
+            field = ("number", "start", "end", "events")[which % 4]
+            if field in ("start", "end"):
+                setattr(forged, field, float(value))
+            elif np.isfinite(value):  # an entry holds 64-bit integers (msgpack's)
+                setattr(forged, field, int(np.clip(value, -(2**62), 2**62)))
+        elif np.isfinite(value):
+            analysis.rank, analysis.world_size = int(np.clip(value, -(2**62), 2**62)), which
+        else:
+            analysis.rank = analysis.world_size = None
+    if cache.consistent(analysis):
+        exercise_entry(analysis)
+
+
+def _forge_array(owner, field: str, at: int, value: float) -> None:
+    """Set one element of ``owner.field`` to ``value`` (cast to an integer array's type, saturating)."""
+    array = getattr(owner, field).copy()
+    if not array.size:
+        return
+    if array.dtype.kind == "f":
+        array.flat[at % array.size] = value
+    elif np.isfinite(value):
+        info = np.iinfo(array.dtype)
+        array.flat[at % array.size] = min(max(int(value), info.min), info.max)
+    setattr(owner, field, array)
 
 
 def teardown_module(module):
