@@ -44,7 +44,7 @@ setup(
         # the framework callbacks (phaseprof.lightning, phaseprof.transformers); install torch first
         "lightning": ["lightning>=2.0"],
         "transformers": ["transformers>=4.40", "accelerate>=0.26"],
-        "test": ["pytest>=8", "playwright>=1.45", "ruff>=0.6", "hypothesis>=6.100",
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "playwright>=1.45", "ruff>=0.6", "hypothesis>=6.100",
                  "lightning>=2.0", "transformers>=4.40", "accelerate>=0.26"],
     },
     entry_points={

@@ -12,12 +12,15 @@ does on a user's machine, rather than compiling the project's modules on every s
 from __future__ import annotations
 
 import os
-import re
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout, for tests/
+from tests.tensorboard_server import TensorBoard  # noqa: E402
 
 
 def _tree(pid: int) -> list[int]:
@@ -85,29 +88,16 @@ def median(values: list[float]) -> float:
     return values[len(values) // 2]
 
 
-class TensorBoardServer:
-    """A ``tensorboard --logdir … --port 0`` process of ``python``; ``started`` is when it was launched."""
+class TensorBoardServer(TensorBoard):
+    """A ``tensorboard --logdir … --port 0`` process of ``python`` (`tests.tensorboard_server`), run
+    from the logdir (not the checkout, whose package metadata would leak into a peer's environment);
+    ``started`` is when it was launched (``perf_counter``)."""
 
     def __init__(self, python: str, logdir: str, extra: tuple[str, ...] = ()):
-        self.started = time.perf_counter()
-        # cwd: not the checkout, whose package metadata would leak into the peer's environment
-        self.proc = subprocess.Popen([python, "-m", "tensorboard.main", "--logdir", logdir, "--port", "0", *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=logdir)
-        self.url = None
-        self.log: list[str] = []
-        ready = threading.Event()
-
-        def read():
-            for line in self.proc.stdout:
-                self.log.append(line)
-                m = re.search(r"(http://[^ ]+:\d+)/", line)
-                if m and not self.url:
-                    self.url = m.group(1)
-                    ready.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(120):
-            raise SystemExit("tensorboard did not start:\n" + "".join(self.log))
+        started = time.perf_counter()
+        super().__init__(logdir, *extra, python=python, cwd=logdir)
+        self.started = started
+        self.url = self.url.rstrip("/")
 
     def get(self, path: str):
         try:
@@ -131,10 +121,3 @@ class TensorBoardServer:
     def rss_mib(self) -> float:
         with open(f"/proc/{self.proc.pid}/status") as fh:
             return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
-
-    def close(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()

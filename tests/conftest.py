@@ -1,12 +1,14 @@
-"""Shared fixtures: the recorded traces in tests/data, and real TensorBoard servers."""
+"""Shared fixtures: the recorded traces in tests/data, and real TensorBoard servers
+(`tests.tensorboard_server`)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
+
+from tests.tensorboard_server import TensorBoard
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,63 +52,14 @@ def traces() -> Traces:
     return Traces()
 
 
-class TensorBoard:
-    """A real ``tensorboard --logdir … --port 0`` subprocess; ``url`` is where it serves."""
-
-    def __init__(self, logdir: os.PathLike, *args: str):
-        import re
-        import subprocess
-        import sys
-        import threading
-        import time
-
-        self.log: list[str] = []
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--port", "0", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        found = threading.Event()
-        self.url = ""
-        self.started = time.monotonic()
-
-        def read() -> None:
-            for line in self._proc.stdout:
-                self.log.append(line)
-                m = re.search(r"(http://[^ ]+:\d+/)", line)
-                if m and not self.url:
-                    self.url = m.group(1)
-                    found.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not found.wait(90):
-            self.close()
-            raise RuntimeError("tensorboard did not start:\n" + "".join(self.log))
-
-    def get(self, path: str, timeout: float = 30):
-        import urllib.request
-
-        return urllib.request.urlopen(self.url.rstrip("/") + path, timeout=timeout)
-
-    def json(self, path: str):
-        with self.get(path) as r:
-            return json.loads(r.read())
-
-    def close(self) -> None:
-        self._proc.terminate()
-        try:
-            self._proc.wait(10)
-        except Exception:  # noqa: BLE001
-            self._proc.kill()
-
-
 @pytest.fixture
 def tensorboard_server():
-    """Start real TensorBoard servers: ``server = tensorboard_server(logdir, *flags)``; all are
-    stopped at the end of the test."""
+    """Start real TensorBoard servers: ``server = tensorboard_server(logdir, *flags, env={...})``; all
+    are stopped at the end of the test."""
     started: list[TensorBoard] = []
 
-    def start(logdir, *args):
-        tb = TensorBoard(logdir, *args)
+    def start(logdir, *args, **options):
+        tb = TensorBoard(logdir, *args, **options)
         started.append(tb)
         return tb
 

@@ -31,13 +31,15 @@ from hypothesis import strategies as st
 from tests.hostile import HOSTILE_NAMES, encode, exercise, exercise_entry, training_trace
 from tests.tracebuilder import annotation, step
 
-pytestmark = pytest.mark.fuzz
+THOROUGH = os.environ.get("PHASEPROF_FUZZ") == "thorough"
+# thousands of cases take longer than the suite's timeout for one test; the run prints its slowest case
+pytestmark = [pytest.mark.fuzz, *([pytest.mark.timeout(0)] if THOROUGH else [])]
 
 settings.register_profile("default", max_examples=100, derandomize=True, deadline=None, database=None,
                           suppress_health_check=list(HealthCheck), print_blob=True)
 settings.register_profile("thorough", max_examples=2000, derandomize=False, deadline=None, database=None,
                           suppress_health_check=list(HealthCheck), print_blob=True)
-settings.load_profile("thorough" if os.environ.get("PHASEPROF_FUZZ") == "thorough" else "default")
+settings.load_profile("thorough" if THOROUGH else "default")
 
 #: Per-case time and the process's peak memory, printed at the end of a thorough run.
 STATS = {"cases": 0, "slowest_s": 0.0}
@@ -280,7 +282,7 @@ def _forge_array(owner, field: str, at: int, value: float) -> None:
 
 
 def teardown_module(module):
-    if os.environ.get("PHASEPROF_FUZZ") == "thorough":
+    if THOROUGH:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         print(f"\nfuzz: {STATS['cases']} cases, slowest {STATS['slowest_s']:.2f} s, "

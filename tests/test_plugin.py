@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from tensorboard.backend import application
@@ -275,12 +276,16 @@ def test_a_span_added_while_running_appears_after_one_reload(logdir, traces):
 def test_a_file_still_being_written_waits(tmp_path, traces):
     src = traces.files("cpu", "base")[0]
     (tmp_path / "run").mkdir()
-    shutil.copy(src, tmp_path / "run" / src.name)  # just written: mtime is now
+    written = tmp_path / "run" / src.name
+    shutil.copy(src, written)
+    future = time.time() + 3600  # modified "now" however slowly this test runs: still being written
+    os.utime(written, (future, future))
     plugin, client = make_app(tmp_path)
     try:
         plugin._store.refresh(force=True)
         spans = get(client, f"{BASE}/runs")["runs"][0]["workers"][0]["spans"]
         assert spans[0]["state"] == "pending"
+        settled(written)  # the writer is done
         assert plugin._store.wait(60)
         assert get(client, f"{BASE}/runs")["runs"][0]["workers"][0]["spans"][0]["state"] == "ready"
     finally:

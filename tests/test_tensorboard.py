@@ -14,16 +14,6 @@ from tests.logdir import settled, write_scalars
 pytestmark = pytest.mark.slow
 
 
-def wait_ready(tb, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        runs = tb.json("/data/plugin/phaseprof/runs")
-        if runs["loading"]["files"] and runs["loading"]["done"] == runs["loading"]["files"]:
-            return runs
-        time.sleep(0.2)
-    raise AssertionError(f"traces not loaded in {timeout} s: {runs}")
-
-
 def test_real_tensorboard_serves_runs_steps_and_step_detail(tmp_path, traces, tensorboard_server):
     for run, src in {"gpu": ("gpu", "hta_ns_resolution"), "cpu": ("cpu", "base")}.items():
         (tmp_path / run).mkdir()
@@ -35,7 +25,7 @@ def test_real_tensorboard_serves_runs_steps_and_step_detail(tmp_path, traces, te
     listing = tb.json("/data/plugins_listing")
     assert listing["phaseprof"]["enabled"] is True
     assert listing["phaseprof"]["tab_name"] == "Step Phases"
-    runs = wait_ready(tb)
+    runs = tb.wait_loaded()
     assert {r["run"] for r in runs["runs"]} == {"gpu", "cpu"}
     steps = tb.json("/data/plugin/phaseprof/steps?run=gpu")
     assert [s["step"] for s in steps["steps"]] == [101, 102, 103, 104, 105]
@@ -44,7 +34,7 @@ def test_real_tensorboard_serves_runs_steps_and_step_detail(tmp_path, traces, te
     assert detail["ops"]["forward"] and detail["lanes"]["bands"]
     timeline = tb.json("/data/plugin/phaseprof/timeline?run=cpu")
     assert timeline["steps"] == list(range(12)) and timeline["profiled"] == [[2, 11]]
-    with tb.get("/data/plugin/phaseprof/index.js") as r:
+    with tb.open("/data/plugin/phaseprof/index.js") as r:
         assert r.headers["Content-Type"].startswith("text/javascript")
     log = "".join(tb.log)
     assert "this warning will become an error" not in log  # TensorBoard's security validator

@@ -1,5 +1,5 @@
 """A real TensorBoard on a hostile logdir: FIFOs named like traces, a gzip bomb, names that are not
-UTF-8, a large trace still loading when TensorBoard is told to stop."""
+UTF-8, large traces still loading when TensorBoard is told to stop."""
 
 from __future__ import annotations
 
@@ -69,20 +69,10 @@ def hostile_logdir(root) -> None:
             settled(os.path.join(dirpath, name))
 
 
-def wait_loaded(tb, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        runs = tb.json(RUNS)
-        if runs["loading"]["files"] >= 5 and runs["loading"]["done"] == runs["loading"]["files"]:
-            return runs
-        time.sleep(0.2)
-    raise AssertionError(f"not loaded in {timeout} s: {runs}")
-
-
 def test_hostile_logdir_good_runs_load_and_bad_files_are_reported(tmp_path, tensorboard_server):
     hostile_logdir(tmp_path)
     tb = tensorboard_server(tmp_path)
-    runs = wait_loaded(tb)
+    runs = tb.wait_loaded(files=5)
     by_name = {r["run"]: r for r in runs["runs"]}
     assert set(by_name) == {"good", "fifos", "bomb", "odd\\xff"}
     for name in ("good", "odd\\xff"):
@@ -96,31 +86,41 @@ def test_hostile_logdir_good_runs_load_and_bad_files_are_reported(tmp_path, tens
     assert [s["step"] for s in steps["steps"]] == [1, 2]
     for route in ("steps?run=fifos", "steps?run=bomb", "ranks?run=fifos", "compare?run=bomb&a=1&b=2"):
         try:
-            tb.get("/data/plugin/phaseprof/" + route).close()
+            tb.open("/data/plugin/phaseprof/" + route).close()
         except __import__("urllib.error").error.HTTPError as e:
             assert e.code in (400, 404), (route, e.code)
     assert "Traceback" not in "".join(tb.log)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_tensorboard_stops_within_two_seconds_while_loading_and_leaves_no_process(tmp_path, tensorboard_server, sig):
+def test_tensorboard_stops_while_loading_without_waiting_for_the_loads_and_leaves_no_process(
+        tmp_path, tensorboard_server, sig):
+    """Stopped in the middle of loading, TensorBoard ends at once: the loads under way are abandoned
+    (none finishes: its analysis would be cached beside its trace), and no loading process is left.
+    Judged by what happened, not by a clock, so that it holds on a loaded machine."""
+    from phaseprof.contract import ANALYSIS_DIR
+
     hostile_logdir(tmp_path)
-    for i in range(3):
-        big_trace(tmp_path / "big" / f"w{i}.1.pt.trace.json")
-        settled(tmp_path / "big" / f"w{i}.1.pt.trace.json")
-    tb = tensorboard_server(tmp_path)
-    deadline = time.monotonic() + 60
-    while not descendants(tb._proc.pid) and time.monotonic() < deadline:
-        tb.json(RUNS)  # loading starts in worker processes
+    big = [tmp_path / "big" / f"w{i}.1.pt.trace.json" for i in range(3)]
+    for path in big:
+        big_trace(path, events=800_000)  # seconds of loading each
+        settled(path)
+    tb = tensorboard_server(tmp_path, env={"PHASEPROF_CACHE": ""})  # a finished load leaves its entry
+    deadline = time.monotonic() + 300
+    while True:  # until a loading process works on a big trace
+        runs = tb.json(RUNS)
+        loading = [s["file"] for r in runs["runs"] if r["run"] == "big" for w in r["workers"] for s in w["spans"]
+                   if s["state"] == "loading"]
+        workers = descendants(tb.proc.pid)
+        if loading and workers:
+            break
+        assert time.monotonic() < deadline, f"no big trace started loading: {runs}"
         time.sleep(0.1)
-    time.sleep(1.0)  # well inside a load
-    workers = descendants(tb._proc.pid)
-    assert workers, "no loading process started"
-    assert tb.json(RUNS)["loading"]["done"] < 8  # still loading
-    start = time.monotonic()
-    tb._proc.send_signal(sig)
-    tb._proc.wait(10)
-    took = time.monotonic() - start
-    time.sleep(0.5)  # the kernel delivers parent-death signals asynchronously
-    assert took < 2.0, f"TensorBoard took {took:.2f} s to exit"
-    assert not [p for p in workers if alive(p)], "loading processes outlived TensorBoard"
+    tb.proc.send_signal(sig)
+    tb.proc.wait(120)  # a generous deadline: only a TensorBoard that waits for its loads misses it
+    deadline = time.monotonic() + 120  # parent-death signals arrive asynchronously
+    while [p for p in workers if alive(p)]:
+        assert time.monotonic() < deadline, "loading processes outlived TensorBoard"
+        time.sleep(0.1)
+    finished = [name for name in loading if (tmp_path / "big" / ANALYSIS_DIR / f"{name}.analysis").exists()]
+    assert not finished, f"TensorBoard waited for the loads under way: {finished}"

@@ -132,14 +132,14 @@ def test_a_trailing_zero_grad_makes_no_step_and_paused_work_is_in_no_step(tmp_pa
             F.nll_loss(model(data), target).backward()
             optimizer.step()
             with prof.paused():
-                time.sleep(0.06)  # a checkpoint, say
+                time.sleep(0.5)  # a checkpoint, say
                 model(data)  # a forward in there is not the step's either
                 with prof.phase("mine"):  # nor a phase of one's own
                     pass
         optimizer.zero_grad()  # after the last step: no spurious step
     values = scalars(tmp_path / "r")
     assert sorted(values[STEP_TAG]) == [0, 1, 2, 3]
-    assert all(ms < 30 for ms in values[cpu_tag(OTHER)].values()), values[cpu_tag(OTHER)]  # the sleep is in none
+    assert all(ms < 250 for ms in values[cpu_tag(OTHER)].values()), values[cpu_tag(OTHER)]  # the sleep is in none
     assert cpu_tag("mine") not in values and EVAL_TAG not in values
 
 
@@ -350,7 +350,11 @@ def test_sigterm_writes_the_active_window_then_the_process_ends_as_it_would_have
 @pytest.mark.slow
 def test_a_killed_run_keeps_the_scalars_of_all_but_its_last_seconds(tmp_path):
     child = start_child(tmp_path, "stuck")
-    time.sleep(4)  # more than the recorder's FLUSH_S, while the loop is stuck in a step
+    # the loop is stuck in a step: the recorder writes what it holds after FLUSH_S all the same
+    deadline = time.monotonic() + 300
+    while STEP_TAG not in (written := scalars(tmp_path / "r")) or len(written[STEP_TAG]) < 31:
+        assert time.monotonic() < deadline and child.poll() is None, "the scalars of a stuck run were never written"
+        time.sleep(0.2)
     child.send_signal(signal.SIGKILL)
     child.communicate(timeout=60)
     assert sorted(scalars(tmp_path / "r")[STEP_TAG])[:31] == list(range(31))

@@ -17,13 +17,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, TensorBoard
+from tests.conftest import ROOT
 from tests.logdir import evaluation_run, settled, two_rank_job, write_scalars, write_trace
+from tests.tensorboard_server import TensorBoard
 from tests.tracebuilder import annotation, op, step, thread_names
 
 from .tab import Tab
@@ -111,14 +111,7 @@ def logdir(tmp_path_factory, traces) -> Path:
 def tensorboard(logdir):
     tb = TensorBoard(logdir)
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            loading = tb.json("/data/plugin/phaseprof/runs")["loading"]
-            if loading["files"] and loading["done"] == loading["files"]:
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"traces not loaded in time: {loading}")
-            time.sleep(0.2)
+        tb.wait_loaded()
         yield tb
     finally:
         tb.close()

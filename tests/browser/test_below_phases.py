@@ -8,12 +8,11 @@ import csv
 import io
 import json
 import shutil
-import time
 
 import pytest
 
-from tests.conftest import TensorBoard
 from tests.logdir import settled, write_scalars
+from tests.tensorboard_server import TensorBoard
 
 from .conftest import ARTIFACTS
 from .tab import Tab, count, ms, pct, size
@@ -43,11 +42,7 @@ def logdir(tmp_path_factory, traces):
 def tensorboard(logdir):
     tb = TensorBoard(logdir)
     try:
-        deadline = time.monotonic() + 180
-        while (loading := tb.json("/data/plugin/phaseprof/runs")["loading"])["done"] < loading["files"] or not loading[
-                "files"]:
-            assert time.monotonic() < deadline, f"traces not loaded in time: {loading}"
-            time.sleep(0.2)
+        tb.wait_loaded()
         yield tb
     finally:
         tb.close()

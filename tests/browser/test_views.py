@@ -10,6 +10,7 @@ import time
 import pytest
 
 from tests.logdir import settled, write_scalars
+from tests.tensorboard_server import wait_loaded
 
 from .conftest import XSS_OP, XSS_PHASE, XSS_WORKER
 from .tab import change, count, ms, pct, signed_ms, size
@@ -276,8 +277,7 @@ def test_a_run_added_later_appears_when_tensorboard_reloads(tab, logdir, traces)
         except PlaywrightTimeout:  # not rescanned yet: reload again
             continue
     tab.frame.get_by_label("Run").select_option("zz_late")
-    while (loading := tab.api("runs")["loading"])["done"] < loading["files"]:
-        time.sleep(0.2)  # loaded, so that later tests start settled
+    wait_loaded(lambda: tab.api("runs"))  # loaded, so that later tests start settled
     want = [s["step"] for s in tab.api("steps", run="zz_late")["steps"]]
     # The tab may have drawn the run when only its first span was loaded; the second shows on a
     # later reload, as any span that appears later does.
