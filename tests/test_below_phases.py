@@ -265,10 +265,37 @@ def test_ops_and_kernels_refuse_unknown_groups_and_phases(served):
     assert client.get(f"{BASE}/kernels", query_string={"run": "v100", "phase": "warmup"}).status_code == 404
 
 
-def test_a_step_trace_is_cut_once_and_then_served_from_memory(served):
+def test_a_step_trace_is_cut_once_and_then_served_from_memory(served, monkeypatch):
     plugin, client, _ = served
     step = steps_of(client, "cpu")[0]["step"]
-    first = client.get(f"{BASE}/trace", query_string={"run": "cpu", "step": step}).data
-    cached = len(plugin._store._traces)
-    again = client.get(f"{BASE}/trace", query_string={"run": "cpu", "step": step}).data
-    assert first == again and len(plugin._store._traces) == cached
+    first = client.get(f"{BASE}/trace", query_string={"run": "cpu", "step": step})
+    assert first.status_code == 200
+    cut = []  # every step the trace worker is asked to cut out of its file from now on
+    pool = plugin._store._trace_pool
+    monkeypatch.setattr(pool, "submit", lambda key, item, real=pool.submit: cut.append(key) or real(key, item))
+    again = client.get(f"{BASE}/trace", query_string={"run": "cpu", "step": step})
+    assert again.data == first.data and cut == []
+    other = steps_of(client, "cpu")[1]["step"]  # a step not asked before is cut, once
+    assert client.get(f"{BASE}/trace", query_string={"run": "cpu", "step": other}).status_code == 200
+    assert [key[-1] for key in cut] == [other]
+
+
+def test_the_step_traces_kept_stay_within_their_budget_newest_kept(served, monkeypatch):
+    from phaseprof.plugin.serving import store as store_module
+    from phaseprof.plugin.serving.store import TraceStore
+
+    plugin, client, logdir = served
+    run = plugin._store.run("cpu")
+    (f,) = run.files
+    steps = [s["step"] for s in steps_of(client, "cpu")][:5]
+    sizes = {step: len(client.get(f"{BASE}/trace", query_string={"run": "cpu", "step": step}).data) for step in steps}
+    budget = sizes[steps[-1]] + sizes[steps[-2]]  # room for the last two
+    monkeypatch.setattr(store_module, "TRACE_CACHE_BYTES", budget)
+    store = TraceStore(str(logdir))
+    try:
+        for step in steps:
+            assert len(store.step_trace(f, step)) == sizes[step]
+        assert [key[-1] for key in store._traces] == steps[-2:]  # the oldest dropped first
+        assert store._trace_bytes == sum(len(b) for b in store._traces.values()) <= budget
+    finally:
+        store.close()

@@ -55,7 +55,12 @@ def test_steps_shorter_than_a_rounded_millisecond_give_findings_not_a_division_b
     events = [step(i, 10.0 * i, 0.1) for i in range(1, 6)] + [step(6, 60, 0.9)]
     events += [op("aten::add", 10.0 * i + 0.01, 0.05) for i in range(1, 6)] + [op("aten::mul", 60.01, 0.8)]
     summary = only_worker(exercise(write(tmp_path / "w.1.pt.trace.json", encode(events))))["summary"]
-    assert summary["median_wall_ms"] == 0.0 and summary["findings"]
+    assert summary["median_wall_ms"] == 0.0
+    # the slow step is told from the others, and why, however small the figures once rounded
+    assert summary["slowest"]["step"] == 6 and summary["slowest"]["noise"] == "beyond-noise"
+    assert summary["outliers"] == [6] and [o["name"] for o in summary["slowest"]["ops"]] == ["aten::mul"]
+    (slow,) = [f for f in summary["findings"] if f["kind"] == "slow-step"]
+    assert slow["text"].startswith("step 6 took") and "aten::mul" in slow["text"]
 
 
 # --- values that decode but do not fit ---------------------------------------------------------------

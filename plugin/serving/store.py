@@ -88,6 +88,7 @@ class TraceStore:
         self._derived: dict[tuple, tuple[tuple, object]] = {}
         #: Step traces by (path, size, mtime, step), oldest first; the pool that cuts them out.
         self._traces: collections.OrderedDict[tuple, bytes | None] = collections.OrderedDict()
+        self._trace_bytes = 0  # their size in all, kept as they come and go
         self._trace_pool: LoaderPool | None = None
         self._trace_waits: dict[tuple, tuple[threading.Event, list]] = {}
 
@@ -248,9 +249,10 @@ class TraceStore:
             event, outcome = self._trace_waits.pop(key)
             outcome[:] = [state, result]
             if state == "ready":
+                self._trace_bytes += len(result or b"") - len(self._traces.pop(key, None) or b"")
                 self._traces[key] = result
-                while sum(len(b or b"") for b in self._traces.values()) > TRACE_CACHE_BYTES and len(self._traces) > 1:
-                    self._traces.popitem(last=False)
+                while self._trace_bytes > TRACE_CACHE_BYTES and len(self._traces) > 1:
+                    self._trace_bytes -= len(self._traces.popitem(last=False)[1] or b"")
         event.set()
 
     def progress(self) -> Loading:
