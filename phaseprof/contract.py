@@ -63,7 +63,7 @@ def phase_colour(phase: str) -> str:
         if p.name == phase:
             return p.colour
     h = 2166136261  # FNV-1a over UTF-16 code units, as the tab computes it
-    units = phase.encode("utf-16-le")
+    units = phase.encode("utf-16-le", "surrogatepass")  # code units as JavaScript sees them, lone surrogates too
     for k in range(0, len(units), 2):
         h = ((h ^ (units[k] | units[k + 1] << 8)) * 16777619) & 0xFFFFFFFF
     return USER_PHASE_COLOURS[h % len(USER_PHASE_COLOURS)]

@@ -85,7 +85,7 @@ def test_phase_registry_names_canonical_phases_in_order_with_colours_and_aliases
     assert PHASES == ("data", "forward", "backward", "optimizer", "other")
     assert [phase_colour(p) for p in PHASES] == [p.colour for p in PHASE_REGISTRY]
     assert len({p.colour for p in PHASE_REGISTRY}) == len(PHASE_REGISTRY)
-    assert phase_colour("loss") in USER_PHASE_COLOURS and phase_colour("loss") == phase_colour("loss")
+    assert phase_colour("loss") == "#8d6e63" and phase_colour("mine") == "#ffca28"  # a user's phase keeps its colour
     aliases = {
         "## forward ##": "forward", "##Backward##": "backward", "## zero_grad ##": "optimizer",
         "## data_load ##": "data", "Forward": "forward", "OPTIMIZER": "optimizer",
@@ -146,3 +146,28 @@ def test_findings_are_typed_with_the_figures_their_sentence_uses(tmp_path):
     assert msgspec.json.decode(msgspec.json.encode(data.evidence)) == {
         "measure": "host", "cost_ms": 3.0, "wall_ms": 10.0, "host_ms": 3.0, "untraced_ms": 3.0}
     assert "3.00 ms of it (100%) records no op" in data.text
+
+
+def test_the_tab_colours_a_users_phase_as_the_terminal_does():
+    """The FNV-1a hash that picks a user phase's colour is written twice, in Python (the terminal)
+    and TypeScript (the tab, frontend/src/phase_colours.ts): run the TypeScript's function in node on
+    names of every kind and compare."""
+    import json
+    import re
+    import shutil
+    import subprocess
+
+    names = ["loss", "mine", "phaseprof", "data_aug", "ÉTAPE", "é", "\U0001f600", "日本語", "", " ", "a" * 300,
+             "x\u0000y", "\ud800", "forward2", "Forward", "compile"] + [f"phase{n}" for n in range(64)]
+    source = (ROOT / "frontend" / "src" / "phase_colours.ts").read_text()
+    function = source[source.index("export function phaseColour"):]
+    function = function.replace("export ", "", 1)
+    function = re.sub(r"\((\w+): string\): string", r"(\1)", function)  # the TypeScript's only annotations
+    program = (f"let canonical = new Map(); let palette = {json.dumps(list(USER_PHASE_COLOURS))};\n{function}\n"
+               f"process.stdout.write(JSON.stringify({json.dumps(names)}.map(phaseColour)));")
+    node = shutil.which("node")
+    assert node, "node is needed to run the tab's TypeScript (it builds the bundle too)"
+    out = subprocess.run([node, "-e", program], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [phase_colour(n) for n in names]
+    assert len(set(json.loads(out.stdout))) == len(USER_PHASE_COLOURS)  # the names spread over the palette
