@@ -19,6 +19,7 @@ from phaseprof.plugin.analysis.partition import _innermost
 from phaseprof.plugin.reading import split
 from phaseprof.plugin.reading.decode import read_trace
 from phaseprof.plugin.reading.file_bytes import Limits, TraceError
+from phaseprof.plugin.reading.trace_fields import Args
 from phaseprof.plugin.serving.loading import LoaderPool
 from tests.hostile import check_report, encode, exercise, training_trace, write
 from tests.tracebuilder import PID, annotation, kernel, launch, op, step
@@ -592,3 +593,27 @@ def test_a_directory_without_permission_is_an_error_entry_for_a_user_who_lacks_i
     finally:
         os.chmod(os.path.join(logdir, "locked"), 0o755)
         shutil.rmtree(logdir)
+
+
+@pytest.mark.parametrize("name", [f.encode_name for f in msgspec.structs.fields(Args)])
+def test_every_arg_of_the_wrong_type_degrades_that_arg_only(tmp_path, name):
+    """Each field the reader takes from ``args`` (`trace_fields.Args`; the event-by-event pass derives
+    its own from it), given a list: the file reads, that event keeps its other fields, and a number
+    that is not one is named."""
+    from phaseprof.plugin.reading import lenient
+
+    field = next(f for f in msgspec.structs.fields(Args) if f.encode_name == name)
+    events = training_trace(2)
+    target = next(i for i, e in enumerate(events) if e["cat"] == "kernel")
+    events[target]["args"][name] = [1, 2]
+    report = exercise(write(tmp_path / "w.1.pt.trace.json", encode(events)))
+    assert steps_of(report) == [1, 2]
+    numeric = field.type in (int, float) or field.type == (int | str)
+    if numeric:
+        (error,) = report["errors"]
+        said = lenient._SAID.get(field.name, name if field.type is float else field.name.replace("_", " "))
+        assert f"{said} is not a number" in error["error"] and f"event {target}" in error["error"], error
+    else:
+        assert report["errors"] == []
+    if name != "correlation":  # the kernel is still attributed by its correlation
+        assert only_worker(report)["steps"][0]["phases"]["forward"]["gpu_ms"] > 0

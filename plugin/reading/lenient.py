@@ -43,16 +43,17 @@ class _LooseEvent(msgspec.Struct, gc=False):
     args: msgspec.Raw = msgspec.Raw(b"")
 
 
-class _LooseArgs(msgspec.Struct, gc=False):
-    correlation: Any = -1
-    input_dims: msgspec.Raw = field(default=msgspec.Raw(b""), name="Input Dims")
-    total_allocated: Any = field(default=-1.0, name="Total Allocated")
-    total_reserved: Any = field(default=-1.0, name="Total Reserved")
-    nbytes: Any = field(default=None, name="Bytes")
-    device_type: Any = field(default=0, name="Device Type")
-    device_id: Any = field(default=-1, name="Device Id")
-    stream: Any = -1
-    name: Any = ""
+#: The fields of `Args`, each checked here as its type says.
+_ARGS_FIELDS = msgspec.structs.fields(Args)
+#: `Args` with every field taken as it comes (raw JSON stays raw), UNSET where the event has none:
+#: derived from it, so a field added there is read here too.
+_LooseArgs = msgspec.defstruct(
+    "_LooseArgs",
+    [(f.name, f.type if f.type is msgspec.Raw else Any,
+      field(default=f.default if f.type is msgspec.Raw else msgspec.UNSET, name=f.encode_name)) for f in _ARGS_FIELDS],
+    gc=False)
+#: How a problem names a field (default: its name in the trace, or in words).
+_SAID = {"stream": "stream id"}
 
 
 _LOOSE_OBJECT = msgspec.json.Decoder(_LooseObject)
@@ -138,34 +139,32 @@ def _loose_event(raw, index: int, problems: Problems) -> Event | None:
 
 
 def _loose_args(raw, index: int, label: str, problems: Problems) -> Args:
+    """The args of an event, field by field: a field of the wrong type keeps `Args`'s default, and
+    is counted (but for a name, and a number given as null)."""
     try:
         loose = _LOOSE_ARGS.decode(raw)
     except msgspec.ValidationError:
         problems.degrade(index, label, "args is not an object")
         return NO_ARGS
     values = {}
-    for key, default in (("correlation", -1), ("device_type", 0), ("device_id", -1)):
-        value = getattr(loose, key)
-        as_int = to_int(value)
-        if as_int is None:
-            problems.degrade(index, label, f"{key.replace('_', ' ')} is not a number")
-            as_int = default
-        values[key] = as_int
-    labels = {"nbytes": "Bytes", "total_allocated": "Total Allocated", "total_reserved": "Total Reserved"}
-    for key, default in (("total_allocated", -1.0), ("total_reserved", -1.0), ("nbytes", NAN)):
-        value = getattr(loose, key)
-        number = to_float(value)
-        if number is None:
-            if value is not None:
-                problems.degrade(index, label, f"{labels[key]} is not a number")
-            number = default
-        values[key] = number
-    stream = loose.stream
-    if isinstance(stream, bool) or not isinstance(stream, int | str):
-        problems.degrade(index, label, "stream id is not a number")
-        stream = -1
-    return Args(stream=stream, name=loose.name if isinstance(loose.name, str) else "",
-                 input_dims=loose.input_dims, **values)
+    for f in _ARGS_FIELDS:
+        value = getattr(loose, f.name)
+        if value is msgspec.UNSET:
+            continue
+        if f.type is int:
+            value = to_int(value)
+        elif f.type is float:
+            value = to_float(value) if value is not None else f.default
+        elif f.type is str:
+            value = value if isinstance(value, str) else f.default
+        elif f.type != msgspec.Raw:  # a union of numbers and text (a stream: 7 or "0x0")
+            value = value if isinstance(value, int | str) and not isinstance(value, bool) else None
+        if value is None:
+            said = _SAID.get(f.name, f.encode_name if f.type is float else f.name.replace("_", " "))
+            problems.degrade(index, label, f"{said} is not a number")
+            continue
+        values[f.name] = value
+    return Args(**values)
 
 
 _INT_TEXT = re.compile(r"\s*(?:stream\s*)?([+-]?[0-9]{1,18})\s*|\s*0[xX]([0-9a-fA-F]{1,16})\s*", re.ASCII)
