@@ -53,6 +53,52 @@ def _runs(rng, levels, steps=60):
     return [level * (1 + 0.01 * rng.standard_normal(steps)) for level in levels]
 
 
+# Student's t, (1 - alpha/2) quantiles: published tables (NIST/SEMATECH e-Handbook 1.3.6.7.2,
+# Abramowitz & Stegun table 26.10), to the digits given there.
+T_TABLE = [(1, 0.10, 6.314), (1, 0.05, 12.706), (1, 0.01, 63.657), (2, 0.05, 4.303), (2, 0.01, 9.925),
+           (3, 0.05, 3.182), (5, 0.10, 2.015), (5, 0.05, 2.571), (5, 0.002, 5.893), (10, 0.05, 2.228),
+           (10, 0.01, 3.169), (20, 0.05, 2.086), (30, 0.05, 2.042), (60, 0.01, 2.660), (100, 0.05, 1.984),
+           (100, 0.001, 3.390)]
+
+
+@pytest.mark.parametrize("df, alpha, table", T_TABLE)
+def test_the_t_quantile_is_exact(df, alpha, table):
+    from phaseprof.plugin.analysis.student_t import t_quantile_two_sided
+
+    assert t_quantile_two_sided(df, alpha) == pytest.approx(table, abs=0.0005)
+
+
+def test_the_t_quantile_holds_for_any_degrees_of_freedom():
+    """Welch's degrees of freedom are fractions: the tail beyond the quantile is alpha (mpmath's
+    incomplete beta, at 30 digits, as the reference), and the quantile falls toward the normal's."""
+    import mpmath
+
+    from phaseprof.plugin.analysis.student_t import t_quantile_two_sided
+
+    mpmath.mp.dps = 30
+    for df in (0.5, 1.3, 2.5, 4.7, 17.25, 1e4):
+        for alpha in (0.5, 0.05, 1e-3, 1e-6):
+            q = mpmath.mpf(t_quantile_two_sided(df, alpha))
+            tail = mpmath.betainc(mpmath.mpf(df) / 2, mpmath.mpf(1) / 2, 0, df / (df + q * q), regularized=True)
+            assert float(tail) == pytest.approx(alpha, rel=1e-8), (df, alpha)
+    assert t_quantile_two_sided(1e6, 0.05) == pytest.approx(1.959966, abs=2e-6)  # the normal's 1.959964
+    quantiles = [t_quantile_two_sided(df, 0.05) for df in (1, 1.5, 2, 3, 5, 10, 100)]
+    assert quantiles == sorted(quantiles, reverse=True)
+
+
+def test_the_welch_interval_of_two_runs_a_side_uses_the_exact_t_quantile():
+    """Runs whose medians spread alike on both sides (logarithms 10, 20 and 15, 30): Welch's degrees
+    of freedom are exactly 2, and the interval is the ratio of geometric means times exp(±t·se)."""
+    from phaseprof.plugin.analysis.regression import run_interval
+
+    base = [np.full(5, 10.0), np.full(5, 20.0)]
+    new = [np.full(5, 15.0), np.full(5, 30.0)]
+    low, high = run_interval(base, new, 0.05)
+    se = np.log(2) / np.sqrt(2)
+    assert low == pytest.approx(1.5 * np.exp(-4.302652729749464 * se) - 1, rel=1e-9)
+    assert high == pytest.approx(1.5 * np.exp(4.302652729749464 * se) - 1, rel=1e-9)
+
+
 def test_runs_that_drift_apart_are_not_a_regression_but_every_run_slower_is():
     rng = np.random.default_rng(3)
     base = _runs(rng, [1.0, 1.0, 1.01, 0.99])

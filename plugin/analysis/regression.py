@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..answers import Change
+from .student_t import t_quantile_two_sided
 
 #: Draws of the bootstrap per figure.
 DRAWS = 20_000
@@ -70,8 +71,7 @@ def side_figure(runs: list[np.ndarray]) -> float:
     return sum(float(np.median(r)) * len(r) for r in runs) / steps if steps else 0.0
 
 
-def run_interval(base: list[np.ndarray], new: list[np.ndarray], alpha: float,
-                 rng: np.random.Generator) -> tuple[float, float] | None:
+def run_interval(base: list[np.ndarray], new: list[np.ndarray], alpha: float) -> tuple[float, float] | None:
     """A (1 - alpha) Welch *t* interval of NEW / BASE - 1 from the runs' medians (on their logarithms);
     None with fewer than two runs a side or a run whose median is not positive."""
     if len(base) < 2 or len(new) < 2:
@@ -87,7 +87,7 @@ def run_interval(base: list[np.ndarray], new: list[np.ndarray], alpha: float,
     if se == 0:
         return float(np.expm1(diff)), float(np.expm1(diff))
     df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))  # Welch-Satterthwaite
-    q = float(np.quantile(np.abs(rng.standard_t(df, size=DRAWS * 10)), 1 - alpha))  # two-sided
+    q = t_quantile_two_sided(float(df), alpha)
     return float(np.expm1(diff - q * se)), float(np.expm1(diff + q * se))
 
 
@@ -115,7 +115,7 @@ def compare_figures(figures: list[tuple[str, str, list[np.ndarray], list[np.ndar
             else:  # nothing on the base side: the change as a share of the base step
                 ratio = (b - a) / base_step_ms if base_step_ms > 0 else np.zeros(len(a))
             low, high = (float(v) for v in np.quantile(ratio, [alpha / 2, 1 - alpha / 2]))
-            runs = run_interval(base, new, alpha, rng)
+            runs = run_interval(base, new, alpha)
             if runs is not None:
                 low, high = min(low, runs[0]), max(high, runs[1])
         big_enough = abs(delta) >= floor
