@@ -234,7 +234,7 @@ def test_the_cli_fills_the_cache_and_tensorboard_reuses_it(tmp_path):
     os.utime(trace, ns=(settled_stamp, settled_stamp))
     store = TraceStore(str(tmp_path), settle_s=0.0)
     try:
-        assert store.wait(30)
+        assert store.wait(300)
         (run,) = store.runs()
         (span,) = [store.span(f) for f in run.files]
         assert span.state == READY and span.error is None

@@ -268,7 +268,7 @@ def test_a_fifo_named_like_a_trace_is_reported_without_blocking(tmp_path):
     result = []
     worker = threading.Thread(target=lambda: result.append(analyze(str(tmp_path))), daemon=True)
     worker.start()
-    worker.join(30)
+    worker.join(300)
     assert result, "reading a logdir holding a FIFO blocked"
     (error,) = result[0]["errors"]
     assert os.path.basename(error["path"]) == "fifo.1.pt.trace.json"
@@ -345,15 +345,17 @@ def test_a_file_that_hangs_or_kills_its_loader_fails_alone(tmp_path):
         if len(done) == 5:
             finished.set()
 
-    pool = LoaderPool(record, 2, target=_hang, timeout_s=4)
+    # a file's time counts from when it is handed to a worker, starting one included (an interpreter
+    # importing numpy and the plugin: seconds on a busy machine): the limit leaves room for that
+    pool = LoaderPool(record, 2, target=_hang, timeout_s=20)
     try:
         for name in ("hang", "die", "a", "b", "c"):
             pool.submit(name, name)
-        assert finished.wait(60), done
+        assert finished.wait(300), done
     finally:
         pool.close()
     assert done["a"] == ("ready", "loaded a") and done["c"] == ("ready", "loaded c")
-    assert done["hang"][0] == "error" and "longer than 4 s" in done["hang"][1]
+    assert done["hang"][0] == "error" and "longer than 20 s" in done["hang"][1]
     assert done["die"][0] == "error" and "exited (3)" in done["die"][1] and "replaced" in done["die"][1]
 
 
@@ -375,7 +377,7 @@ def test_a_loader_process_may_decode_a_large_file_on_two_cores():
     pool = LoaderPool(record, 1, target=_may_split)
     try:
         pool.submit("big", "big")
-        assert finished.wait(60), result
+        assert finished.wait(300), result
     finally:
         pool.close()
     assert result["big"] == ("ready", True)
@@ -429,7 +431,7 @@ def test_no_route_answers_500_for_hostile_files(tmp_path):
             os.utime(os.path.join(root, n), (time.time() - 60, time.time() - 60))
     plugin, client = make_app(tmp_path)
     try:
-        assert plugin._store.wait(120)
+        assert plugin._store.wait(300)
         runs = client.get("/data/plugin/phaseprof/runs")
         assert runs.status_code == 200
         listing = json.loads(runs.get_data())
@@ -462,7 +464,7 @@ def test_a_fifo_in_place_of_a_cached_analysis_does_not_block(tmp_path):
     result = []
     reader = threading.Thread(target=lambda: result.append(analyze(str(tmp_path))), daemon=True)
     reader.start()
-    reader.join(30)
+    reader.join(300)
     assert result, "a FIFO where a cached analysis would be blocked the reader"
     assert result[0]["errors"] == [] and steps_of(result[0]) == [1]
 
@@ -554,7 +556,7 @@ def test_a_directory_that_cannot_be_listed_is_an_error_entry(tmp_path, monkeypat
                      "error": "cannot read the directory (Permission denied)"}
     plugin, client = make_app(tmp_path)
     try:
-        assert plugin._store.wait(60)
+        assert plugin._store.wait(300)
         listing = json.loads(client.get("/data/plugin/phaseprof/runs").get_data())
         assert listing["errors"] == [{"path": "locked", "error": "cannot read the directory (Permission denied)"}]
         assert [r["run"] for r in listing["runs"]] == ["good"]

@@ -86,7 +86,7 @@ def test_summary_slowest_step_and_findings_leave_the_outside_time_out(evaluation
 
 def test_the_step_detail_ops_kernels_memory_and_trace_of_a_step_holding_a_pass(evaluation):
     plugin, client = make_app(evaluation)
-    assert plugin._store.wait(60)
+    assert plugin._store.wait(300)
     detail = get(client, f"{BASE}/step?run=eval&step=2")
     assert detail["outside"] == [[0.5, 15.0, "eval"]]  # after the data fetch, to the training forward
     names = {o["name"] for ops in detail["ops"].values() for o in ops}
@@ -122,7 +122,7 @@ def test_the_step_detail_ops_kernels_memory_and_trace_of_a_step_holding_a_pass(e
 
 def test_the_timeline_carries_evaluation_and_the_profilers_own_time_apart(evaluation):
     plugin, client = make_app(evaluation)
-    assert plugin._store.wait(60)
+    assert plugin._store.wait(300)
     body = get(client, f"{BASE}/timeline?run=eval")
     assert body["steps"] == list(range(10))
     assert body["eval"] == [None, None, 14.5, None, None, None, None, 15.0, None, None]
@@ -222,7 +222,7 @@ def test_a_real_loops_timeline_carries_its_pass_and_the_profilers_time(real_run)
     logdir, _ = real_run
     values = scalars(logdir / "r")
     plugin, client = make_app(logdir)
-    assert plugin._store.wait(60)
+    assert plugin._store.wait(300)
     body = get(client, f"{BASE}/timeline?run=r")
     assert body["steps"] == list(range(8))
     assert [s for s, v in zip(body["steps"], body["eval"]) if v is not None] == [3]

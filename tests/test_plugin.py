@@ -57,7 +57,7 @@ def make_app(logdir):
 @pytest.fixture(scope="module")
 def served(logdir):
     plugin, client = make_app(logdir)
-    assert plugin._store.wait(120)
+    assert plugin._store.wait(300)
     yield plugin, client
     plugin._store.close()
 
@@ -156,7 +156,7 @@ def test_ranks_names_the_straggler(tmp_path, collectives):
     two_rank_job(tmp_path / "job", collectives)
     plugin, client = make_app(tmp_path)
     try:
-        assert plugin._store.wait(60)
+        assert plugin._store.wait(300)
         body = get(client, f"{BASE}/ranks?run=job")
     finally:
         plugin._store.close()
@@ -256,7 +256,7 @@ def test_a_span_added_while_running_appears_after_one_reload(logdir, traces):
     added = logdir / "cpu" / "base" / f"{worker}.1999999999999999999.pt.trace.json.gz"  # a later span, same worker
     plugin, client = make_app(logdir)
     try:
-        assert plugin._store.wait(120)
+        assert plugin._store.wait(300)
         before = get(client, f"{BASE}/steps?run=cpu/base")["steps"]
         shutil.copy(src, added)
         settled(added)
@@ -264,7 +264,7 @@ def test_a_span_added_while_running_appears_after_one_reload(logdir, traces):
         runs = get(client, f"{BASE}/runs")
         spans = [s["file"] for r in runs["runs"] if r["run"] == "cpu/base" for s in r["workers"][0]["spans"]]
         assert added.name in spans
-        assert plugin._store.wait(60)
+        assert plugin._store.wait(300)
         after = get(client, f"{BASE}/steps?run=cpu/base")["steps"]
         assert len(after) == len(before) + 3
     finally:
@@ -286,7 +286,7 @@ def test_a_file_still_being_written_waits(tmp_path, traces):
         spans = get(client, f"{BASE}/runs")["runs"][0]["workers"][0]["spans"]
         assert spans[0]["state"] == "pending"
         settled(written)  # the writer is done
-        assert plugin._store.wait(60)
+        assert plugin._store.wait(300)
         assert get(client, f"{BASE}/runs")["runs"][0]["workers"][0]["spans"][0]["state"] == "ready"
     finally:
         plugin._store.close()

@@ -63,7 +63,7 @@ def test_timeline_and_ranks_routes_read_every_rank(tmp_path, traces):
     plugin = PhaseprofPlugin(context)
     client = werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
     try:
-        assert plugin._store.wait(120)
+        assert plugin._store.wait(300)
         runs = json.loads(client.get(f"{BASE}/runs").get_data())["runs"]
         assert [(r["run"], r["has_scalars"]) for r in runs] == [("job", True)]
         timeline = json.loads(client.get(f"{BASE}/timeline?run=job").get_data())

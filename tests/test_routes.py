@@ -28,7 +28,7 @@ def client(tmp_path_factory):
     for rank in (0, 1):
         settled(_rank_trace(logdir / "ddp" / f"rank{rank}.1.pt.trace.json", rank, slow_ms=rank * 5))
     plugin, client = make_app(logdir)
-    assert plugin._store.wait(60)
+    assert plugin._store.wait(300)
     yield client
     plugin._store.close()
 
