@@ -250,8 +250,8 @@ def test_forged_cache_entries_never_fail_a_reader(edits):
             names = [f for f in analysis.__struct_fields__ if isinstance(getattr(analysis, f), np.ndarray)]
             _forge_array(analysis, names[which % len(names)], at, value)
         elif where == "table":
-            table = getattr(analysis, ("ops", "kernels", "memory_curve", "lanes", "outside")[which % 5])
-            columns = [f for f in table.__struct_fields__ if f != "labels"]
+            table = getattr(analysis, ("ops", "kernels", "memory_curve", "lanes", "outside", "gpu")[which % 6])
+            columns = [f for f in table.__struct_fields__ if isinstance(getattr(table, f), np.ndarray)]
             _forge_array(table, columns[column % len(columns)], at, value)
         elif where == "step":
             forged = analysis.steps[at % len(analysis.steps)]
