@@ -54,7 +54,7 @@ def test_whole_run_figures_equal_those_of_the_event_files(tmp_path):
         optimizer.zero_grad()
         loss = F.cross_entropy(model(x), y)
         if i == 37:
-            time.sleep(1.0)  # one slow step, in "other": between forward and backward
+            time.sleep(3.0)  # one slow step, in "other": slower than a busy machine makes any other
         loss.backward()
         optimizer.step()
     prof.close()
@@ -85,8 +85,8 @@ def test_whole_run_figures_equal_those_of_the_event_files(tmp_path):
             assert got[field] == pytest.approx(want, abs=1e-4), (key, field)
     slowest = whole["slowest"][0]
     assert slowest["step"] == max(steps, key=lambda s: expected[STEP_TAG][s]) == 37
-    assert slowest["wall_ms"] == pytest.approx(expected[STEP_TAG][37], abs=1e-4) and slowest["wall_ms"] >= 1000
-    assert slowest["phase"] == "other" and slowest["phase_over_median_ms"] >= 900
+    assert slowest["wall_ms"] == pytest.approx(expected[STEP_TAG][37], abs=1e-4) and slowest["wall_ms"] >= 3000
+    assert slowest["phase"] == "other" and slowest["phase_over_median_ms"] >= 2900
     assert [s["wall_ms"] for s in whole["slowest"]] == sorted((s["wall_ms"] for s in whole["slowest"]), reverse=True)
 
     text = report(tmp_path).stdout
