@@ -1,5 +1,5 @@
-"""The ``phaseprof`` command: ``report``, ``compare`` and ``cache`` (no torch needed), ``demo`` (runs a
-profiled model)."""
+"""The ``phaseprof`` command: ``report``, ``compare``, ``cache`` and ``capture`` (no torch needed),
+``demo`` (runs a profiled model)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,21 @@ def main(argv: list[str] | None = None) -> int:
     cache.add_argument("--background", action="store_true",
                        help="run at idle priority: only on CPU time nothing else wants")
 
+    capture = sub.add_parser(
+        "capture", help="trace the next steps of a running training job",
+        description="Ask a running PhaseProfiler (or Lightning / Hugging Face callback) for a trace of its next "
+                    "steps, through a request file under the run; every rank traces the same step numbers. "
+                    "Exit status: 0 when asked (with --wait: when every rank wrote its trace), 1 when the run "
+                    "refused (it ended, another capture is running...), 2 when there is no such run.")
+    capture.add_argument("logdir", metavar="LOGDIR", help="the logdir the job writes into (or its run directory)")
+    capture.add_argument("--run", help="the run (its directory relative to LOGDIR); default: the one running")
+    capture.add_argument("--steps", type=int, help="steps to trace (default: the job's configured `active`)")
+    capture.add_argument("--ranks", type=_ranks, default=None,
+                         help="'all' (default) or the ranks to trace, e.g. 0,3")
+    capture.add_argument("--wait", action="store_true",
+                         help="wait until the traces are written and analysed, and say what they hold")
+    capture.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits at most (default 600)")
+
     demo = sub.add_parser("demo", help="profile the MNIST CNN (synthetic data) and a small inference run")
     demo.add_argument("--logdir", default="./profile")
     demo.add_argument("--steps", type=int, default=30, help="training steps (default 30)")
@@ -58,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         return _compare(args)
     if args.command == "cache":
         return _cache(args)
+    if args.command == "capture":
+        from phaseprof.capture_cli import capture
+
+        return capture(args.logdir, run=args.run, steps=args.steps, ranks=args.ranks, wait=args.wait,
+                       timeout=args.timeout)
     from phaseprof.training_hooks.demo import run_demo
 
     return run_demo(logdir=args.logdir, steps=args.steps, device=args.device)
@@ -157,6 +177,19 @@ def _shown(text: str) -> str:
     from phaseprof.terminal import LINE_WIDTH, plain
 
     return plain(text, LINE_WIDTH)
+
+
+def _ranks(text: str) -> list[int] | None:
+    """``all`` (None), or ranks as ``0,3``."""
+    if text == "all":
+        return None
+    try:
+        ranks = sorted({int(r) for r in text.split(",")})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not 'all' nor ranks like 0,3: {text!r}") from None
+    if any(r < 0 for r in ranks):
+        raise argparse.ArgumentTypeError(f"ranks are not negative: {text!r}")
+    return ranks
 
 
 def _share(text: str) -> float:

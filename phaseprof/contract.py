@@ -168,6 +168,10 @@ EVENT_FILE_MARKER = "tfevents"
 #: beside the traces by the training side (at the source) or by the first reader; never a run itself.
 ANALYSIS_DIR = ".phaseprof"
 
+#: Folder inside a run directory of the capture channel (`phaseprof.capture_channel`): each running
+#: rank's heartbeat, the requests for a trace of the next steps, and the ranks' answers.
+CAPTURE_DIR = ANALYSIS_DIR + "/capture"
+
 #: Under torch.distributed every rank writes its per-step scalars into a TensorBoard run of its own
 #: inside the run directory, ``<run>/rank<N>/`` (TensorBoard overlays the ranks in each chart); a
 #: process outside torch.distributed writes them into the run directory itself.

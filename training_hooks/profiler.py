@@ -53,6 +53,7 @@ from phaseprof.contract import (
     validate_phase_name,
 )
 
+from .capture import CaptureWatcher, Slowdown
 from .cuda_timing import CudaPhaseTimer
 from .faults import Faults
 from .hooks import Attachment
@@ -100,7 +101,8 @@ class PhaseProfiler:
     def __init__(self, logdir: str = "./profile", run: str | None = None, *, wait: int = 1, warmup: int = 1,
                  active: int = 10, repeat: int = 1, record_shapes: bool = False, profile_memory: bool = False,
                  with_stack: bool = False, activities: Iterable[torch.profiler.ProfilerActivity] | None = None,
-                 gzip: bool = True, analyze_traces: bool = True) -> None:
+                 gzip: bool = True, analyze_traces: bool = True,
+                 capture_on_slowdown: bool | Slowdown = False) -> None:
         if min(wait, warmup, repeat) < 0 or active < 1:
             raise ValueError(f"the schedule needs wait, warmup, repeat >= 0 and active >= 1, got wait={wait}, "
                              f"warmup={warmup}, active={active}, repeat={repeat}")
@@ -112,6 +114,7 @@ class PhaseProfiler:
                              activities=activities)
         self._gzip = gzip
         self._analyze_traces = analyze_traces
+        self._slowdown = Slowdown() if capture_on_slowdown is True else capture_on_slowdown or None
         #: The current step's number: ``ProfilerStep#<step_num>`` in traces, the step of its scalars.
         self.step_num = 0
         self._state = _NEW
@@ -207,6 +210,8 @@ class PhaseProfiler:
             except Exception as e:  # noqa: BLE001
                 self._faults.report("torch.profiler failed to stop", e)
             last.profiler_ns = time.perf_counter_ns() - now
+        if self._capture is not None:
+            self._capture.close()
         if gpu is not None:
             try:
                 records = [r for record in records for r in gpu.end_step(record)] + gpu.finish()
@@ -252,6 +257,11 @@ class PhaseProfiler:
         self._thread = threading.get_ident()
         self._phases = PhaseTracker(self._thread, Ranges(), self._faults)
         self._phases.start_step(time.perf_counter_ns(), self._recording, self._new_gpu_timer())
+        try:
+            self._capture = CaptureWatcher(self, dist.get_world_size() if distributed else 1, self._slowdown)
+        except Exception as e:  # noqa: BLE001
+            self._capture = None
+            self._faults.report("cannot watch for capture requests; steps are traced only as scheduled", e)
         self._state = _RUNNING
         _running = self
         atexit.register(self.close)
@@ -304,6 +314,9 @@ class PhaseProfiler:
             self.step_num += 1
             if self._profiler is not None:
                 self._step_profiler(self._profiler)
+            if self._capture is not None and self._capture.plan is not None and self._profiler is None:
+                self._profiler = self._capture.begin(self)
+                self._recording = self._profiler is not None and self._profiler.current_action in _RECORDING
             if gpu is None and self._cuda_possible:
                 gpu = self._new_gpu_timer()
             if self._attachment is not None:

@@ -1,0 +1,304 @@
+"""Traces of any step of a long run: the training side of the capture channel
+(`phaseprof.capture_channel`).
+
+A daemon thread (`CaptureWatcher`) wakes every `BEAT_S` seconds, off the loop: it republishes this
+rank's heartbeat (its step and pace), reads new requests under ``<run>/.phaseprof/capture/``,
+accepts or refuses each (answering in the run), and, with ``capture_on_slowdown``, judges the last
+steps against the run's own noise and writes a request itself. The loop thread pays one attribute
+test per step (`CaptureWatcher.plan` is None while nothing is accepted); at the step before an
+accepted capture it starts a ``torch.profiler.profile`` of its own (`begin`), whose schedule warms
+up for one step and records the captured steps, numbered as the run numbers them, into one trace
+written like the configured window's (and analysed in the background like it). A capture never
+traces more steps than the configured ``active``, and never while the configured schedule is
+still profiling.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import msgspec
+import torch
+from torch.profiler import ProfilerAction
+
+from phaseprof.capture_channel import (
+    ACCEPTED,
+    BEAT_S,
+    BY_SLOWDOWN,
+    FINAL,
+    REFUSED,
+    REQUEST_RE,
+    STALE_REQUEST_S,
+    TRACING,
+    WRITTEN,
+    Answer,
+    Heartbeat,
+    Request,
+    Unreadable,
+    Why,
+    answer_name,
+    beat_name,
+    capture_dir,
+    check_request,
+    decode,
+    plan_request,
+    read_small,
+    write_atomic,
+    write_request,
+)
+from phaseprof.noise import noise
+
+if TYPE_CHECKING:
+    from .profiler import PhaseProfiler
+    from .recorder import PhaseStats
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """When ``capture_on_slowdown`` traces by itself: the ``last`` steps all stand above the noise
+    band (`phaseprof.noise`, the reports' rule) of the ``reference`` steps before them (judged
+    once ``min_reference`` are in); at most ``captures`` per run, at most one per ``every_s``
+    seconds; each traces ``steps`` steps (default: the configured ``active``)."""
+
+    last: int = 8
+    reference: int = 200
+    min_reference: int = 20
+    captures: int = 3
+    every_s: float = 600.0
+    steps: int | None = None
+
+
+@dataclass(eq=False)
+class Plan:
+    """An accepted request on this rank: trace steps ``start`` .. ``end - 1``."""
+
+    request: Request
+    start: int
+    end: int
+    state: str = ACCEPTED
+    files: tuple[str, ...] = ()
+    reason: str | None = None
+    answered: str | None = None  # the state last written to the answer file
+
+    def action(self, step: int) -> ProfilerAction:
+        """The capture's schedule, on the run's step numbers: warm up before, record, save at the last."""
+        if step < self.start:
+            return ProfilerAction.WARMUP
+        if step < self.end - 1:
+            return ProfilerAction.RECORD
+        return ProfilerAction.RECORD_AND_SAVE if step == self.end - 1 else ProfilerAction.NONE
+
+
+class CaptureWatcher:
+    """This rank's side of the capture channel, for one running PhaseProfiler."""
+
+    def __init__(self, prof: PhaseProfiler, world_size: int, slowdown: Slowdown | None) -> None:
+        self._prof = prof
+        self.rank = prof._rank
+        self.world_size = world_size
+        self.folder = capture_dir(prof.run_dir)
+        self.started = time.time()
+        s = prof._schedule
+        self.active = s["active"]
+        self.schedule_until = prof._profile_until
+        self.slowdown = slowdown
+        #: The next accepted capture, for the loop thread; None while nothing is accepted.
+        self.plan: Plan | None = None
+        self._plans: list[Plan] = []
+        self._seen: set[str] = set()
+        self._paces: collections.deque[tuple[float, int]] = collections.deque(maxlen=5)
+        self._slowdowns: dict[str, float] = {}  # slowdown captures of this run: when each was asked
+        self._lock = threading.Lock()  # one tick at a time (the thread's, close's last one)
+        self._stop = threading.Event()
+        os.makedirs(self.folder, exist_ok=True)
+        if os.path.islink(self.folder):
+            raise OSError(f"{self.folder} is a link")
+        self._beat()
+        self._thread = threading.Thread(target=self._run, name="phaseprof-capture", daemon=True)
+        self._thread.start()
+
+    # -- the loop thread ----------------------------------------------------------------------------
+
+    def begin(self, prof: PhaseProfiler) -> torch.profiler.profile | None:
+        """At a step boundary, with no profiler running: the profiler of the next capture if its
+        warm-up step is the step beginning now. Never raises."""
+        plan = self.plan
+        step = prof.step_num
+        if plan is None or step < plan.start - 1:
+            return None
+        self.plan = self._next_plan(after=plan)
+        if step > plan.start - 1:
+            if self.world_size > 1:
+                plan.state, plan.reason = REFUSED, (f"missed: rank {self.rank} was at step {step} before it could "
+                                                    f"warm up for step {plan.start}; ask again")
+                return None
+            plan.reason = f"started at step {step + 1}, not {plan.start}: the request was seen late"
+            plan.end += step + 1 - plan.start
+            plan.start = step + 1
+        written = len(prof._traces.written)
+
+        def trace_ready(p: torch.profiler.profile) -> None:
+            prof._traces(p)
+            plan.files = tuple(os.path.basename(f) for f in prof._traces.written[written:])
+            plan.end = min(plan.end, prof.step_num + 1)  # shorter if the run closed inside it
+            plan.state = WRITTEN if plan.files else REFUSED
+            if not plan.files:
+                plan.reason = "the trace could not be written (see the profiler's summary)"
+
+        try:
+            profiler = torch.profiler.profile(schedule=plan.action, on_trace_ready=trace_ready, **prof._options)
+            profiler.step_num = step  # ProfilerStep#<n> carries the run's step numbers
+            profiler.start()
+        except Exception as e:  # noqa: BLE001 - no trace, but training goes on
+            plan.state, plan.reason = REFUSED, f"torch.profiler failed to start: {type(e).__name__}: {e}"
+            prof._faults.report("torch.profiler failed to start a capture", e)
+            return None
+        plan.state = TRACING
+        prof._profile_until = plan.end
+        return profiler
+
+    # -- the watcher thread ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.wait(BEAT_S):
+            self.tick()
+
+    def tick(self) -> None:
+        """One look: heartbeat, new requests, answers, the slowdown rule. Never raises."""
+        with self._lock:
+            try:
+                self._beat()
+                self._read_requests()
+                self._answer_all()
+                if self.slowdown is not None:
+                    self._judge_slowdown(self.slowdown)
+            except Exception as e:  # noqa: BLE001 - the channel is down, training goes on
+                self._prof._faults.report("the capture channel failed", e)
+
+    def close(self) -> None:
+        """The run ends: captures not written are refused, the heartbeat says it ended."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        with self._lock:
+            step = self._prof.step_num
+            for plan in self._plans:
+                if plan.state not in FINAL:
+                    plan.state, plan.reason = REFUSED, f"the run ended at step {step}, before the capture"
+            self.plan = None
+            try:
+                self._answer_all()
+                self._beat(ended=True)
+            except Exception as e:  # noqa: BLE001
+                self._prof._faults.report("the capture channel failed", e)
+
+    def _beat(self, ended: bool = False) -> None:
+        now, step = time.time(), self._prof.step_num
+        self._paces.append((now, step))
+        (t0, s0), (t1, s1) = self._paces[0], self._paces[-1]
+        pace = (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
+        beat = Heartbeat(rank=self.rank, world_size=self.world_size, step=step, time=now, steps_per_s=pace,
+                         active=self.active, schedule_until=self.schedule_until, started=self.started, ended=ended)
+        write_atomic(self.folder, beat_name(self.rank), msgspec.json.encode(beat))
+
+    def _read_requests(self) -> None:
+        with os.scandir(self.folder) as entries:
+            names = sorted(e.name for e in entries if e.name not in self._seen and REQUEST_RE.match(e.name))
+        requests = []
+        for name in names:
+            self._seen.add(name)
+            file_id = REQUEST_RE.match(name)["id"]
+            try:
+                requests.append(check_request(decode(read_small(os.path.join(self.folder, name)), Request), file_id))
+            except Unreadable as e:
+                warnings.warn(f"phaseprof: ignored the capture request {os.path.join(self.folder, name)}: {e}",
+                              RuntimeWarning, stacklevel=1)
+        for request in sorted(requests, key=lambda r: (r.written, r.id)):
+            self._consider(request)
+
+    def _consider(self, request: Request) -> None:
+        if request.by == BY_SLOWDOWN and request.written >= self.started:
+            self._slowdowns[request.id] = request.written
+        if request.written < self.started or (request.ranks is not None and self.rank not in request.ranks):
+            return  # asked of an earlier process of this run, or of other ranks
+        plan = Plan(request, request.start, request.start + min(request.steps, self.active))
+        self._plans.append(plan)
+        if request.steps > self.active:
+            plan.reason = f"{request.steps} steps asked, {self.active} traced: the configured window (active)"
+        step = self._prof.step_num
+        age = time.time() - request.written
+        busy = [p for p in self._plans if p is not plan and p.state != REFUSED
+                and p.start - 1 < plan.end and plan.start - 1 < p.end]
+        if age > STALE_REQUEST_S:
+            plan.state, plan.reason = REFUSED, f"stale: seen {age:.0f} s after it was written"
+        elif busy:
+            plan.state, plan.reason = REFUSED, (f"another capture is running: steps {busy[0].start}–"
+                                                f"{busy[0].end - 1}")
+        elif self.schedule_until is None or plan.start <= self.schedule_until:
+            plan.state, plan.reason = REFUSED, ("the configured schedule is still profiling then"
+                                                + (f" (until step {self.schedule_until - 1})" if self.schedule_until
+                                                   else " (repeat=0)"))
+        elif plan.start - 1 <= step and self.world_size > 1:
+            plan.state, plan.reason = REFUSED, (f"missed: rank {self.rank} was at step {step} when it saw the "
+                                                f"request for step {plan.start}; ask again")
+        elif self.plan is None or plan.start < self.plan.start:
+            self.plan = plan  # a single process late for it starts at its next step (`begin`)
+
+    def _next_plan(self, after: Plan) -> Plan | None:
+        waiting = [p for p in self._plans if p is not after and p.state == ACCEPTED and p.start > after.start]
+        return min(waiting, key=lambda p: p.start, default=None)
+
+    def _answer_all(self) -> None:
+        for plan in self._plans:
+            if plan.answered != plan.state:
+                state = plan.state
+                last = plan.end - 1 if plan.end > plan.start else None
+                answer = Answer(id=plan.request.id, rank=self.rank, state=state, updated=time.time(),
+                                first=plan.start if last is not None else None, last=last,
+                                files=list(plan.files), reason=plan.reason)
+                write_atomic(self.folder, answer_name(plan.request.id, self.rank), msgspec.json.encode(answer))
+                plan.answered = state
+
+    def _judge_slowdown(self, rule: Slowdown) -> None:
+        now = time.time()
+        taken = self._slowdowns.values()
+        if len(taken) >= rule.captures or (taken and now - max(taken) < rule.every_s):
+            return
+        if any(p.state not in FINAL for p in self._plans):
+            return
+        numbers, times = recent_steps(self._prof._recorder.stats, rule.reference + rule.last)
+        if len(times) < rule.min_reference + rule.last:
+            return
+        last_traced = max([p.end - 1 for p in self._plans] + [(self.schedule_until or 0) - 1])
+        if numbers[-rule.last] <= last_traced + 1:
+            return  # the steps judged (or the one after a trace) were profiled: their time is not the run's
+        band = noise(times[:-rule.last])
+        tail = times[-rule.last:]
+        if not all(band.slow(t) for t in tail):
+            return
+        why = Why(rank=self.rank, steps=numbers[-rule.last:], step_ms=[round(t, 3) for t in tail],
+                  median_ms=round(band.median, 3), band_ms=round(band.band, 3))
+        try:
+            request = plan_request(self._prof.run_dir, steps=min(rule.steps or self.active, self.active),
+                                   by=BY_SLOWDOWN, why=why)
+        except ValueError:
+            return  # another capture is pending, or the run is ending
+        write_request(self._prof.run_dir, request)  # read back, and accepted, by the next look
+        self._slowdowns[request.id] = request.written
+
+
+def recent_steps(stats: PhaseStats, count: int) -> tuple[list[int], list[float]]:
+    """The last ``count`` training steps the recorder tallied: their numbers and host ms. Read from
+    the watcher thread while the recorder's thread appends: only rows every column already holds."""
+    numbers = stats.numbers
+    columns = list(stats.cpu.values())
+    rows = min([len(numbers)] + [len(c) for c in columns])
+    lo = max(0, rows - count)
+    return numbers[lo:rows].tolist(), [math.fsum(c[i] for c in columns) for i in range(lo, rows)]
+
