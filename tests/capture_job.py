@@ -1,0 +1,148 @@
+"""A training job that runs until told to stop, for the capture tests: a small model under
+PhaseProfiler, each step a sleep of ``step_s`` (so its pace holds on a busy machine), optionally a
+slowdown from step ``slow_from`` on (a sleep in forward), optionally as one rank of a torchrun job.
+
+The job says where it is through files in ``events/`` (never by timing): ``ready.rank<R>`` once
+it has run ``ready_at`` steps, ``starts.rank<R>.json`` at the end (each step's number and start
+time); it stops when ``events/stop`` appears (every rank together) or after ``max_steps``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SCRIPT = r'''
+import json, os, sys, time
+import torch
+from torch import nn
+from phaseprof import PhaseProfiler
+
+cfg = json.loads(sys.argv[1])
+events = cfg["events"]
+torch.set_num_threads(1)
+torch.manual_seed(0)
+distributed = cfg.get("distributed", False)
+rank = 0
+if distributed:
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+        self.step = 0
+
+    def forward(self, x):
+        if cfg.get("slow_from") is not None and self.step >= cfg["slow_from"]:
+            time.sleep(cfg["slow_s"])  # the injected slowdown
+        return self.body(x)
+
+
+net = Net()
+model = torch.nn.parallel.DistributedDataParallel(net) if distributed else net
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+starts = []
+stop = os.path.join(events, "stop")
+with PhaseProfiler(logdir=cfg["logdir"], run=cfg["run"], wait=1, warmup=1, active=cfg["active"],
+                   capture_on_slowdown=cfg.get("slowdown", False)) as prof:
+    prof.attach(model, optimizer)
+    while prof.step_num < cfg["max_steps"]:
+        if prof.step_num % 10 == 0:
+            flag = torch.tensor([float(os.path.exists(stop))])
+            if distributed:
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops at the same step
+            if flag.item():
+                break
+        net.step = prof.step_num
+        starts.append((prof.step_num, time.time()))
+        optimizer.zero_grad()
+        model(torch.randn(8, 32)).sum().backward()
+        time.sleep(cfg["step_s"])
+        optimizer.step()
+        if prof.step_num == cfg["ready_at"]:
+            open(os.path.join(events, f"ready.rank{rank}"), "w").close()
+with open(os.path.join(events, f"starts.rank{rank}.json"), "w") as fh:
+    json.dump(starts, fh)
+if distributed:
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # torch's gloo group sometimes aborts in the interpreter's finalization
+'''
+
+
+class Job:
+    """The job as a subprocess (``ranks`` > 1: under torchrun)."""
+
+    def __init__(self, tmp: Path, run: str = "long", *, ranks: int = 1, step_s: float = 0.02, active: int = 5,
+                 max_steps: int = 100_000, ready_at: int = 20, slow_from: int | None = None, slow_s: float = 0.0,
+                 slowdown: bool = False, logdir: Path | None = None):
+        self.tmp = tmp
+        self.logdir = logdir or tmp / "profile"
+        self.run_dir = self.logdir / run
+        self.events = tmp / f"events-{run}"
+        self.events.mkdir(parents=True)
+        script = tmp / "job.py"
+        script.write_text(SCRIPT)
+        cfg = dict(logdir=str(self.logdir), run=run, events=str(self.events), step_s=step_s, active=active,
+                   max_steps=max_steps, ready_at=ready_at, slow_from=slow_from, slow_s=slow_s, slowdown=slowdown,
+                   distributed=ranks > 1)
+        self.ranks = ranks
+        launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+                    if ranks > 1 else [sys.executable])
+        self.stdout = open(tmp / f"job-{run}.log", "w+")  # noqa: SIM115 - closed by finish()
+        self.proc = subprocess.Popen([*launcher, str(script), json.dumps(cfg)], stdout=self.stdout,
+                                     stderr=subprocess.STDOUT, text=True)
+
+    def wait_for(self, name: str, timeout: float = 300) -> None:
+        """Until ``events/<name>`` exists; fails if the job ends first or the deadline passes."""
+        deadline = time.monotonic() + timeout
+        while not (self.events / name).exists():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the job ended before {name}: {self.log()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {name} within {timeout} s: {self.log()[-3000:]}")
+            time.sleep(0.1)
+
+    def ready(self) -> None:
+        for rank in range(self.ranks):
+            self.wait_for(f"ready.rank{rank}")
+
+    def finish(self, timeout: float = 300) -> str:
+        """Stop the job, wait for it, and return its output; fails unless it exited cleanly."""
+        (self.events / "stop").touch()
+        code = self.proc.wait(timeout=timeout)
+        log = self.log()
+        self.stdout.close()
+        assert code == 0, log[-3000:]
+        return log
+
+    def starts(self, rank: int = 0) -> dict[int, float]:
+        """Each step's start time (seconds since the epoch), by step number."""
+        return dict(json.loads((self.events / f"starts.rank{rank}.json").read_text()))
+
+    def log(self) -> str:
+        self.stdout.flush()
+        return Path(self.stdout.name).read_text()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if not self.stdout.closed:
+            self.stdout.close()
+
+
+def capture(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``phaseprof capture ARGS`` in a subprocess, as a user runs it."""
+    env = dict(os.environ)
+    return subprocess.run([sys.executable, "-m", "phaseprof.cli", "capture", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)

@@ -1,0 +1,209 @@
+"""Traces of any step of a long run: ``phaseprof capture`` against running jobs (one process, and two
+ranks under torchrun), the slowdown trigger, and request files that are not what they should be."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import msgspec
+import pytest
+
+from phaseprof import analyze
+from phaseprof.capture_channel import (
+    REFUSED,
+    WRITTEN,
+    Heartbeat,
+    Request,
+    capture_dir,
+    read_channel,
+    request_name,
+)
+from phaseprof.contract import TRACE_FILE_RE
+from tests.capture_job import Job, capture
+
+pytestmark = pytest.mark.slow
+
+
+def _answers(run_dir, request_id: str) -> dict:
+    return read_channel(str(run_dir)).answers[request_id]
+
+
+def _request_id(output: str) -> str:
+    return output.rsplit("(request ", 1)[1].split(")")[0]
+
+
+def _traced_steps(logdir, run: str) -> dict[str, list[int]]:
+    """Each worker's traced steps, as ``phaseprof report`` reads them."""
+    report = subprocess.run([sys.executable, "-m", "phaseprof.cli", "report", str(logdir), "--run", run, "--json"],
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr
+    (found,) = json.loads(report.stdout)["runs"]
+    return {w["worker"]: [s["step"] for s in w["steps"]] for w in found["workers"]}
+
+
+def test_a_running_job_traces_the_steps_asked_after_the_request(tmp_path):
+    job = Job(tmp_path, active=5)
+    try:
+        job.ready()
+        asked = capture(str(job.logdir), "--steps", "3", "--wait")
+        assert asked.returncode == 0, asked.stderr + asked.stdout
+        request = read_channel(str(job.run_dir)).requests[-1]
+        (answer,) = _answers(job.run_dir, request.id).values()
+        assert answer.state == WRITTEN and answer.last - answer.first + 1 == 3
+        assert "3 steps analysed" in asked.stdout
+        log = job.finish()
+    finally:
+        job.kill()
+    # the first traced step began after the request was written
+    assert job.starts()[answer.first] > request.written
+    (trace,) = answer.files
+    worker = TRACE_FILE_RE.match(trace)["worker"]
+    steps = _traced_steps(job.logdir, "long")[worker]
+    # the configured window (steps 2-6), then exactly the three steps asked
+    assert steps == [2, 3, 4, 5, 6, answer.first, answer.first + 1, answer.first + 2]
+    assert "Traceback" not in log
+
+    # the run has ended: asked again, it refuses and says why
+    again = capture(str(job.logdir), "--run", "long", "--steps", "3")
+    assert again.returncode == 1
+    assert "the run ended at step" in again.stderr
+
+
+def test_a_capture_is_never_longer_than_the_configured_window(tmp_path):
+    job = Job(tmp_path, active=4)
+    try:
+        job.ready()
+        asked = capture(str(job.logdir), "--run", "long", "--steps", "50", "--wait")
+        assert asked.returncode == 0, asked.stderr + asked.stdout
+        (answer,) = _answers(job.run_dir, _request_id(asked.stdout)).values()
+        assert answer.last - answer.first + 1 == 4
+        assert "configured window" in answer.reason
+        job.finish()
+    finally:
+        job.kill()
+
+
+def test_two_ranks_trace_the_same_steps(tmp_path):
+    job = Job(tmp_path, ranks=2, active=5, step_s=0.02)
+    try:
+        job.ready()
+        asked = capture(str(job.logdir), "--steps", "4", "--wait")
+        assert asked.returncode == 0, asked.stderr + asked.stdout + job.log()[-2000:]
+        answers = _answers(job.run_dir, _request_id(asked.stdout))
+        job.finish()
+    finally:
+        job.kill()
+    assert sorted(answers) == [0, 1]
+    assert {(a.state, a.first, a.last) for a in answers.values()} == {(WRITTEN, answers[0].first, answers[0].first + 3)}
+    traced = _traced_steps(job.logdir, "long")
+    captured = {answers[rank].files[0] for rank in answers}
+    by_worker = {TRACE_FILE_RE.match(name)["worker"] for name in captured}
+    assert sorted(w.split(".")[0] for w in by_worker) == ["rank0", "rank1"]
+    first = answers[0].first
+    for worker in by_worker:
+        assert traced[worker][-4:] == [first, first + 1, first + 2, first + 3]
+    assert job.starts(0)[first] > read_channel(str(job.run_dir)).requests[-1].written
+
+
+def test_only_the_ranks_asked_trace(tmp_path):
+    job = Job(tmp_path, ranks=2, active=3, step_s=0.02)
+    try:
+        job.ready()
+        asked = capture(str(job.logdir), "--ranks", "1", "--wait")
+        assert asked.returncode == 0, asked.stderr + asked.stdout
+        answers = _answers(job.run_dir, _request_id(asked.stdout))
+        job.finish()
+    finally:
+        job.kill()
+    assert sorted(answers) == [1] and answers[1].state == WRITTEN
+
+
+def _hostile_requests(folder) -> list[str]:
+    """Request files that must be ignored: truncated, 10 MB, wrong types, a link, a FIFO, a
+    request whose id is not its name's."""
+    good = msgspec.json.encode(Request(id="0" * 16, written=time.time(), by="cli", steps=2, start=10**6))
+    files = {
+        "1" * 16: good[: len(good) // 2],
+        "2" * 16: b'{"id": "' + b"2" * 16 + b'", "pad": "' + b"x" * (10 << 20) + b'"}',
+        "3" * 16: msgspec.json.encode({"id": "3" * 16, "written": "now", "by": "cli", "steps": "ten", "start": []}),
+        "4" * 16: good,  # its id is not its name's
+    }
+    for request_id, data in files.items():
+        (folder / request_name(request_id)).write_bytes(data)
+    outside = folder.parent.parent / "elsewhere.json"
+    outside.write_bytes(good.replace(b"0" * 16, b"5" * 16))
+    os.symlink(outside, folder / request_name("5" * 16))
+    os.mkfifo(folder / request_name("6" * 16))
+    return [request_name(c * 16) for c in "123456"]
+
+
+def test_hostile_request_files_are_ignored_and_training_goes_on(tmp_path):
+    job = Job(tmp_path, active=3)
+    try:
+        job.ready()
+        names = _hostile_requests(job.run_dir / ".phaseprof" / "capture")
+        asked = capture(str(job.logdir), "--run", "long", "--wait")
+        assert asked.returncode == 0, asked.stderr + asked.stdout
+        log = job.finish()
+    finally:
+        job.kill()
+    for name in names:
+        assert f"ignored the capture request {job.run_dir / '.phaseprof' / 'capture' / name}" in log, name
+    assert "Traceback" not in log
+    channel = read_channel(str(job.run_dir))
+    assert len(channel.ignored) == len(names)
+    assert [r.by for r in channel.requests] == ["cli"]
+
+
+def test_slowdown_traces_the_steps_after_it_and_steady_runs_none(tmp_path):
+    """One job slows down at step 40 (a sleep in forward); three steady jobs of the same length run
+    beside it. Only the first takes a trace by itself, of steps after the slowdown."""
+    length, slow_from = 130, 40
+    common = dict(step_s=0.06, active=4, max_steps=length, slowdown=True, logdir=tmp_path / "profile")
+    slow = Job(tmp_path, "slow", slow_from=slow_from, slow_s=0.12, **common)
+    steady = [Job(tmp_path, f"steady{k}", **common) for k in range(3)]
+    try:
+        for job in (slow, *steady):
+            assert job.proc.wait(timeout=600) == 0, job.log()[-3000:]
+    finally:
+        for job in (slow, *steady):
+            job.kill()
+    channel = read_channel(str(slow.run_dir))
+    (request,) = channel.requests
+    assert request.by == "slowdown" and request.why is not None
+    assert all(s >= slow_from for s in request.why.steps)
+    assert min(request.why.step_ms) > request.why.median_ms + request.why.band_ms
+    (answer,) = channel.answers[request.id].values()
+    assert answer.state == WRITTEN and answer.first > slow_from and answer.last - answer.first + 1 == 4
+    for job in steady:
+        assert read_channel(str(job.run_dir)).requests == [], job.run_dir
+    # the report reads the slowdown's trace
+    report = analyze(str(slow.run_dir))
+    (worker,) = report["runs"][0]["workers"]
+    assert [s["step"] for s in worker["steps"]][-4:] == list(range(answer.first, answer.last + 1))
+
+
+def test_a_request_for_steps_the_schedule_profiles_is_refused(tmp_path):
+    """A hand-written request whose steps the configured window traces gets a reason, not a crash."""
+    job = Job(tmp_path, active=3)
+    try:
+        job.ready()
+        folder = capture_dir(str(job.run_dir))
+        request = Request(id="a" * 16, written=time.time(), by="cli", steps=2, start=1)
+        with open(os.path.join(folder, request_name(request.id)), "wb") as fh:
+            fh.write(msgspec.json.encode(request))
+        deadline = time.monotonic() + 120
+        while request.id not in read_channel(str(job.run_dir)).answers:
+            assert time.monotonic() < deadline, job.log()[-2000:]
+            time.sleep(0.1)
+        job.finish()
+    finally:
+        job.kill()
+    answer = _answers(job.run_dir, request.id)[0]
+    assert answer.state == REFUSED and "configured schedule" in answer.reason
+    beat = msgspec.json.decode((job.run_dir / ".phaseprof" / "capture" / "rank0.json").read_bytes(), type=Heartbeat)
+    assert beat.ended
