@@ -804,6 +804,61 @@ class MemoryAnswer(Answer):
     outside: list[OutsideBand]
 
 
+# --- captures: traces of the next steps of a running job -------------------------------------------
+
+#: Where a rank stands with a capture request: not answered yet, then `phaseprof.capture_channel`'s states.
+RankCaptureState = Literal["waiting", "accepted", "tracing", "written", "refused"]
+#: Where a request stands over its ranks: ``partial`` when some wrote their trace and some refused.
+CaptureState = Literal["waiting", "tracing", "written", "refused", "partial"]
+
+
+class RankCapture(Answer):
+    """One rank's answer to a capture request."""
+
+    rank: int
+    state: RankCaptureState
+    first: int | None  # the steps it traces (or traced), inclusive
+    last: int | None
+    files: list[str]  # its trace files, in the run directory
+    reason: str | None  # why refused, or what shortened the trace
+
+
+class SlowdownWhy(Answer):
+    """Why the slowdown trigger asked: the last steps' host times against the steps before them."""
+
+    rank: int
+    steps: list[int]
+    step_ms: list[float]
+    median_ms: float
+    band_ms: float  # the noise band around the median (`phaseprof.noise`)
+
+
+class CaptureInfo(Answer):
+    """A request for a trace of a run's next steps, and its ranks' answers."""
+
+    id: str
+    by: Literal["cli", "tab", "slowdown"]
+    written: float  # seconds since the epoch
+    first: int  # the steps asked, inclusive
+    last: int
+    ranks: list[int] | None  # None: every rank
+    why: SlowdownWhy | None  # the slowdown's figures, for captures the run took by itself
+    state: CaptureState
+    answers: list[RankCapture]  # every rank asked, in rank order
+
+
+class CaptureAnswer(Answer):
+    """A run's captures (newest first), and whether a capture can be asked now (else why not)."""
+
+    run: str
+    can_ask: bool
+    reason: str | None  # why not: the run ended, is not watched, another capture is running, read-only
+    step: int | None  # the step the fastest running rank is at
+    active: int | None  # the most steps one capture traces (the configured window)
+    asked: str | None  # the id of the request this answer's POST wrote
+    captures: list[CaptureInfo]
+
+
 #: Every answer a client receives, for the generated TypeScript types and the schema checks.
 ANSWERS = (RunsAnswer, StepsAnswer, StepDetail, TimelineAnswer, CompareAnswer, RanksAnswer, Report, GateReport,
-           StepTrace, KernelsAnswer, OpsAnswer, MemoryAnswer)
+           StepTrace, KernelsAnswer, OpsAnswer, MemoryAnswer, CaptureAnswer)

@@ -31,6 +31,7 @@ ROUTE_ANSWERS = {
     "/kernels": answers.KernelsAnswer,
     "/ops": answers.OpsAnswer,
     "/memory": answers.MemoryAnswer,
+    "/capture": answers.CaptureAnswer,
 }
 
 

@@ -54,6 +54,7 @@ from ..answers import (
 )
 from ..reading.decode import TraceError
 from ..reading.discovery import Run
+from .capture import ASK_HEADER, capture_impl, read_only
 from .store import LOADING, PENDING, READY, TraceStore
 
 PLUGIN_NAME = "phaseprof"
@@ -85,6 +86,7 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         self._data_provider = context.data_provider
         self._store = TraceStore(context.logdir or "")
         self._static = _static_files()
+        self._read_only = read_only(context.flags)
         self._store.refresh_soon(force=True)
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
@@ -109,6 +111,7 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
             "/kernels": self._serve_kernels,
             "/ops": self._serve_ops,
             "/memory": self._serve_memory,
+            "/capture": self._serve_capture,
         }
 
     # --- static files -----------------------------------------------------------------------------
@@ -299,6 +302,19 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         return MemoryAnswer(run=target.run.name, worker=w.name, step=target.step, wall_ms=ms(step.wall),
                             recorded=any(len(s.memory_curve.step) for s in w.spans),
                             devices=memory_series(span, i), bands=bands, outside=outside_bands(span, i))
+
+    @wrappers.Request.application
+    def _serve_capture(self, request):
+        """GET: the run's captures; POST (with the `ASK_HEADER` header): ask for one first."""
+        ask = request.method == "POST"
+        if ask and request.headers.get(ASK_HEADER) != "ask":
+            raise errors.InvalidArgumentError(f"a capture is asked by a POST with the header {ASK_HEADER}: ask")
+        steps = _int_arg(request.args, "steps")
+        if steps is not None and steps < 1:
+            raise errors.InvalidArgumentError(f"parameter 'steps' must be at least 1, not {steps}")
+        target = self._resolve(request.args)
+        return _json(request, capture_impl(self._store.logdir, target.run, ask=ask, steps=steps,
+                                           locked=self._read_only))
 
     # --- arguments --------------------------------------------------------------------------------
 
