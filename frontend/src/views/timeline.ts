@@ -8,6 +8,7 @@ import { mountChart, type Chart } from '../charts/echarts';
 import { drawTimeline, showRange, timelineHeight, zoomTo, type StepRange } from '../charts/timeline_chart';
 import { tooltipBody, type TooltipRow } from '../charts/tooltip';
 import { ApiError } from '../api';
+import { captureCard } from '../components/capture';
 import { button, card, chartBox, figure, figures, legend, phaseName } from '../components/layout';
 import { notice } from '../components/status';
 import { table } from '../components/table';
@@ -125,6 +126,7 @@ function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
     ),
     selection,
     windowsCard(ctx, data),
+    captureCard(ctx, data.run),
   );
   const chart = mountChart(box, ctx.scope);
   const measure = () => {
