@@ -24,6 +24,10 @@ schedule and settings, target <= 2% (the step that exports the trace is left out
    ``lightning`` / ``transformers`` extras): a Trainer of each whose step does next to nothing, with
    and without the callback (timing only, after the window), rounds alternating which runs first;
    the difference is the callback's cost per step, over the MNIST CNN's step as in (1).
+4. The capture watcher (``phaseprof capture``, the tab's button, ``capture_on_slowdown``) with nothing
+   requested: the step through every hook of (1), timing only, with the watcher thread running
+   against the same profiler without it (``--capture`` runs this part alone); plus the watcher
+   thread's own CPU per second (a heartbeat written and the capture folder listed every 0.5 s).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from phaseprof import PhaseProfiler
+from phaseprof.capture_channel import BEAT_S
 from phaseprof.training_hooks.models import MnistNet, mnist_loader
 
 #: A variant: runs ``steps`` steps of a `Loop` with its logs under a directory, returns each step's time.
@@ -220,6 +225,49 @@ def step_only(rounds: int, steps: int, keep: slice) -> dict[str, list[float]]:
     return runs
 
 
+def capture_cost(rounds: int, seed_step_us: float | None) -> list[str]:
+    """The capture watcher with nothing requested, A/B against the same profiler without it."""
+    from phaseprof.training_hooks import profiler as profiler_module
+
+    loop = Loop(torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.LogSoftmax(dim=1)),
+                (torch.ones(1, 1), torch.zeros(1, dtype=torch.long)), lr=0.0, device="cpu")
+    timed = phaseprof(wait=0, warmup=1, active=1)
+
+    def not_watching(loop: Loop, steps: int, logdir: str) -> list[int]:
+        real = profiler_module.CaptureWatcher
+        profiler_module.CaptureWatcher = lambda *args, **kwargs: None  # as before the capture channel
+        try:
+            return timed(loop, steps, logdir)
+        finally:
+            profiler_module.CaptureWatcher = real
+
+    steps, warm = 3000, 100
+    runs = interleaved(loop, {"watching, nothing requested": timed, "no watcher": not_watching},
+                       steps=steps, keep=slice(warm, None), rounds=rounds)
+    cost = [(a - b) / 1e3 for a, b in zip(runs["watching, nothing requested"], runs["no watcher"])]
+    share = f"{statistics.median(cost) / seed_step_us:.3%}" if seed_step_us else ""
+    return ["| capture watcher, cpu | step without it | cost per step [range over rounds] | share of the MNIST CNN's "
+            "step | watcher thread CPU |", "|---|---:|---:|---:|---:|",
+            f"| every hook, timing only, nothing requested vs no watcher | "
+            f"{statistics.median(runs['no watcher']) / 1e3:.1f} µs | {_spread(cost, '.2f')} µs | {share} | "
+            f"{_tick_us():.0f} µs per look, every {BEAT_S} s |"]
+
+
+def _tick_us(looks: int = 200) -> float:
+    """CPU time of one look of the watcher thread (heartbeat, folder listed, nothing new), median."""
+    with tempfile.TemporaryDirectory() as logdir:
+        prof = PhaseProfiler(logdir=logdir, run="ticks", wait=0, warmup=1, active=1)
+        prof.step()
+        times = []
+        for _ in range(looks):
+            start = time.thread_time_ns()
+            prof._capture.tick()
+            times.append(time.thread_time_ns() - start)
+        with contextlib.redirect_stdout(io.StringIO()):
+            prof.close()
+    return statistics.median(times) / 1e3
+
+
 # -- the framework callbacks ------------------------------------------------------------------------
 
 
@@ -330,11 +378,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--no-callbacks", action="store_true", help="skip the Lightning and transformers callbacks")
+    parser.add_argument("--capture", action="store_true", help="only the capture watcher's cost (part 4)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     print(f"python benchmarks/hook_overhead.py --rounds {args.rounds}   (torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start)\n")
+    if args.capture:
+        print("\n".join(capture_cost(args.rounds, None)))
+        return 0
     seed_rows, seed_step_us = seed_cnn(args.rounds)
+    print("\n".join(capture_cost(args.rounds, seed_step_us)) + "\n")
     print("\n".join(hook_cost(args.rounds, seed_step_us)) + "\n")
     print("\n".join(seed_rows) + "\n")
     if not args.no_callbacks:
