@@ -179,6 +179,9 @@ class CaptureWatcher:
                 self._answer_all()
                 if self.slowdown is not None:
                     self._judge_slowdown(self.slowdown)
+            except FileNotFoundError:
+                if not os.path.isdir(self.folder):
+                    self._stop.set()  # the run's folder was removed (a test's, a cleanup): stop watching
             except Exception as e:  # noqa: BLE001 - the channel is down, training goes on
                 self._prof._faults.report("the capture channel failed", e)
 
