@@ -207,3 +207,57 @@ def test_a_request_for_steps_the_schedule_profiles_is_refused(tmp_path):
     assert answer.state == REFUSED and "configured schedule" in answer.reason
     beat = msgspec.json.decode((job.run_dir / ".phaseprof" / "capture" / "rank0.json").read_bytes(), type=Heartbeat)
     assert beat.ended
+
+
+def test_the_lightning_callback_answers_a_request(tmp_path):
+    """The callback's profiler watches for requests like a plain loop's (and takes capture_on_slowdown)."""
+    L = pytest.importorskip("lightning.pytorch")  # an extra of the package; the test extra installs it
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from phaseprof.capture_channel import FINAL, plan_request, write_request
+    from phaseprof.lightning import PhaseProfilerCallback
+    from phaseprof.training_hooks.capture import Slowdown
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(8, 2)
+
+        def training_step(self, batch, batch_idx):
+            time.sleep(0.02)
+            return self.net(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    run_dir = str(tmp_path / "lightning")
+
+    class Ask(L.Callback):
+        """Asks for 3 steps at batch 10; stops training once every rank answered."""
+
+        request = None
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if batch_idx == 10:
+                self.request = plan_request(run_dir, 3)
+                write_request(run_dir, self.request)
+            if self.request is not None:
+                answers = read_channel(run_dir).answers.get(self.request.id, {})
+                if answers and all(a.state in FINAL for a in answers.values()):
+                    trainer.should_stop = True
+
+    callback = PhaseProfilerCallback(logdir=str(tmp_path), run="lightning", active=3, capture_on_slowdown=True)
+    assert callback.profiler._slowdown == Slowdown()
+    ask = Ask()
+    trainer = L.Trainer(max_steps=3000, callbacks=[callback, ask], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    trainer.fit(Tiny(), DataLoader(TensorDataset(torch.randn(3000, 8)), batch_size=1))
+    (answer,) = read_channel(run_dir).answers[ask.request.id].values()
+    # (a single process that sees a request late starts at its next step: 10 steps of 20 ms are less
+    # than one look of its watcher, so the request's start step may have passed)
+    assert answer.state == WRITTEN and answer.last - answer.first == 2 and answer.first >= ask.request.start
+    assert trainer.global_step < 3000  # stopped by the answer, not by running out of steps
+    steps = _traced_steps(tmp_path, "lightning")
+    (worker,) = steps
+    assert steps[worker][-3:] == [answer.first, answer.first + 1, answer.first + 2]
