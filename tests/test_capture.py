@@ -163,8 +163,10 @@ def test_slowdown_traces_the_steps_after_it_and_steady_runs_none(tmp_path):
     """One job slows down at step 40 (a sleep in forward); three steady jobs of the same length run
     beside it. Only the first takes a trace by itself, of steps after the slowdown."""
     length, slow_from = 130, 40
-    common = dict(step_s=0.06, active=4, max_steps=length, slowdown=True, logdir=tmp_path / "profile")
-    slow = Job(tmp_path, "slow", slow_from=slow_from, slow_s=0.12, **common)
+    # steps of 100 ms: the noise band is at least 5 ms, more than a busy machine's jitter in waking
+    # from a sleep, held over the 8 steps the rule judges
+    common = dict(step_s=0.1, active=4, max_steps=length, slowdown=True, logdir=tmp_path / "profile")
+    slow = Job(tmp_path, "slow", slow_from=slow_from, slow_s=0.2, **common)
     steady = [Job(tmp_path, f"steady{k}", **common) for k in range(3)]
     try:
         for job in (slow, *steady):
