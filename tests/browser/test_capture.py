@@ -76,3 +76,9 @@ def test_an_ended_run_is_refused_with_the_reason(tab, job):
     reason.wait_for(timeout=60_000)
     assert "Cannot trace this run now: the run ended at step" in reason.inner_text()
     assert card.locator("button", has_text="Trace the next").is_disabled()
+    # the capture taken before is listed: a click on it opens its first step
+    (capture,) = tab.api("capture", run="long")["captures"]
+    assert "from the tab" in tab.rows("Trace the next steps")[0][1]
+    card.locator("table tbody tr").first.click()
+    tab.frame.locator(".view-step").first.wait_for(timeout=60_000)
+    assert tab.selections()["step"] == str(capture["first"])

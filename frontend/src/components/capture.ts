@@ -119,7 +119,12 @@ export function captureCard(ctx: ViewContext, run: string): HTMLElement {
         : el('p', { class: 'capture-reason', role: 'status' }, `Cannot trace this run now: ${answer.reason ?? 'unknown'}.`),
       el('div', { class: 'actions' }, count, ask),
       mine ? progress(mine, spans) : null,
-      answer.captures.length ? capturesTable(answer.captures) : el('p', { class: 'empty' }, 'No capture was asked of this run yet.'),
+      answer.captures.length
+        ? capturesTable(answer.captures, (c) => {
+            const written = c.answers.find((a) => a.state === 'written' && a.first !== null);
+            if (written) void ctx.api.revalidate().then(() => ctx.go({ view: 'step', step: written.first }));
+          })
+        : el('p', { class: 'empty' }, 'No capture was asked of this run yet.'),
     );
   };
 
@@ -142,10 +147,12 @@ export function captureCard(ctx: ViewContext, run: string): HTMLElement {
   return root;
 }
 
-function capturesTable(captures: CaptureInfo[]): HTMLElement {
+/** The run's captures; a click on a written one opens its first step. */
+function capturesTable(captures: CaptureInfo[], open: (c: CaptureInfo) => void): HTMLElement {
   return table({
     label: 'Captures of this run',
     rows: captures,
+    onRowClick: open,
     columns: [
       { label: 'Steps', value: (c) => c.first, cell: (c) => steps(c.first, c.last) },
       { label: 'Asked', value: (c) => c.written, cell: (c) => `${BY[c.by]}, ${new Date(c.written * 1000).toLocaleTimeString()}` },
