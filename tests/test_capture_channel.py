@@ -232,3 +232,26 @@ def test_tensorboard_takes_the_read_only_flag():
     PhaseprofLoader().define_flags(parser)
     assert parser.parse_args(["--phaseprof_read_only"]).phaseprof_read_only
     assert not parser.parse_args([]).phaseprof_read_only
+
+
+def test_a_slowdown_capture_carries_why_and_its_ranks_states(served):
+    from phaseprof.capture_channel import Request, Why
+
+    logdir, _, client = served
+    folder = capture_dir(str(logdir / "live"))
+    why = Why(rank=1, steps=[30, 31], step_ms=[180.0, 185.5], median_ms=60.0, band_ms=3.0)
+    request = Request(id="e" * 16, written=time.time(), by="slowdown", steps=4, start=50, why=why)
+    with open(os.path.join(folder, request_name(request.id)), "wb") as fh:
+        fh.write(msgspec.json.encode(request))
+    for rank, state in ((0, WRITTEN), (1, REFUSED)):
+        answer = Answer(id=request.id, rank=rank, state=state, updated=time.time(), first=50, last=53,
+                        files=["w.1.pt.trace.json.gz"] if state == WRITTEN else [], reason="missed" if rank else None)
+        with open(os.path.join(folder, answer_name(request.id, rank)), "wb") as fh:
+            fh.write(msgspec.json.encode(answer))
+    _, answer = _capture(client, run="live")
+    (info,) = answer.captures
+    assert (info.by, info.first, info.last, info.state) == ("slowdown", 50, 53, "partial")
+    assert info.why.step_ms == [180.0, 185.5] and info.why.median_ms == 60.0 and info.why.rank == 1
+    assert [(a.rank, a.state, a.files) for a in info.answers] == [(0, WRITTEN, ["w.1.pt.trace.json.gz"]),
+                                                                  (1, REFUSED, [])]
+    assert answer.can_ask  # every rank answered: the next capture may be asked
