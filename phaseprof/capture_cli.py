@@ -17,7 +17,6 @@ from phaseprof.capture_channel import (
     Answer,
     Request,
     capture_dir,
-    describe,
     live_beats,
     plan_request,
     read_channel,
@@ -47,7 +46,9 @@ def capture(logdir: str, run: str | None = None, steps: int | None = None, ranks
         except (ValueError, OSError) as e:
             print(f"phaseprof capture: {run_dir}: not asked: {e}", file=sys.stderr)
             return 1
-        print(f"asked {run_dir} for a trace of {describe(request)} (request {request.id})", file=out)
+        ranks = "every rank" if request.ranks is None else "rank " + ", ".join(map(str, request.ranks))
+        print(f"asked {run_dir} for a trace of steps {request.start}–{request.start + request.steps - 1} on {ranks} "
+              f"(request {request.id})", file=out)
         if not wait:
             return 0
         answers = wait_for_answers(run_dir, request, deadline)
