@@ -67,7 +67,7 @@ export function captureCard(ctx: ViewContext, run: string): HTMLElement {
   const body = el('div', { class: 'capture' });
   const root = card('Trace the next steps', body);
   let timer: number | undefined;
-  let steps_: number | null = null;
+  let chosen: number | null = null;
   ctx.scope.onDispose(() => window.clearTimeout(timer));
 
   const schedule = () => {
@@ -103,11 +103,11 @@ export function captureCard(ctx: ViewContext, run: string): HTMLElement {
 
   const draw = (answer: CaptureAnswer, mine: CaptureInfo | null, spans: Map<string, { worker: string; ready: boolean }> | null) => {
     const max = answer.active ?? 10;
-    const count = el('input', { type: 'number', min: 1, max, value: String(Math.min(steps_ ?? max, max)), 'aria-label': 'Steps to trace', class: 'capture-steps' });
+    const count = el('input', { type: 'number', min: 1, max, value: String(Math.min(chosen ?? max, max)), 'aria-label': 'Steps to trace', class: 'capture-steps' });
     const ask = button(`Trace the next ${count.value} steps`, () => {
-      steps_ = Math.max(1, Math.min(max, Number(count.value) || max));
+      chosen = Math.max(1, Math.min(max, Number(count.value) || max));
       ask.disabled = true;
-      void refresh(steps_);
+      void refresh(chosen);
     }, 'Ask the running job for a trace of its next steps, on every rank at the same step numbers');
     count.addEventListener('input', () => (ask.textContent = `Trace the next ${count.value} steps`));
     ask.disabled = !answer.can_ask;
@@ -159,7 +159,7 @@ function capturesTable(captures: CaptureInfo[], open: (c: CaptureInfo) => void):
       {
         label: 'State',
         value: (c) => c.state,
-        cell: (c) => badge(c.state, c.state === 'written' ? 'ok' : c.state === 'refused' || c.state === 'partial' ? 'danger' : 'muted',
+        cell: (c) => badge(c.state, c.state === 'written' ? '' : c.state === 'refused' || c.state === 'partial' ? 'danger' : 'muted',
           c.answers.map((a) => `rank ${a.rank}: ${a.state}${a.reason ? ` (${a.reason})` : ''}`).join('\n')),
       },
       { label: 'Why', value: (c) => (c.why ? 1 : 0), cell: (c) => slowdownText(c) || (c.answers.find((a) => a.reason)?.reason ?? '') },
