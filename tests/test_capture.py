@@ -263,3 +263,45 @@ def test_the_lightning_callback_answers_a_request(tmp_path):
     steps = _traced_steps(tmp_path, "lightning")
     (worker,) = steps
     assert steps[worker][-3:] == [answer.first, answer.first + 1, answer.first + 2]
+
+
+def test_the_transformers_callback_answers_a_request(tmp_path):
+    transformers = pytest.importorskip("transformers")  # an extra of the package; the test extra installs it
+    import torch
+
+    from phaseprof.capture_channel import FINAL, plan_request, write_request
+    from phaseprof.transformers import PhaseProfilerCallback
+
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=128,
+                                                                 n_positions=32))
+    tokens = torch.randint(0, 128, (16, 16))
+    run_dir = str(tmp_path / "hf")
+
+    class Ask(transformers.TrainerCallback):
+        """Asks for 3 steps at step 10; stops training once every rank answered."""
+
+        request = None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 10:
+                self.request = plan_request(run_dir, 3)
+                write_request(run_dir, self.request)
+            if self.request is not None:
+                answers = read_channel(run_dir).answers.get(self.request.id, {})
+                if answers and all(a.state in FINAL for a in answers.values()):
+                    control.should_training_stop = True
+
+    ask = Ask()
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, max_steps=3000, save_strategy="no",
+        report_to=[], logging_strategy="no", use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
+    data = [{"input_ids": t, "labels": t} for t in tokens]
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data,
+                                   callbacks=[PhaseProfilerCallback(logdir=str(tmp_path), run="hf", active=3), ask])
+    trainer.train()
+    (answer,) = read_channel(run_dir).answers[ask.request.id].values()
+    assert answer.state == WRITTEN and answer.last - answer.first == 2 and answer.first >= ask.request.start
+    assert trainer.state.global_step < 3000  # stopped by the answer, not by running out of steps
+    (steps,) = _traced_steps(tmp_path, "hf").values()
+    assert steps[-3:] == [answer.first, answer.first + 1, answer.first + 2]
