@@ -294,7 +294,7 @@ def test_the_transformers_callback_answers_a_request(tmp_path):
 
     ask = Ask()
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, max_steps=3000, save_strategy="no",
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, max_steps=1000, save_strategy="no",
         report_to=[], logging_strategy="no", use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
     data = [{"input_ids": t, "labels": t} for t in tokens]
     trainer = transformers.Trainer(model=model, args=args, train_dataset=data,
@@ -302,6 +302,6 @@ def test_the_transformers_callback_answers_a_request(tmp_path):
     trainer.train()
     (answer,) = read_channel(run_dir).answers[ask.request.id].values()
     assert answer.state == WRITTEN and answer.last - answer.first == 2 and answer.first >= ask.request.start
-    assert trainer.state.global_step < 3000  # stopped by the answer, not by running out of steps
+    assert trainer.state.global_step < 1000  # stopped by the answer, not by running out of steps
     (steps,) = _traced_steps(tmp_path, "hf").values()
     assert steps[-3:] == [answer.first, answer.first + 1, answer.first + 2]
