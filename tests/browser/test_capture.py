@@ -10,7 +10,7 @@ import urllib.error
 import pytest
 
 from tests.capture_job import Job
-from tests.conftest import TensorBoard
+from tests.tensorboard_server import TensorBoard
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
