@@ -26,8 +26,11 @@ from .nesting import Nesting, nest
 from .partition import Partition, partition
 from .untraced import untraced_us
 
-#: Swimlane bands of one phase closer than this share of the step are drawn as one band.
-_LANE_MERGE_SHARE = 0.002
+#: Swimlane bands of one phase parted by less than this share of the step's wall time (a pixel or less
+#: on a chart up to 1000 px wide) may be drawn as one band ...
+_LANE_MERGE_SHARE = 0.001
+#: ... as long as the gaps so filled add to at most this share of the lane's busy time in the step.
+_LANE_BUSY_SLACK = 0.005
 #: Runtime calls that block the host until the GPU (or the allocator) is done.
 SYNC_CALLS = re.compile(r"^(cuda|hip)((Stream|Device|Event)Synchronize|Memcpy(2D)?|Malloc|Free)$")
 #: A runtime call this many times slower than usual for its name (and at least _STALL_US) waited:
@@ -395,7 +398,7 @@ def _dense(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _lanes(trace: Trace, n: Nesting, part: Partition, launch: Launch, dev_step: np.ndarray,
            dev_phase: np.ndarray) -> Lanes:
     """Per step: the loop's thread as phase segments, other threads' top-level work and each GPU
-    stream's work coloured by the phase that launched it, close bands of one phase merged."""
+    stream's work coloured by the phase that launched it: each lane's busy intervals (`_busy_bands`)."""
     labels = [trace.threads[part.main_thread].label if trace.threads else "host"]
     pieces = [(part.step, np.zeros(len(part.step), np.int32), part.start, part.end, part.phase)]
     side = (n.parent < 0) & (n.thread != part.main_thread)
@@ -428,12 +431,33 @@ def _lanes(trace: Trace, n: Nesting, part: Partition, launch: Launch, dev_step: 
     phase = np.concatenate([p[4] for p in pieces]).astype(np.int32)
     order = np.lexsort((start, lane, step))
     step, lane, start, end, phase = step[order], lane[order], start[order], end[order], phase[order]
-    if len(step):
-        wall = np.array([s.end - s.start for s in part.steps])[step]
-        # Bands of one lane do not overlap (a thread's top-level events, a stream's kernels).
-        new = np.r_[True, (step[1:] != step[:-1]) | (lane[1:] != lane[:-1]) | (phase[1:] != phase[:-1])
-                    | (start[1:] - end[:-1] > wall[1:] * _LANE_MERGE_SHARE)]
-        first = np.flatnonzero(new)
-        end = np.maximum.reduceat(end, first)
-        step, lane, start, phase = step[first], lane[first], start[first], phase[first]
-    return Lanes(labels=labels, step=step, lane=lane, start=start, end=end, phase=phase)
+    wall = np.array([s.end - s.start for s in part.steps])
+    keep = []
+    group = np.flatnonzero(np.r_[True, (step[1:] != step[:-1]) | (lane[1:] != lane[:-1])]) if len(step) else []
+    for a, b in zip(list(group), [*list(group)[1:], len(step)]):
+        keep.append(a + _busy_bands(start[a:b], end[a:b], phase[a:b], wall[step[a]] * _LANE_MERGE_SHARE))
+    first = np.concatenate(keep) if keep else np.zeros(0, np.int64)
+    band_end = np.maximum.reduceat(end, first) if len(first) else end[:0]
+    return Lanes(labels=labels, step=step[first], lane=lane[first], start=start[first], end=band_end,
+                 phase=phase[first])
+
+
+def _busy_bands(start: np.ndarray, end: np.ndarray, phase: np.ndarray, pixel: float) -> np.ndarray:
+    """Where each band of one lane of one step begins (indices into its time-ordered intervals).
+
+    A band is the union of the lane's intervals of one phase: only overlapping or touching intervals
+    join, and so do intervals parted by a gap shorter than ``pixel`` (too short to see), smallest
+    gaps first, as long as the gaps joined add to at most `_LANE_BUSY_SLACK` of the lane's busy time:
+    the bands drawn are never busier than the trace by more than that.
+    """
+    reach = np.maximum.accumulate(end)
+    gap = start[1:] - reach[:-1]
+    same = phase[1:] == phase[:-1]
+    joined = same & (gap <= 0)
+    busy = float(np.sum(np.maximum(end - np.r_[start[0], np.maximum(start[1:], reach[:-1])], 0)))
+    small = np.flatnonzero(same & (gap > 0) & (gap < pixel))
+    if len(small):
+        small = small[np.argsort(gap[small], kind="stable")]
+        fits = np.cumsum(gap[small]) <= busy * _LANE_BUSY_SLACK
+        joined[small[fits]] = True
+    return np.r_[0, np.flatnonzero(~joined) + 1]
