@@ -788,6 +788,9 @@ class MemorySeries(Answer):
     reserved: list[int] | None  # bytes the caching allocator held; None where the trace lacks it
     peak_bytes: int
     peak_ms: float
+    #: the bytes count memory allocated before the trace's first memory event; false: they start at
+    #: zero there (what was allocated before profiling began, e.g. the model's weights, is not in them)
+    baseline: bool
 
 
 class MemoryAnswer(Answer):

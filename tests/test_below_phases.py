@@ -246,6 +246,32 @@ def test_a_long_memory_curve_is_thinned_but_keeps_its_peak(traces):
             assert thin.ts[b][0] == full.ts[a][0] and thin.ts[b][-1] == full.ts[a][-1]
 
 
+@pytest.mark.parametrize("run", ["cpu", "resnet2021"])
+def test_a_memory_curve_without_allocation_baseline_says_so(served, run):
+    # The CPU's "Total Allocated" counts only what was allocated while profiling (its first total is
+    # the first event's own bytes); the 2021 traces carry no total at all.
+    _, client, _ = served
+    for step in steps_of(client, run)[:2]:
+        curve = get(client, "memory", run=run, step=step["step"])
+        assert curve["devices"] and not any(series["baseline"] for series in curve["devices"])
+
+
+def test_a_memory_curve_whose_first_total_holds_earlier_allocations_has_a_baseline(tmp_path):
+    from phaseprof.plugin.analysis.memory import memory_series
+    from phaseprof.plugin.analysis.span import analyze_trace
+    from tests.logdir import write_trace
+    from tests.tracebuilder import memory, op, step, thread_names
+
+    gib, mib = 1 << 30, 1 << 20
+    events = thread_names() + [step(1, 0, 1_000), op("aten::empty", 10, 20),
+                               memory(12, mib, 2 * gib + mib), memory(500, -mib, 2 * gib),
+                               memory(600, 4, 4, device_type=0, device_id=-1)]
+    span = analyze_trace(read_trace(str(write_trace(tmp_path / "w.1.pt.trace.json", events))))
+    series = {s.device: s for s in memory_series(span, 0)}
+    assert series["cuda:0"].baseline and series["cuda:0"].peak_bytes == 2 * gib + mib
+    assert not series["cpu"].baseline  # its first total is its own 4 bytes
+
+
 @pytest.mark.parametrize("query, status", [
     ({"run": "v100"}, 400),  # no step
     ({"run": "v100", "step": "nope"}, 400),

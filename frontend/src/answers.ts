@@ -289,6 +289,7 @@ export interface MemorySeries {
   reserved: number[] | null;
   peak_bytes: number;
   peak_ms: number;
+  baseline: boolean;
 }
 
 /**

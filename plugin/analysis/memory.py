@@ -1,6 +1,12 @@
 """Memory over a step: the allocated (and reserved) bytes after each `[memory]` event, with the
 phases beneath, and the peak.
 
+A trace may have no allocation baseline: the profiler's "Total Allocated" of the CPU counts only
+what was allocated while it recorded, and 2021 traces carry no total at all (the running sum starts
+at zero). Its curve starts at the first allocation the profiler saw, so the model's weights and
+optimizer state, allocated before profiling began, are not in it: `has_baseline` tells, and the tab
+says so beside the curve.
+
 The curve is kept per span at load time (`memory_curve`), thinned to a bounded number of points per
 step and device; thinning keeps each bucket's lowest and highest point, so the peak is exact and
 equals the per-phase peaks of the step detail.
@@ -37,6 +43,23 @@ def running_allocated(trace: Trace) -> np.ndarray:
     return np.where(total < 0, running, total)
 
 
+def has_baseline(trace: Trace, allocated: np.ndarray) -> list[bool]:
+    """Per memory device: whether its allocated bytes count memory allocated before the trace's first
+    memory event, i.e. that event's total is more than its own bytes (by over 1% of them). False where
+    the trace gives no total (the running sum starts at zero)."""
+    mem = trace.memory
+    out = []
+    for d in range(len(trace.memory_devices)):
+        on = np.flatnonzero(mem.device == d)
+        if not len(on):
+            out.append(False)
+            continue
+        first = on[np.argmin(mem.ts[on])]
+        before = int(allocated[first]) - int(mem.nbytes[first])
+        out.append(bool(mem.total[first] >= 0 and before > 0.01 * abs(int(mem.nbytes[first]))))
+    return out
+
+
 def memory_curve(trace: Trace, part: Partition, allocated: np.ndarray) -> MemoryCurve:
     """The memory events inside steps, per (step, device) in time order, thinned to `MAX_POINTS`."""
     mem = trace.memory
@@ -64,7 +87,8 @@ def memory_curve(trace: Trace, part: Partition, allocated: np.ndarray) -> Memory
         keep[lo] = keep[hi - 1] = True
     kept = order[keep]
     return MemoryCurve(step=s[keep].astype(np.int32), device=d[keep].astype(np.int32), ts=ts[keep],
-                       allocated=allocated[kept], reserved=mem.reserved[kept])
+                       allocated=allocated[kept], reserved=mem.reserved[kept],
+                       baseline=has_baseline(trace, allocated))
 
 
 def memory_series(span: SpanAnalysis, i: int) -> list[MemorySeries]:
@@ -89,5 +113,6 @@ def memory_series(span: SpanAnalysis, i: int) -> list[MemorySeries]:
             reserved=reserved.tolist() if (reserved >= 0).all() and reserved.any() else None,
             peak_bytes=int(allocated[top]),
             peak_ms=round(float(ts[top] - start) / 1000.0, 4),
+            baseline=bool(c.baseline[d]) if d < len(c.baseline) else True,
         ))
     return out

@@ -79,6 +79,9 @@ class MemoryCurve(msgspec.Struct):
     ts: np.ndarray  # µs, trace clock
     allocated: np.ndarray  # int64 bytes after the event
     reserved: np.ndarray  # int64 bytes, -1 where the trace does not record it
+    #: per memory device: its allocated bytes count memory allocated before the trace's first memory
+    #: event (false: they start from zero there; see `memory.has_baseline`)
+    baseline: list[bool] = msgspec.field(default_factory=list)
 
     def rows(self, step: int) -> slice:
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))

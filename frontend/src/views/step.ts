@@ -17,7 +17,7 @@ import { saveFile, table } from '../components/table';
 import { el, replace } from '../dom';
 import { bytes, ms, pct, thousands } from '../format';
 import { asOutside, outsideLabel, outsideName, outsideOf } from '../outside';
-import type { KernelRow, StepDetail, StepTrace, StepsAnswer } from '../types';
+import type { KernelRow, MemorySeries, StepDetail, StepTrace, StepsAnswer } from '../types';
 import { fetchInto, findRun, noSteps, type View, type ViewContext } from './view';
 
 const OPS_SHOWN = 10;
@@ -228,7 +228,10 @@ function memoryCurveCard(ctx: ViewContext, d: StepDetail): HTMLElement {
       const box = chartBox(240);
       replace(
         body,
-        el('div', { class: 'figures' }, ...answer.devices.map((s) => figure(`Peak ${s.device}`, bytes(s.peak_bytes), `at ${ms(s.peak_ms)} ms from the step's start`))),
+        baselineNote(answer.devices),
+        el('div', { class: 'figures' }, ...answer.devices.map((s) =>
+          figure(s.baseline ? `Peak ${s.device}` : `Peak ${s.device} (since profiling began)`, bytes(s.peak_bytes),
+            `at ${ms(s.peak_ms)} ms from the step's start${s.baseline ? '' : '; not counting what was allocated before profiling began'}`))),
         box,
         el('p', { class: 'hint' }, 'Allocated bytes after each memory event (dashed: reserved by the caching allocator), the phases shaded beneath.'),
       );
@@ -236,6 +239,18 @@ function memoryCurveCard(ctx: ViewContext, d: StepDetail): HTMLElement {
     }
   })();
   return out;
+}
+
+/** Devices whose curve starts from zero at the trace's first memory event, said in a sentence. */
+function baselineNote(devices: MemorySeries[]): HTMLElement | null {
+  const without = devices.filter((s) => !s.baseline).map((s) => s.device);
+  if (!without.length) return null;
+  return notice(
+    el('strong', null, `No allocation baseline for ${without.join(', ')}: `),
+    'the trace counts memory from the first allocation the profiler saw, so what was allocated before profiling began ',
+    '(the model’s weights, optimizer state, data already on the device) is not in this curve nor in its peak. ',
+    'The true memory in use is higher by that much; torch.cuda.memory_allocated() before profiling gives it.',
+  );
 }
 
 function kernelsCard(ctx: ViewContext, d: StepDetail): HTMLElement {
