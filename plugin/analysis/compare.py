@@ -29,10 +29,11 @@ def mean_side(w: Worker, rows: np.ndarray, phases: list[str], label: str = "") -
 
 
 def compare(a: tuple[Worker, np.ndarray], b: tuple[Worker, np.ndarray], phases: list[str],
-            labels: tuple[str, str] = ("", ""), top: int = TOP_OPS, op: str | None = None) -> CompareAnswer:
+            labels: tuple[str, str] = ("", ""), top: int = TOP_OPS, op: str | None = None,
+            by: str = "both") -> CompareAnswer:
     """Side A and side B (a worker and some of its step rows each), per-phase deltas and the
-    ``top`` ops that changed most (B - A), then the rows of op ``op`` (by name) where they are not
-    among them."""
+    ``top`` ops that changed most (B - A; ``by``: see `changed_ops`), then the rows of op ``op`` (by
+    name) where they are not among them."""
     side_a, side_b = mean_side(*a, phases, labels[0]), mean_side(*b, phases, labels[1])
     delta = Delta(
         wall_ms=round(side_b.wall_ms - side_a.wall_ms, 3),
@@ -42,7 +43,7 @@ def compare(a: tuple[Worker, np.ndarray], b: tuple[Worker, np.ndarray], phases: 
             for p in phases
         },
     )
-    changed = changed_ops(_op_means(*a), _op_means(*b))
+    changed = changed_ops(_op_means(*a), _op_means(*b), by)
     ops = changed[:top] + [r for r in changed[top:] if r.name == op]
     return CompareAnswer(a=side_a, b=side_b, delta=delta, ops=ops, phases=phases)
 
@@ -51,8 +52,10 @@ def _op_means(w: Worker, rows: np.ndarray) -> dict:
     return w.op_means(rows[~w.empty[rows]])
 
 
-def changed_ops(ops_a: dict, ops_b: dict) -> list[ChangedOp]:
-    """Op rows with both sides and deltas, the biggest change in self time first."""
+def changed_ops(ops_a: dict, ops_b: dict, by: str = "both") -> list[ChangedOp]:
+    """Op rows with both sides and deltas, the biggest change in self time first: host and GPU
+    together (``both``), or GPU time alone (``gpu``: what a GPU-bound comparison is about; an op
+    whose launches only took longer on the host does not crowd out the kernels that changed)."""
     zero = np.zeros(len(OP_COLUMNS))
     rows = []
     for key in ops_a.keys() | ops_b.keys():
@@ -64,7 +67,10 @@ def changed_ops(ops_a: dict, ops_b: dict) -> list[ChangedOp]:
             a_self_gpu_ms=ms(sga), b_self_gpu_ms=ms(sgb), delta_self_gpu_ms=ms(sgb - sga),
             a_gpu_ms=ms(ga), b_gpu_ms=ms(gb), delta_gpu_ms=ms(gb - ga),
         ))
-    rows.sort(key=lambda r: (-(abs(r.delta_self_cpu_ms) + abs(r.delta_self_gpu_ms)), r.phase, r.name))
+    if by == "gpu":
+        rows.sort(key=lambda r: (-abs(r.delta_self_gpu_ms), -abs(r.delta_gpu_ms), r.phase, r.name))
+    else:
+        rows.sort(key=lambda r: (-(abs(r.delta_self_cpu_ms) + abs(r.delta_self_gpu_ms)), r.phase, r.name))
     return rows
 
 

@@ -212,11 +212,15 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
     def _serve_compare(self, request):
         a = self._resolve(request.args, worker=True, step="optional", side="a")
         b = self._resolve(request.args, worker=True, step="optional", side="b")
-        return _json(request, self.compare_impl(a, b, request.args.get("op") or None))
+        by = request.args.get("device") or "cpu"
+        if by not in ("cpu", "gpu"):
+            raise errors.InvalidArgumentError(f"device must be cpu or gpu, not {by!r}")
+        return _json(request, self.compare_impl(a, b, request.args.get("op") or None, by))
 
-    def compare_impl(self, a: Target, b: Target, op: str | None = None) -> CompareAnswer:
+    def compare_impl(self, a: Target, b: Target, op: str | None = None, device: str = "cpu") -> CompareAnswer:
         phases = phase_names(a.worker.spans + b.worker.spans)
-        return compare(_side(a), _side(b), phases, labels=(_label(a), _label(b)), op=op)
+        return compare(_side(a), _side(b), phases, labels=(_label(a), _label(b)), op=op,
+                       by="gpu" if device == "gpu" else "both")
 
     @wrappers.Request.application
     def _serve_ranks(self, request):

@@ -25,14 +25,15 @@ export interface OpsTableOptions {
   name?: (op: OpFigures) => HTMLElement;
 }
 
-/** An op's name, kept whole: in a narrow cell its middle gives way, never its end; the full name on hover. */
-export function opName(name: string): HTMLElement {
-  const keep = name.length > 24 ? 14 : 0;
+/** An op's name (or `shown`, a shorter form of it), kept whole: in a narrow cell its middle gives
+ * way, never its end; the full name on hover. */
+export function opName(name: string, shown = name): HTMLElement {
+  const keep = shown.length > 24 ? 14 : 0;
   return el(
     'span',
     { class: 'op', title: name },
-    el('span', { class: 'op-head' }, keep ? name.slice(0, -keep) : name),
-    keep ? el('span', { class: 'op-tail' }, name.slice(-keep)) : null,
+    el('span', { class: 'op-head' }, keep ? shown.slice(0, -keep) : shown),
+    keep ? el('span', { class: 'op-tail' }, shown.slice(-keep)) : null,
   );
 }
 

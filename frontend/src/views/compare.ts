@@ -38,9 +38,10 @@ export const compare: View = {
       button('⇄ Swap', () => ctx.go({ a: ctx.state.b, b: ctx.state.a }), 'Swap A and B'),
       sidePicker(ctx, 'b', stepsB),
     );
-    const data = await fetchInto(ctx, 'the comparison', () => ctx.api.compare({ ...params(a, b), op: ctx.state.op }), result);
-    if (!data) return;
+    // In GPU time the ops are ranked by how much their GPU time changed.
     const device: Device = ctx.state.device === 'gpu' && (stepsA?.gpu || stepsB?.gpu) ? 'gpu' : 'cpu';
+    const data = await fetchInto(ctx, 'the comparison', () => ctx.api.compare({ ...params(a, b), op: ctx.state.op, device }), result);
+    if (!data) return;
     replace(result, headline(data, device), chartCard(ctx, data, device), phasesCard(data, device), opsCard(ctx, data, device));
   },
 };
@@ -49,12 +50,51 @@ function params(a: Side, b: Side) {
   return { run_a: a.run, worker_a: a.worker, step_a: a.step, run_b: b.run, worker_b: b.worker, step_b: b.step };
 }
 
-/** Something worth comparing: two runs, else two workers, else the median and the slowest step. */
+/** Two runs are compared by default only when this share of the op names either ran is common to
+ * both (Jaccard similarity of their op names): runs of one model (another batch size, precision or
+ * version) share nearly all their ops, runs of different models only the common ones. */
+export const SAME_MODEL = 0.6;
+/** At most this many other runs are looked at for a partner (their op names fetched). */
+const PARTNERS_TRIED = 8;
+
+type RunInfo = ViewContext['runs']['runs'][number];
+
+async function opNames(ctx: ViewContext, run: RunInfo): Promise<Set<string> | null> {
+  const answer = await ctx.api.ops(run.run, defaultWorker(run), 'name').catch(() => null);
+  return answer && new Set(answer.ops.map((o) => o.name));
+}
+
+/** The run most like `current` (by its op names) that also ran `op` if one is asked about, if any
+ * is alike enough (`SAME_MODEL`): never a run of another model. */
+async function partnerRun(ctx: ViewContext, current: RunInfo, others: RunInfo[], op: string): Promise<RunInfo | null> {
+  const tried = others.slice(0, PARTNERS_TRIED);
+  const [mine, ...theirs] = await Promise.all([current, ...tried].map((r) => opNames(ctx, r)));
+  if (!mine?.size) return null;
+  let best: RunInfo | null = null;
+  let bestScore = -1;
+  tried.forEach((run, k) => {
+    const names = theirs[k];
+    if (!names?.size || (op && !names.has(op))) return;
+    const common = [...names].filter((n) => mine.has(n)).length;
+    const score = common / (mine.size + names.size - common);
+    if (score >= SAME_MODEL && score > bestScore) {
+      best = run;
+      bestScore = score;
+    }
+  });
+  return best;
+}
+
+/**
+ * Something worth comparing: two runs of the same model (`partnerRun`), else two workers, else the
+ * median and the slowest step.
+ */
 async function defaultSides(ctx: ViewContext): Promise<{ a: Side; b: Side } | null> {
   const traced = ctx.runs.runs.filter((r) => r.workers.length);
   if (!traced.length) return null;
   const current = traced.find((r) => r.run === ctx.state.run) ?? traced[0];
-  const other = traced.find((r) => r !== current);
+  const others = traced.filter((r) => r !== current);
+  const other = others.length ? await partnerRun(ctx, current, others, ctx.state.op) : null;
   const whole = (run: typeof current): Side => ({ run: run.run, worker: defaultWorker(run), step: null });
   if (other) return { a: whole(current), b: whole(other) };
   if (current.workers.length > 1) {

@@ -203,10 +203,16 @@ function slowestCard(ctx: ViewContext, data: StepsAnswer): HTMLElement {
   if (!slow) return card('Slowest step', el('p', { class: 'empty' }, 'No step holds any work.'));
   const open = button(`Open step ${slow.step}`, () => ctx.go({ view: 'step', step: slow.step }));
   if (slow.noise !== 'beyond-noise' || slow.median_step === undefined || !slow.phase) {
+    // The outliers are the backend's (summary.outliers), as the badges and findings: a slowest step
+    // within the noise says which steps do stand out (faster ones) rather than that none does.
+    const others = (data.summary.outliers ?? []).filter((n) => n !== slow.step);
     const why =
       slow.noise === 'too-few-steps'
-        ? 'Too few steps to tell it from noise (at least 3).'
-        : `Within the steps' noise (±${ms(slow.noise_ms ?? 0)} ms of the median step, ${ms(data.summary.median_wall_ms)} ms): no step stands out.`;
+        ? 'Too few steps to tell it from noise.'
+        : `Within the steps' noise (±${ms(slow.noise_ms ?? 0)} ms of the median step, ${ms(data.summary.median_wall_ms)} ms)` +
+          (others.length
+            ? `; step${others.length > 1 ? 's' : ''} ${others.join(', ')} stand${others.length > 1 ? '' : 's'} out, faster than the median step (flagged above).`
+            : ': no step stands out.');
     return card('Slowest step', el('p', null, `Step ${slow.step}: ${ms(slow.wall_ms)} ms. ${why}`), open);
   }
   const typical = slow.median_step;

@@ -12,6 +12,7 @@ import { drawTrace, layoutTrace } from '../charts/trace_view';
 import { select } from '../components/controls';
 import { badge, button, card, chartBox, figure, figures, legend, phaseName } from '../components/layout';
 import { failure, loading, notice } from '../components/status';
+import { kernelLabels } from '../components/kernel_names';
 import { opName, opsTable } from '../components/ops_table';
 import { saveFile, table } from '../components/table';
 import { el, replace } from '../dom';
@@ -270,6 +271,7 @@ function kernelsCard(ctx: ViewContext, d: StepDetail): HTMLElement {
 
 /** Kernels by name: calls, device time, the op and phase that launched them. */
 export function kernelsTable(ctx: ViewContext, kernels: KernelRow[], limit?: number): HTMLElement {
+  const shown = kernelLabels(kernels.map((k) => k.name));
   return table<KernelRow>({
     label: 'Kernels',
     rows: kernels,
@@ -277,7 +279,7 @@ export function kernelsTable(ctx: ViewContext, kernels: KernelRow[], limit?: num
     sortBy: 2,
     empty: 'No GPU work recorded.',
     columns: [
-      { label: 'Kernel', value: (k) => k.name, cell: (k) => opName(k.name) },
+      { label: 'Kernel', value: (k) => k.name, cell: (k) => opName(k.name, shown.get(k.name)), title: 'Names shortened only as far as they stay distinct; the full name on hover and in the CSV' },
       { label: 'Calls', value: (k) => k.calls, numeric: true },
       { label: 'Total µs', value: (k) => k.total_us, cell: (k) => k.total_us.toFixed(1), numeric: true },
       { label: 'Mean µs', value: (k) => k.mean_us, cell: (k) => k.mean_us.toFixed(1), numeric: true },

@@ -1,0 +1,340 @@
+"""The tab's pictures and figures on real GPU traces, checked against the traces themselves.
+
+A logdir of its own (no demo runs): the V100 trace (``v100``), the two-rank A100 job (``ranks``),
+the two 2021 ResNet-50 traces of one model as two runs (``resnet_a``, ``resnet_b``: their memory
+has no allocation baseline), and a built run with one slow step among eight (``outlier``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.logdir import settled, write_trace
+from tests.tracebuilder import annotation, kernel, launch, op, step, thread_names
+
+#: Where the swimlane may join two busy intervals of a stream (plugin/analysis/span.py): the drawn
+#: busy time stays within 1% of the trace's.
+BUSY_SLACK = 0.01
+#: Device events, by the category each trace schema gives them.
+DEVICE_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
+RUNTIME_CATS = {"cuda_runtime", "Runtime", "cuda_driver"}
+
+
+def _outlier_run(root: Path) -> None:
+    """Eight steps of about 1 ms, the sixth 3.3 ms."""
+    events = thread_names()
+    for n, dur in enumerate((1_000, 1_100, 1_050, 1_020, 1_080, 3_300, 1_040, 1_060), start=1):
+        t = n * 10_000
+        events += [step(n, t, dur), annotation("phaseprof::forward", t + 50, dur - 100),
+                   op("aten::mm", t + 60, dur - 200), launch(t + 70, corr=n),
+                   kernel("volta_sgemm_128x64_nn", t + 100, dur / 2, corr=n)]
+    write_trace(root / "outlier" / "w.1.pt.trace.json", events)
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory, traces) -> Path:
+    root = tmp_path_factory.mktemp("logdir")
+    folders = {"v100": ("gpu", "hta_ns_resolution"), "ranks": ("gpu", "hta_sampled_2rank")}
+    for run, source in folders.items():
+        (root / run).mkdir()
+        for f in traces.files(*source):
+            shutil.copy(f, root / run / f.name)
+    for run, f in zip(("resnet_a", "resnet_b"), traces.files("gpu", "kineto_resnet50_num_workers_0")):
+        (root / run).mkdir()
+        shutil.copy(f, root / run / f.name)
+    _outlier_run(root)
+    for f in root.rglob("*"):
+        settled(f)
+    return root
+
+
+def _trace_file(logdir: Path, run: str) -> Path:
+    (found,) = sorted((logdir / run).glob("*.json*"))
+    return found
+
+
+# -- the swimlane draws busy intervals ---------------------------------------------------------------
+
+
+def busy_intervals(path: Path, step_number: int) -> tuple[float, dict[str, list[tuple[float, float]]]]:
+    """From the raw trace, apart from the analysis: step ``step_number``'s window (ProfilerStep#N),
+    and per stream the union of the device events launched in it (by correlation to a runtime call
+    inside the window), in ms from the step's start."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    (window,) = [e for e in events if e.get("ph") == "X" and e.get("name") == f"ProfilerStep#{step_number}"]
+    t0, t1 = float(window["ts"]), float(window["ts"]) + float(window["dur"])
+    launched = {e["args"]["correlation"] for e in events
+                if e.get("cat") in RUNTIME_CATS and "correlation" in e.get("args", {}) and t0 <= e["ts"] < t1}
+    per_stream: dict[str, list[tuple[float, float]]] = {}
+    for e in events:
+        if e.get("cat") in DEVICE_CATS and e.get("ph") == "X" and e["args"].get("correlation") in launched:
+            lane = f"GPU {e['args'].get('device', 0)} stream {e['args']['stream']}"
+            per_stream.setdefault(lane, []).append(((e["ts"] - t0) / 1000, (e["ts"] + e["dur"] - t0) / 1000))
+    union = {}
+    for lane, spans in per_stream.items():
+        merged: list[list[float]] = []
+        for a, b in sorted(spans):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        union[lane] = [(a, b) for a, b in merged]
+    return (t1 - t0) / 1000, union
+
+
+def length(spans) -> float:
+    return sum(b - a for a, b in spans)
+
+
+@pytest.mark.parametrize("run", ["v100", "resnet_a"])
+def test_the_swimlanes_bands_are_each_streams_busy_intervals(tab, logdir, run):
+    rows = tab.api("steps", run=run)["steps"]
+    number = rows[len(rows) // 2]["step"]
+    wall, truth = busy_intervals(_trace_file(logdir, run), number)
+    detail = tab.api("step", run=run, step=number)  # the answer the swimlane draws
+    assert detail["wall_ms"] == pytest.approx(wall, abs=0.002)
+    labels = detail["lanes"]["labels"]
+    assert set(truth) <= set(labels)
+    for lane, spans in truth.items():
+        k = labels.index(lane)
+        bands = sorted((a, b) for lane_of, a, b, _ in detail["lanes"]["bands"] if lane_of == k)
+        # every busy interval of the trace is drawn ...
+        for a, b in spans:
+            assert any(x <= a + 0.0002 and b - 0.0002 <= y for x, y in bands), (lane, a, b)
+        # ... and the bands are busy no longer than the trace (bar gaps under a pixel, within 1%)
+        busy = length(spans)
+        assert busy - 0.001 * len(spans) <= length(bands) <= busy * (1 + BUSY_SLACK), (lane, length(bands), busy)
+    # What the page drew: along each stream's lane, the painted pixels are those of its busy intervals.
+    tab.open(view="step", run=run, step=number)
+    drawn = swimlane_pixels(tab, len(labels))
+    lane0 = drawn[0]
+    x0, x1 = lane0[0], lane0[-1] + 1  # the loop's thread is busy over the whole step: 0 to wall ms
+    px_per_ms = (x1 - x0) / detail["wall_ms"]
+    for lane, spans in truth.items():
+        painted = set(drawn[labels.index(lane)])
+        expected = set()
+        for a, b in spans:
+            left = x0 + a * px_per_ms
+            expected.update(range(int(left), max(int(np.ceil(x0 + b * px_per_ms)), int(left) + 1)))
+        # a pixel either side: a column a sub-pixel gap crosses is painted pale, or not at all
+        extra = [x for x in painted if not expected & {x - 1, x, x + 1}]
+        missing = [x for x in expected if not painted & {x - 1, x, x + 1}]
+        assert len(extra) + len(missing) <= 0.01 * len(expected) + 3, (lane, extra[:20], missing[:20])
+    tab.screenshot(f"gpu-swimlane-{run}")
+
+
+def swimlane_pixels(tab, lanes: int) -> list[list[int]]:
+    """Per lane of the step's swimlane, the x (CSS px) of the columns painted along its middle. The
+    lanes are found by their dividing lines (grey rows across the plot)."""
+    frame = next(f for f in tab.page.frames if "plugin_entry.html" in f.url)
+    tab.card("Timeline of the step").locator("canvas").first.wait_for()
+    found = frame.evaluate(JS_SWIMLANE_PIXELS, lanes)
+    assert len(found) == lanes, f"found {len(found)} lanes on the canvas, not {lanes}"
+    return found
+
+
+JS_SWIMLANE_PIXELS = """(lanes) => {
+    const card = [...document.querySelectorAll('.card')]
+        .find((c) => c.querySelector('h3')?.textContent === 'Timeline of the step');
+    const canvas = card.querySelector('canvas');
+    const ratio = canvas.width / canvas.clientWidth;
+    const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+    const at = (x, y) => data.slice(4 * (y * canvas.width + x), 4 * (y * canvas.width + x) + 4);
+    const grey = ([r, g, b, a]) => a > 200 && Math.max(r, g, b) - Math.min(r, g, b) < 16 && r < 245;
+    const colour = ([r, g, b, a]) => a > 200 && Math.max(r, g, b) - Math.min(r, g, b) >= 16;
+    // dividing lines: rows grey across most of the plot's right part (left of it: the lane names)
+    const from = Math.floor(canvas.width * 0.2), to = Math.floor(canvas.width * 0.97);
+    const lines = [];
+    for (let y = 0; y < canvas.height; y += 1) {
+        let n = 0;
+        for (let x = from; x < to; x += 1) if (grey(at(x, y)) || colour(at(x, y))) n += 1;
+        let g = 0;
+        for (let x = from; x < to; x += 1) if (grey(at(x, y))) g += 1;
+        if (g > 0.3 * (to - from) && n > 0.9 * (to - from)) {
+            if (lines.length && y - lines[lines.length - 1][1] <= 1) lines[lines.length - 1][1] = y;
+            else lines.push([y, y]);
+        }
+    }
+    // lanes are evenly spaced above the axis (the last line); the top one may have no line above it
+    if (lines.length < 2) return [];
+    const mid = lines.map(([a, b]) => (a + b) / 2);
+    const gaps = mid.slice(1).map((y, k) => y - mid[k]).sort((a, b) => a - b);
+    const height = gaps[Math.floor(gaps.length / 2)];
+    const out = [];
+    for (let k = 0; k < lanes; k += 1) {
+        const y = Math.round(mid[mid.length - 1] - (lanes - k - 0.5) * height);
+        const xs = new Set();
+        for (let x = 0; x < canvas.width; x += 1) if (colour(at(x, y))) xs.add(Math.floor(x / ratio));
+        out.push([...xs].sort((a, b) => a - b));
+    }
+    return out;
+}"""
+
+
+# -- shares -------------------------------------------------------------------------------------------
+
+PERCENT = re.compile(r"(?<![+\-−\w.])(\d+(?:\.\d+)?)%")
+
+
+def shares_shown(text: str) -> list[float]:
+    """Every unsigned percentage in ``text`` (a signed one is a change, not a share)."""
+    return [float(m.group(1)) for m in PERCENT.finditer(text)]
+
+
+def share_columns(tab) -> list[tuple[str, float]]:
+    """Per table column headed "…share…": the sum of its cells, in %."""
+    frame = next(f for f in tab.page.frames if "plugin_entry.html" in f.url)
+    return frame.evaluate("""() => {
+        const out = [];
+        for (const table of document.querySelectorAll('.pane table')) {
+            const heads = [...table.querySelectorAll('thead th')].map((th) => th.textContent.trim());
+            heads.forEach((head, k) => {
+                if (!/share/i.test(head)) return;
+                let sum = 0;
+                for (const tr of table.querySelectorAll('tbody tr')) {
+                    const cell = tr.children[k];
+                    const m = cell && cell.textContent.match(/^(\\d+(?:\\.\\d+)?)%$/);
+                    if (m) sum += Number(m[1]);
+                }
+                out.push([head, sum]);
+            });
+        }
+        return out;
+    }""")
+
+
+#: A finding's cost: "<phase> costs [the most] … GPU|host time … (N% …": the share of one total.
+COST = re.compile(r"\bcosts\b.*?\b(GPU|host)\b.*?\((\d+(?:\.\d+)?)%")
+
+
+def cost_shares(findings: list[str]) -> dict[str, float]:
+    """The phases' shares the findings claim, added up per measure (GPU or host time)."""
+    out: dict[str, float] = {}
+    for text in findings:
+        m = COST.search(text)
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
+    return out
+
+
+@pytest.mark.parametrize("run", ["v100", "ranks", "resnet_a"])
+def test_no_share_above_100_percent_in_any_view(tab, run):
+    steps = tab.api("steps", run=run)
+    worker = steps["worker"]
+    slowest = steps["summary"]["slowest"]["step"]
+    views = [dict(view="overview"), dict(view="overview", device="gpu"), dict(view="step", step=slowest),
+             dict(view="operators"), dict(view="operators", device="gpu"), dict(view="ranks"),
+             dict(view="compare", device="gpu", a_run=run, a_worker=worker, b_run=run, b_worker=worker,
+                  b_step=slowest)]
+    for selection in views:
+        tab.open(run=run, **selection)
+        text = tab.text()
+        too_much = [s for s in shares_shown(text) if s > 100.0]
+        assert not too_much, (selection, too_much, [line for line in text.splitlines() if "%" in line][:12])
+        for head, total in share_columns(tab):
+            # a column of shares of one total (the tables show every row: none is cut here)
+            assert total <= 100.5, (selection, head, total)
+        if selection["view"] == "overview":
+            findings = tab.card("Findings").locator(".finding-text").all_inner_texts()
+            for measure, total in cost_shares(findings).items():
+                assert total <= 100.5, (measure, total, findings)
+    tab.screenshot(f"gpu-shares-{run}")
+
+
+# -- memory without a baseline -------------------------------------------------------------------------
+
+
+def test_the_memory_view_says_when_the_trace_has_no_allocation_baseline(tab):
+    number = tab.api("steps", run="resnet_a")["steps"][0]["step"]
+    memory = tab.api("memory", run="resnet_a", step=number)
+    assert memory["devices"] and not any(d["baseline"] for d in memory["devices"])
+    tab.open(view="step", run="resnet_a", step=number)
+    card = tab.card("Memory over the step")
+    card.locator(".chart").wait_for()
+    note = " ".join(card.inner_text().split())
+    assert "No allocation baseline for cpu, cuda:0:" in note
+    assert "what was allocated before profiling began" in note and "not in this curve nor in its peak" in note
+    assert tab.figure("Peak cuda:0 (since profiling began)")
+    tab.screenshot("gpu-memory-no-baseline")
+
+
+# -- kernels -----------------------------------------------------------------------------------------
+
+
+def test_kernel_names_are_short_and_distinct_with_the_full_name_on_hover_and_in_the_csv(tab):
+    number = tab.api("steps", run="v100")["steps"][0]["step"]
+    kernels = tab.api("kernels", run="v100", step=number)["kernels"]
+    tab.open(view="step", run="v100", step=number)
+    card = tab.card(f"Kernels of step {number}")
+    card.get_by_role("button", name=re.compile("Show all")).click()
+    cells = card.locator("tbody tr td:first-child .op")
+    shown = [" ".join(t.split()) for t in cells.all_inner_texts()]
+    full = [cells.nth(k).get_attribute("title") for k in range(cells.count())]
+    assert sorted(full) == sorted({k["name"] for k in kernels}) and len(full) == len(set(full))
+    assert len(set(shown)) == len(shown)  # rows stay distinct
+    long = [(s, f) for s, f in zip(shown, full) if len(f) > 120]
+    assert long and all(len(s) < len(f) / 2 for s, f in long)  # templated names lose their plumbing
+    with tab.page.expect_download() as download:
+        card.get_by_role("button", name="CSV").click()
+    csv = Path(download.value.path()).read_text()
+    assert all(f in csv for f, _ in zip(full, range(5)) if "," not in f and '"' not in f)
+
+
+# -- outliers: one definition, everywhere --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run", ["outlier", "v100"])
+def test_outlier_badges_the_slowest_step_card_and_the_findings_agree(tab, run):
+    # outlier: one step three times the others; v100: two short first steps beside three even ones
+    data = tab.api("steps", run=run)
+    summary = data["summary"]
+    outliers = summary["outliers"] or []
+    if run == "outlier":
+        assert outliers == [6]
+    tab.open(view="overview", run=run)
+    text = tab.text()
+    flagged = tab.card("Every profiled step").locator("tbody tr.flagged td:first-child").all_inner_texts()
+    assert sorted(int(s) for s in flagged) == sorted(outliers)  # the badges are the backend's outliers
+    slowest = " ".join(tab.card("Slowest step").inner_text().split())
+    if summary["slowest"]["step"] in outliers:
+        assert f"Step {summary['slowest']['step']} took" in slowest and "beyond the steps' noise" in slowest
+    else:
+        assert "beyond the steps' noise" not in slowest
+    if outliers:
+        assert "no step stands out" not in text.lower()
+    # findings about slow or fast steps name exactly the outliers
+    named = set()
+    for f in summary["findings"]:
+        if re.fullmatch(r"(slow|fast)-steps?|outliers?", f["kind"]):
+            named |= set(f["evidence"].get("steps") or [f["evidence"]["step"]])
+    assert named == set(outliers), (named, outliers, [f["text"] for f in summary["findings"]])
+    tab.screenshot(f"gpu-outliers-{run}")
+
+
+# -- Compare never pairs runs of different models ---------------------------------------------------------
+
+
+def test_compare_opened_from_operators_pairs_runs_of_the_same_model_only(tab):
+    tab.open(view="compare", run="resnet_a")
+    chosen = tab.selections()
+    assert (chosen["a_run"], chosen["b_run"]) == ("resnet_a", "resnet_b")
+    tab.open(view="compare", run="v100", op="aten::mm")  # no run of its model here: two of its own steps
+    chosen = tab.selections()
+    assert chosen["a_run"] == chosen["b_run"] == "v100" and chosen["a_step"] != chosen["b_step"]
+
+
+def test_compare_in_gpu_time_ranks_ops_by_their_gpu_change(tab):
+    tab.open(view="compare", device="gpu", a_run="resnet_a", b_run="resnet_b")
+    result = tab.api("compare", run_a="resnet_a", run_b="resnet_b", device="gpu")
+    changes = [abs(o["delta_self_gpu_ms"]) for o in result["ops"]]
+    assert changes == sorted(changes, reverse=True)
+    first = tab.rows("Ops that changed most")[0]
+    assert first[1] == result["ops"][0]["name"]
