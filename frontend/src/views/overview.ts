@@ -15,8 +15,8 @@ import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { ms, pct, signedMs } from '../format';
 import { outsideLabel, outsideOf } from '../outside';
-import type { ChangedOp, Device, Finding, PhaseMean, StepRow, StepsAnswer } from '../types';
-import { deviceLabel, fetchInto, findRun, noSteps, onDevice, type View, type ViewContext } from './view';
+import type { ChangedOp, Device, Finding, PhaseMean, PhaseTimes, StepRow, StepsAnswer } from '../types';
+import { fetchInto, findRun, noSteps, type View, type ViewContext } from './view';
 
 export const overview: View = {
   keys: ['run', 'worker', 'device'],
@@ -97,7 +97,7 @@ function stepsCard(ctx: ViewContext, data: StepsAnswer, device: Device): HTMLEle
   const median = data.summary.median_wall_ms ?? 0;
   const flagged = rows.filter((r) => outliers.has(r.step) || r.empty);
   const out = card(
-    `Phases per step (${deviceLabel(device)} time)`,
+    `Phases per step (${device === 'gpu' ? 'GPU busy' : 'CPU'} time)`,
     legend(data.phases),
     box,
     el('p', { class: 'hint' }, 'Click a bar to open that step.'),
@@ -121,8 +121,8 @@ function stepsCard(ctx: ViewContext, data: StepsAnswer, device: Device): HTMLEle
   drawStackedBars(chart, {
     categories: rows.map((r) => String(r.step)),
     phases: data.phases,
-    value: (phase, i) => onDevice(rows[i].phases[phase], device),
-    valueName: `ms (${deviceLabel(device)})`,
+    value: (phase, i) => phaseMs(rows[i].phases[phase], device),
+    valueName: device === 'gpu' ? 'ms (GPU busy)' : 'ms (CPU)',
     flagged: (i) => outliers.has(rows[i].step) || rows[i].empty,
     tooltip: (i) => stepTooltip(data, rows[i], device),
     onPick: (i) => ctx.go({ view: 'step', step: rows[i].step }),
@@ -133,8 +133,8 @@ function stepsCard(ctx: ViewContext, data: StepsAnswer, device: Device): HTMLEle
 function stepTooltip(data: StepsAnswer, row: StepRow, device: Device): HTMLElement {
   const lines: TooltipRow[] = [...data.phases]
     .reverse()
-    .map((phase) => ({ phase, label: phase, value: `${ms(onDevice(row.phases[phase], device))} ms` }));
-  lines.push({ label: device === 'gpu' ? 'GPU total' : 'step (wall)', value: `${ms(device === 'gpu' ? row.gpu_ms : row.wall_ms)} ms`, strong: true });
+    .map((phase) => ({ phase, label: phase, value: `${ms(phaseMs(row.phases[phase], device))} ms` }));
+  lines.push({ label: device === 'gpu' ? 'GPU busy' : 'step (wall)', value: `${ms(device === 'gpu' ? (row.gpu_time?.busy_ms ?? 0) : row.wall_ms)} ms`, strong: true });
   for (const { kind, ms: host, gpuMs } of outsideOf(row)) {
     lines.push({ outside: kind, label: outsideLabel(kind), value: `${ms(device === 'gpu' ? gpuMs : host)} ms` });
   }
@@ -142,6 +142,11 @@ function stepTooltip(data: StepsAnswer, row: StepRow, device: Device): HTMLEleme
   return tooltipBody(`Step ${row.step}`, lines, notes || 'click to open');
 }
 
+/**
+ * The mean step by phase. Every share is of a total in its own measure: host time of the mean step's
+ * wall time, GPU busy time of the mean step's GPU busy time; kernel time (summed over streams, so more
+ * than busy where streams overlap) gets no share.
+ */
 function phasesCard(data: StepsAnswer): HTMLElement {
   const mean = data.summary.mean ?? {};
   type Row = PhaseMean & { phase: string };
@@ -149,7 +154,7 @@ function phasesCard(data: StepsAnswer): HTMLElement {
   const columns: Column<Row>[] = [
     { label: 'Phase', value: (r) => r.phase, cell: (r) => phaseName(r.phase) },
     { label: 'CPU ms', value: (r) => r.cpu_ms, cell: (r) => ms(r.cpu_ms), numeric: true },
-    { label: 'Share', value: (r) => r.share, cell: (r) => pct(r.share), numeric: true, title: 'Share of the step (host time)' },
+    { label: 'Host share', value: (r) => r.share, cell: (r) => pct(r.share), numeric: true, title: 'Share of the mean step’s host (wall) time' },
   ];
   const costs = data.summary.costs ?? {};
   const costColumn: Column<Row> = {
@@ -160,13 +165,42 @@ function phasesCard(data: StepsAnswer): HTMLElement {
     title: measureHint(data.summary.measure),
   };
   if (data.gpu) {
+    const comm = rows.some((r) => r.comm_ms);
     columns.push(
-      { label: 'GPU ms', value: (r) => r.gpu_ms, cell: (r) => ms(r.gpu_ms), numeric: true },
+      { label: 'GPU busy ms', value: (r) => r.gpu_busy_ms, cell: (r) => ms(r.gpu_busy_ms), numeric: true, title: 'GPU busy time of the work the phase launched: over all streams, an instant counted once' },
+      { label: 'GPU share', value: (r) => r.gpu_share, cell: (r) => pct(r.gpu_share), numeric: true, title: 'Share of the mean step’s GPU busy time' },
+      { label: 'Kernel ms', value: (r) => r.gpu_ms, cell: (r) => ms(r.gpu_ms), numeric: true, title: 'Kernel time: device time summed over streams (more than busy time where streams overlap)' },
+      ...(comm
+        ? [
+            { label: 'Comm ms', value: (r: Row) => r.comm_ms, cell: (r: Row) => ms(r.comm_ms), numeric: true, title: 'GPU busy time of collectives (NCCL, …): communication, not compute' },
+            { label: 'Exposed comm ms', value: (r: Row) => r.exposed_comm_ms, cell: (r: Row) => ms(r.exposed_comm_ms), numeric: true, title: 'Communication with no compute on any stream' },
+          ]
+        : []),
       { label: 'GPU idle ms', value: (r) => r.gpu_idle_ms, cell: (r) => ms(r.gpu_idle_ms), numeric: true, title: 'Host time of the phase with no device activity' },
     );
   }
   columns.push(costColumn);
-  return card('Mean step by phase', table({ label: 'Mean step by phase', rows, columns }));
+  return card('Mean step by phase', table({ label: 'Mean step by phase', rows, columns }), gpuNote(data));
+}
+
+/** The mean step's GPU measures in a line: busy, kernel time, window, and the host running ahead. */
+function gpuNote(data: StepsAnswer): HTMLElement | null {
+  const g = data.summary.gpu_time;
+  if (!g) return null;
+  const comm = g.comm_ms
+    ? ` Communication ${ms(g.comm_ms)} ms, ${ms(g.exposed_comm_ms)} ms of it exposed (no compute beside it)${g.overlap !== null ? `; ${pct(g.overlap)} overlapped by compute` : ''}.`
+    : '';
+  const ahead = g.past_host_ms > 0 ? ` The GPU work runs ${ms(g.past_host_ms)} ms past the step’s host window: the host runs ahead of the GPU.` : '';
+  return el(
+    'p',
+    { class: 'hint' },
+    `Mean step on the GPU: busy ${ms(g.busy_ms)} ms (compute ${ms(g.compute_ms)} ms), kernel time ${ms(g.kernel_ms)} ms summed over streams, window ${ms(g.window_ms)} ms from first to last activity.${comm}${ahead}`,
+  );
+}
+
+/** A phase's figure in the chosen measure: host time, or GPU busy time. */
+function phaseMs(times: PhaseTimes, device: Device): number {
+  return device === 'gpu' ? times.gpu_busy_ms : times.cpu_ms;
 }
 
 function findingsCard(data: StepsAnswer): HTMLElement {
@@ -278,7 +312,7 @@ function stepTableCard(ctx: ViewContext, data: StepsAnswer, device: Device): HTM
       };
     });
   return card(
-    `Every profiled step (${deviceLabel(device)} ms)`,
+    `Every profiled step (${gpu ? 'GPU busy' : 'CPU'} ms)`,
     table({
       label: 'Profiled steps',
       rows: data.steps,
@@ -288,11 +322,13 @@ function stepTableCard(ctx: ViewContext, data: StepsAnswer, device: Device): HTM
       columns: [
         { label: 'Step', value: (r) => r.step, numeric: true },
         { label: 'Wall ms', value: (r) => r.wall_ms, cell: (r) => ms(r.wall_ms), numeric: true },
-        ...(data.gpu ? [{ label: 'GPU ms', value: (r: StepRow) => r.gpu_ms, cell: (r: StepRow) => ms(r.gpu_ms), numeric: true }] : []),
+        ...(gpu
+          ? [{ label: 'GPU busy ms', value: (r: StepRow) => r.gpu_time?.busy_ms ?? null, cell: (r: StepRow) => ms(r.gpu_time?.busy_ms), numeric: true, title: 'Device activity over all streams, an instant counted once' }]
+          : []),
         ...data.phases.map((phase) => ({
           label: phase,
-          value: (r: StepRow) => onDevice(r.phases[phase], device),
-          cell: (r: StepRow) => ms(onDevice(r.phases[phase], device)),
+          value: (r: StepRow) => phaseMs(r.phases[phase], device),
+          cell: (r: StepRow) => ms(phaseMs(r.phases[phase], device)),
           numeric: true,
         })),
         ...apart,

@@ -5,11 +5,11 @@ import { drawStackedBars } from '../charts/stacked_bars';
 import { tooltipBody } from '../charts/tooltip';
 import { badge, card, chartBox, legend, phaseName } from '../components/layout';
 import { notice } from '../components/status';
-import { table } from '../components/table';
+import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { ms, signedMs } from '../format';
 import type { Device, RankRow, RanksAnswer, WholeRun } from '../types';
-import { deviceLabel, fetchInto, findRun, onDevice, type View, type ViewContext } from './view';
+import { fetchInto, findRun, type View, type ViewContext } from './view';
 
 export const ranks: View = {
   keys: ['run', 'device'],
@@ -25,10 +25,51 @@ export const ranks: View = {
       replace(ctx.root, notice(`No worker of ${run} has a loaded trace yet.`));
       return;
     }
-    const device: Device = ctx.state.device;
-    replace(ctx.root, stragglerLine(data), chartCard(ctx, data, device), tableCard(ctx, data, device), wholeRunCard(data));
+    // One measure for the whole view, the answer's: GPU time when every rank has GPU activity.
+    const device: Device = data.measure === 'gpu' ? 'gpu' : 'cpu';
+    replace(
+      ctx.root,
+      worldLine(data),
+      stragglerLine(data),
+      device !== ctx.state.device
+        ? notice(device === 'gpu'
+          ? 'Every rank ran work on the GPU: the ranks are compared in GPU time.'
+          : 'Not every rank ran work on the GPU: the ranks are compared in host time.')
+        : null,
+      chartCard(ctx, data, device),
+      tableCard(ctx, data, device),
+      wholeRunCard(data),
+    );
   },
 };
+
+/** Which ranks of the job these traces are: the world size the traces record, the ranks whose traces
+ *  are not here, and files left out as other files of a worker already listed. */
+function worldLine(data: RanksAnswer): HTMLElement | null {
+  const ranked = data.ranks.filter((r) => r.rank !== null).map((r) => r.rank as number);
+  const parts: (string | HTMLElement)[] = [];
+  if (data.world_size !== null) {
+    parts.push(
+      el('strong', null, `${data.ranks.length === 1 && ranked.length === 1 ? `Rank ${ranked[0]}` : `Ranks ${ranked.join(', ') || '–'}`} of world size ${data.world_size}`),
+      '. ',
+    );
+    if (data.missing_ranks.length) {
+      const missing = data.missing_ranks;
+      parts.push(
+        el('strong', null, `No trace of rank${missing.length > 1 ? 's' : ''} ${missing.join(', ')}`),
+        `: ${missing.length > 1 ? 'they are' : 'it is'} not in this run, so the ranks cannot be compared in full. `,
+        'Profile every rank (each writes its own trace) to find a straggler.',
+      );
+    }
+  }
+  if (data.not_ranks.length) {
+    parts.push(
+      ` Left out as other files of a worker already listed (the same rank, or the same steps at the same instants): ${data.not_ranks.join(', ')}.`,
+    );
+  }
+  if (!parts.length) return null;
+  return el('div', { class: `status ${data.missing_ranks.length ? 'notice' : 'even'}`, role: 'note' }, ...parts);
+}
 
 function rankName(r: { rank: number | null; worker: string }): string {
   return r.rank === null ? r.worker : `rank ${r.rank}`;
@@ -50,21 +91,33 @@ function stragglerLine(data: RanksAnswer): HTMLElement {
 function chartCard(ctx: ViewContext, data: RanksAnswer, device: Device): HTMLElement {
   const rows = data.ranks;
   const box = chartBox(Math.max(120, rows.length * 28 + 60));
-  const out = card(`Mean step per rank (${deviceLabel(device)} time)`, legend(data.phases), box, el('p', { class: 'hint' }, 'Click a rank to open its overview.'));
+  const out = card(
+    device === 'gpu' ? 'Mean step per rank (GPU compute by phase)' : 'Mean step per rank (CPU time)',
+    legend(data.phases),
+    box,
+    el('p', { class: 'hint' }, 'Click a rank to open its overview.'),
+  );
   const straggler = data.straggler?.worker;
   drawStackedBars(mountChart(box, ctx.scope), {
     categories: rows.map(rankName),
     phases: data.phases,
     horizontal: true,
-    value: (phase, i) => onDevice(rows[i].phases[phase], device),
-    valueName: `ms (${deviceLabel(device)})`,
+    value: (phase, i) => phaseValue(rows[i], phase, device),
+    valueName: device === 'gpu' ? 'ms (GPU compute)' : 'ms (CPU)',
     flagged: (i) => rows[i].worker === straggler,
     tooltip: (i) =>
       tooltipBody(
         `${rankName(rows[i])} · ${rows[i].worker}`,
         [
-          ...[...data.phases].reverse().map((phase) => ({ phase, label: phase, value: `${ms(onDevice(rows[i].phases[phase], device))} ms` })),
-          { label: 'step (wall)', value: `${ms(rows[i].wall_ms)} ms`, strong: true },
+          ...[...data.phases].reverse().map((phase) => ({ phase, label: phase, value: `${ms(phaseValue(rows[i], phase, device))} ms` })),
+          ...(device === 'gpu'
+            ? [
+                { label: 'GPU compute', value: `${ms(rows[i].compute_ms)} ms` },
+                { label: 'communication', value: `${ms(rows[i].comm_ms)} ms` },
+                { label: 'exposed communication', value: `${ms(rows[i].exposed_comm_ms)} ms` },
+                { label: 'GPU busy', value: `${ms(rows[i].step_ms)} ms`, strong: true },
+              ]
+            : [{ label: 'step (wall)', value: `${ms(rows[i].wall_ms)} ms`, strong: true }]),
         ],
         rows[i].worker === straggler ? 'the straggler' : undefined,
       ),
@@ -73,23 +126,30 @@ function chartCard(ctx: ViewContext, data: RanksAnswer, device: Device): HTMLEle
   return out;
 }
 
+/** A phase's bar on the chart: its host time, or (GPU) its part of the GPU compute time. */
+function phaseValue(r: RankRow, phase: string, device: Device): number {
+  return device === 'gpu' ? (r.phase_compute_ms[phase] ?? 0) : r.phases[phase].cpu_ms;
+}
+
+/** Every rank's figures, all in one measure (the answer's): host time, or GPU time. */
 function tableCard(ctx: ViewContext, data: RanksAnswer, device: Device): HTMLElement {
   const straggler = data.straggler?.worker;
-  return card(
-    `Ranks (${deviceLabel(device)} ms per step)`,
-    table<RankRow>({
-      label: 'Ranks',
-      rows: data.ranks,
-      onRowClick: (r) => ctx.go({ view: 'overview', worker: r.worker }),
-      rowClass: (r) => (r.worker === straggler ? 'flagged' : ''),
-      columns: [
-        { label: 'Rank', value: (r) => r.rank, cell: (r) => (r.rank === null ? '–' : String(r.rank)), numeric: true },
-        {
-          label: 'Worker',
-          value: (r) => r.worker,
-          cell: (r) => el('span', null, r.worker, r.worker === straggler ? badge('straggler', 'danger') : null),
-        },
-        { label: 'Steps', value: (r) => r.steps, numeric: true },
+  const gpu = device === 'gpu';
+  const figures: Column<RankRow>[] = gpu
+    ? [
+        { label: 'GPU busy ms', value: (r) => r.step_ms, cell: (r) => ms(r.step_ms), numeric: true, title: 'Mean GPU busy time per step: device activity over all streams, an instant counted once' },
+        { label: 'Communication ms', value: (r) => r.comm_ms, cell: (r) => ms(r.comm_ms), numeric: true, title: 'GPU time in collectives (NCCL, …) per step: the ranks that wait longest in them wait for the straggler' },
+        { label: 'Exposed comm ms', value: (r) => r.exposed_comm_ms, cell: (r) => ms(r.exposed_comm_ms), numeric: true, title: 'Communication no compute overlapped on any stream' },
+        { label: 'Compute ms', value: (r) => r.compute_ms, cell: (r) => ms(r.compute_ms), numeric: true, title: 'GPU busy time of compute (not collectives): what the straggler rule compares across ranks' },
+        ...data.phases.map((phase) => ({
+          label: `${phase} compute`,
+          value: (r: RankRow) => r.phase_compute_ms[phase],
+          cell: (r: RankRow) => ms(r.phase_compute_ms[phase]),
+          numeric: true,
+          title: `GPU compute time of the work ${phase} launched, per step: where the straggler's phase is found`,
+        })),
+      ]
+    : [
         { label: 'Step ms', value: (r) => r.wall_ms, cell: (r) => ms(r.wall_ms), numeric: true },
         {
           label: 'Collectives ms',
@@ -107,8 +167,8 @@ function tableCard(ctx: ViewContext, data: RanksAnswer, device: Device): HTMLEle
         },
         ...data.phases.map((phase) => ({
           label: phase,
-          value: (r: RankRow) => onDevice(r.phases[phase], device),
-          cell: (r: RankRow) => ms(onDevice(r.phases[phase], device)),
+          value: (r: RankRow) => r.phases[phase].cpu_ms,
+          cell: (r: RankRow) => ms(r.phases[phase].cpu_ms),
           numeric: true,
         })),
         ...data.phases.map((phase) => ({
@@ -118,6 +178,23 @@ function tableCard(ctx: ViewContext, data: RanksAnswer, device: Device): HTMLEle
           numeric: true,
           title: `Host time of ${phase} less its collectives, per step: where the straggler's phase is found`,
         })),
+      ];
+  return card(
+    `Ranks (${gpu ? 'GPU' : 'host'} ms per step)`,
+    table<RankRow>({
+      label: 'Ranks',
+      rows: data.ranks,
+      onRowClick: (r) => ctx.go({ view: 'overview', worker: r.worker }),
+      rowClass: (r) => (r.worker === straggler ? 'flagged' : ''),
+      columns: [
+        { label: 'Rank', value: (r) => r.rank, cell: (r) => (r.rank === null ? '–' : String(r.rank)), numeric: true },
+        {
+          label: 'Worker',
+          value: (r) => r.worker,
+          cell: (r) => el('span', null, r.worker, r.worker === straggler ? badge('straggler', 'danger') : null),
+        },
+        { label: 'Steps', value: (r) => r.steps, numeric: true },
+        ...figures,
       ],
     }),
   );

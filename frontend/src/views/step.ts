@@ -56,6 +56,7 @@ export const step: View = {
     replace(
       body,
       headline(detail),
+      aheadNote(detail),
       outsideNote(detail),
       phasesCard(detail),
       lanesCard(ctx, detail),
@@ -95,14 +96,30 @@ function headline(d: StepDetail): HTMLElement {
   return figures(
     figure('Step', String(d.step)),
     figure('Wall', `${ms(d.wall_ms)} ms`),
-    ...(d.gpu_idle_ms !== null
-      ? [figure('GPU', `${ms(d.gpu_ms)} ms`, 'Device time of the work the step launched'), figure('GPU idle', `${ms(d.gpu_idle_ms)} ms`)]
+    ...(d.gpu_idle_ms !== null && d.gpu_time
+      ? [
+          figure('GPU busy', `${ms(d.gpu_time.busy_ms)} ms`, 'Device activity of the work the step launched, over all streams: an instant counted once'),
+          figure('Kernel time', `${ms(d.gpu_time.kernel_ms)} ms`, 'Device time of the work the step launched, summed over streams'),
+          figure('GPU window', `${ms(d.gpu_time.window_ms)} ms`, 'First to last device activity of the work the step launched'),
+          figure('GPU idle', `${ms(d.gpu_idle_ms)} ms`, 'Time in the step’s host window with no device activity'),
+        ]
       : []),
     figure('Worker', d.worker),
     figure('Span', el('span', { class: 'file', title: d.span }, d.span)),
     d.gpu_names.length ? figure('GPU model', d.gpu_names[0]) : null,
     ...outsideOf(d).map(({ kind, ms: host }) =>
       figure(kind === 'eval' ? 'Evaluation (outside)' : 'Paused (outside)', `${ms(host)} ms`, `${outsideLabel(kind)}: not in the step's wall time`)),
+  );
+}
+
+/** When the step's GPU work outlasts its host window (the host ran ahead), in a sentence. */
+function aheadNote(d: StepDetail): HTMLElement | null {
+  const g = d.gpu_time;
+  if (!g || g.past_host_ms <= 0) return null;
+  return notice(
+    el('strong', null, `The GPU work of step ${d.step} runs ${ms(g.past_host_ms)} ms past its host window. `),
+    'The host ran ahead of the GPU: the step’s wall time is the host’s, and its GPU work, drawn below past the step’s end, ',
+    `keeps the GPU busy ${ms(g.busy_ms)} ms in a ${ms(g.window_ms)} ms window.`,
   );
 }
 
@@ -128,10 +145,13 @@ function phasesCard(d: StepDetail): HTMLElement {
   const gpu = d.gpu_idle_ms !== null;
   const rows = Object.entries(d.phases).map(([phase, t]) => ({ phase, ...t }));
   type Row = (typeof rows)[number];
+  const busy = d.gpu_time?.busy_ms ?? 0;
   const gpuColumns = gpu
     ? [
-        { label: 'GPU ms', value: (r: Row) => r.gpu_ms, cell: (r: Row) => ms(r.gpu_ms), numeric: true },
-        { label: 'GPU idle ms', value: (r: Row) => r.gpu_idle_ms, cell: (r: Row) => ms(r.gpu_idle_ms), numeric: true },
+        { label: 'GPU busy ms', value: (r: Row) => r.gpu_busy_ms, cell: (r: Row) => ms(r.gpu_busy_ms), numeric: true, title: 'GPU busy time of the work the phase launched: over all streams, an instant counted once' },
+        { label: 'GPU share', value: (r: Row) => r.gpu_busy_ms, cell: (r: Row) => pct(busy ? r.gpu_busy_ms / busy : null), numeric: true, title: 'Share of the step’s GPU busy time' },
+        { label: 'Kernel ms', value: (r: Row) => r.gpu_ms, cell: (r: Row) => ms(r.gpu_ms), numeric: true, title: 'Kernel time: device time summed over streams' },
+        { label: 'GPU idle ms', value: (r: Row) => r.gpu_idle_ms, cell: (r: Row) => ms(r.gpu_idle_ms), numeric: true, title: 'Host time of the phase with no device activity' },
         { label: 'Launches', value: (r: Row) => r.launches, numeric: true },
         { label: 'Verdict', value: (r: Row) => r.verdict ?? '' },
       ]
@@ -148,7 +168,7 @@ function phasesCard(d: StepDetail): HTMLElement {
           cell: (r) => el('span', null, phaseName(r.phase), r.inferred ? badge('inferred', 'muted', 'Boundaries inferred from the ops') : null),
         },
         { label: 'CPU ms', value: (r) => r.cpu_ms, cell: (r) => ms(r.cpu_ms), numeric: true },
-        { label: 'Share', value: (r) => r.cpu_ms, cell: (r) => pct(d.wall_ms ? r.cpu_ms / d.wall_ms : null), numeric: true },
+        { label: 'Host share', value: (r) => r.cpu_ms, cell: (r) => pct(d.wall_ms ? r.cpu_ms / d.wall_ms : null), numeric: true, title: 'Share of the step’s host (wall) time' },
         ...gpuColumns,
       ],
     }),
@@ -162,7 +182,7 @@ function lanesCard(ctx: ViewContext, d: StepDetail): HTMLElement {
     'Timeline of the step',
     outsideLegend(d),
     box,
-    el('p', { class: 'hint' }, 'Host threads with their phases, then GPU streams coloured by the phase that launched the work. Scroll to zoom.'),
+    el('p', { class: 'hint' }, 'Host threads with their phases, then GPU streams coloured by the phase that launched the work. Each lane is drawn where it was busy: gaps shorter than a pixel may be filled, never more than 0.5% of its busy time. Scroll to zoom.'),
   );
   drawSwimlanes(mountChart(box, ctx.scope), { labels: d.lanes.labels, bands: d.lanes.bands, outside: d.outside, wallMs: windowMs(d) });
   return out;
@@ -284,7 +304,7 @@ export function kernelsTable(ctx: ViewContext, kernels: KernelRow[], limit?: num
       { label: 'Total µs', value: (k) => k.total_us, cell: (k) => k.total_us.toFixed(1), numeric: true },
       { label: 'Mean µs', value: (k) => k.mean_us, cell: (k) => k.mean_us.toFixed(1), numeric: true },
       { label: 'Max µs', value: (k) => k.max_us, cell: (k) => k.max_us.toFixed(1), numeric: true },
-      { label: 'Share', value: (k) => k.share, cell: (k) => pct(k.share), numeric: true, title: 'Of the GPU time shown' },
+      { label: 'Share', value: (k) => k.share, cell: (k) => pct(k.share), numeric: true, title: 'Of the kernel time of the kernels listed (device time summed over streams)' },
       {
         label: 'Launched by',
         value: (k) => k.op,
