@@ -2,7 +2,8 @@
 
 A logdir of its own (no demo runs): the V100 trace (``v100``), the two-rank A100 job (``ranks``),
 the two 2021 ResNet-50 traces of one model as two runs (``resnet_a``, ``resnet_b``: their memory
-has no allocation baseline), and a built run with one slow step among eight (``outlier``).
+has no allocation baseline), a built run with one slow step among eight (``outlier``), one rank of
+the two-rank job (``rank0``) and the V100 trace under two names (``exports``: one worker, not two ranks).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import pytest
 
 from tests.logdir import settled, write_trace
 from tests.tracebuilder import annotation, kernel, launch, op, step, thread_names
+
+from .tab import ms
 
 #: Where the swimlane may join two busy intervals of a stream (plugin/analysis/span.py): the drawn
 #: busy time stays within 1% of the trace's.
@@ -50,6 +53,12 @@ def logdir(tmp_path_factory, traces) -> Path:
         (root / run).mkdir()
         shutil.copy(f, root / run / f.name)
     _outlier_run(root)
+    (root / "rank0").mkdir()  # one rank of the two-rank job
+    shutil.copy(traces.files("gpu", "hta_sampled_2rank")[0], root / "rank0")
+    (root / "exports").mkdir()  # one worker's trace under two names, as two exports of one run
+    v100 = traces.files("gpu", "hta_ns_resolution")[0]
+    shutil.copy(v100, root / "exports" / v100.name)
+    shutil.copy(v100, root / "exports" / "copy.pt.trace.json.gz")
     for f in root.rglob("*"):
         settled(f)
     return root
@@ -326,9 +335,11 @@ def test_compare_opened_from_operators_pairs_runs_of_the_same_model_only(tab):
     tab.open(view="compare", run="resnet_a")
     chosen = tab.selections()
     assert (chosen["a_run"], chosen["b_run"]) == ("resnet_a", "resnet_b")
-    tab.open(view="compare", run="v100", op="aten::mm")  # no run of its model here: two of its own steps
+    tab.open(view="compare", run="v100")  # exports holds the same trace
+    assert (tab.selections()["a_run"], tab.selections()["b_run"]) == ("v100", "exports")
+    tab.open(view="compare", run="outlier", op="aten::mm")  # no run of its model here: two of its own steps
     chosen = tab.selections()
-    assert chosen["a_run"] == chosen["b_run"] == "v100" and chosen["a_step"] != chosen["b_step"]
+    assert chosen["a_run"] == chosen["b_run"] == "outlier" and chosen["a_step"] != chosen["b_step"]
 
 
 def test_compare_in_gpu_time_ranks_ops_by_their_gpu_change(tab):
@@ -338,3 +349,36 @@ def test_compare_in_gpu_time_ranks_ops_by_their_gpu_change(tab):
     assert changes == sorted(changes, reverse=True)
     first = tab.rows("Ops that changed most")[0]
     assert first[1] == result["ops"][0]["name"]
+
+
+# -- ranks --------------------------------------------------------------------------------------------
+
+
+def test_ranks_say_which_ranks_of_the_world_are_here_and_compare_in_one_measure(tab):
+    data = tab.api("ranks", run="rank0")
+    assert data["world_size"] == 128 and data["missing_ranks"] == list(range(1, 128))
+    tab.open(view="ranks", run="rank0")
+    text = " ".join(tab.text().split())
+    assert "Rank 0 of world size 128. No trace of ranks 1–127: they are not in this run" in text
+
+    tab.open(view="ranks", run="ranks")
+    data = tab.api("ranks", run="ranks")
+    assert data["measure"] == "gpu"
+    text = " ".join(tab.text().split())
+    assert "Ranks 0, 1 of world size 128. No trace of ranks 2–127" in text
+    header = tab.card("Ranks (").locator("thead").inner_text().replace("\t", "\n").split("\n")
+    header = [h.strip() for h in header if h.strip()]
+    # GPU time only: no host step or host phase columns beside the GPU ones
+    assert header[:7] == ["Rank", "Worker", "Steps", "GPU busy ms", "Communication ms", "Exposed comm ms",
+                          "Compute ms"]
+    assert header[7:] == [f"{p} compute" for p in data["phases"]]
+    rows = tab.rows("Ranks (")
+    assert [r[3] for r in rows] == [ms(r["step_ms"]) for r in data["ranks"]]
+    assert not any(cell.startswith("-") for r in rows for cell in r[3:])  # compute is never negative
+    tab.screenshot("gpu-ranks")
+
+    tab.open(view="ranks", run="exports")
+    data = tab.api("ranks", run="exports")
+    assert len(data["ranks"]) == 1 and len(data["not_ranks"]) == 1
+    assert "Left out as other files of a worker already listed" in tab.text()
+    assert data["not_ranks"][0] in tab.text()

@@ -50,13 +50,13 @@ function worldLine(data: RanksAnswer): HTMLElement | null {
   const parts: (string | HTMLElement)[] = [];
   if (data.world_size !== null) {
     parts.push(
-      el('strong', null, `${data.ranks.length === 1 && ranked.length === 1 ? `Rank ${ranked[0]}` : `Ranks ${ranked.join(', ') || '–'}`} of world size ${data.world_size}`),
+      el('strong', null, `${ranked.length === 1 ? `Rank ${ranked[0]}` : `Ranks ${rankList(ranked) || '–'}`} of world size ${data.world_size}`),
       '. ',
     );
     if (data.missing_ranks.length) {
       const missing = data.missing_ranks;
       parts.push(
-        el('strong', null, `No trace of rank${missing.length > 1 ? 's' : ''} ${missing.join(', ')}`),
+        el('strong', null, `No trace of rank${missing.length > 1 ? 's' : ''} ${rankList(missing)}`),
         `: ${missing.length > 1 ? 'they are' : 'it is'} not in this run, so the ranks cannot be compared in full. `,
         'Profile every rank (each writes its own trace) to find a straggler.',
       );
@@ -68,7 +68,20 @@ function worldLine(data: RanksAnswer): HTMLElement | null {
     );
   }
   if (!parts.length) return null;
-  return el('div', { class: `status ${data.missing_ranks.length ? 'notice' : 'even'}`, role: 'note' }, ...parts);
+  return el('div', { class: `status ${data.missing_ranks.length ? 'notice' : 'even'}`, role: 'note' }, el('span', null, ...parts));
+}
+
+/** Rank numbers with runs joined: `0, 2–127`. */
+export function rankList(numbers: number[]): string {
+  const sorted = [...numbers].sort((a, b) => a - b);
+  const parts: string[] = [];
+  for (let i = 0; i < sorted.length; ) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j] + 1) j += 1;
+    parts.push(j > i + 1 ? `${sorted[i]}–${sorted[j]}` : sorted.slice(i, j + 1).join(', '));
+    i = j + 1;
+  }
+  return parts.join(', ');
 }
 
 function rankName(r: { rank: number | null; worker: string }): string {
