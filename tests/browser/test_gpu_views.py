@@ -3,7 +3,8 @@
 A logdir of its own (no demo runs): the V100 trace (``v100``), the two-rank A100 job (``ranks``),
 the two 2021 ResNet-50 traces of one model as two runs (``resnet_a``, ``resnet_b``: their memory
 has no allocation baseline), a built run with one slow step among eight (``outlier``), one rank of
-the two-rank job (``rank0``) and the V100 trace under two names (``exports``: one worker, not two ranks).
+the two-rank job (``rank0``), the V100 trace under two names (``exports``: one worker, not two ranks)
+and a run whose first step compiled for 60 ms among 10 ms steps (``compiled``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.logdir import settled, write_trace
+from tests.test_outside_steps import compile_trace
 from tests.tracebuilder import annotation, kernel, launch, op, step, thread_names
 
 from .tab import ms
@@ -53,6 +55,7 @@ def logdir(tmp_path_factory, traces) -> Path:
         (root / run).mkdir()
         shutil.copy(f, root / run / f.name)
     _outlier_run(root)
+    compile_trace(root / "compiled" / "w.1.pt.trace.json", compiling=(1,))
     (root / "rank0").mkdir()  # one rank of the two-rank job
     shutil.copy(traces.files("gpu", "hta_sampled_2rank")[0], root / "rank0")
     (root / "exports").mkdir()  # one worker's trace under two names, as two exports of one run
@@ -382,3 +385,35 @@ def test_ranks_say_which_ranks_of_the_world_are_here_and_compare_in_one_measure(
     assert len(data["ranks"]) == 1 and len(data["not_ranks"]) == 1
     assert "Left out as other files of a worker already listed" in tab.text()
     assert data["not_ranks"][0] in tab.text()
+
+
+# -- the bar chart's scale ----------------------------------------------------------------------------
+
+FORWARD_RGB = (66, 165, 245)  # forward's colour in the light theme (frontend/src/phase_colours.ts)
+
+
+def test_the_bar_charts_scale_leaves_compiling_and_warm_up_steps_out(tab):
+    summary = tab.api("steps", run="compiled")["summary"]
+    apart = sorted(set(summary["compiling_steps"]) | set(summary.get("warmup_steps") or []))
+    assert apart and 1 in apart
+    tab.open(view="overview", run="compiled")
+    card = tab.card("Phases per step")
+    note = " ".join(card.inner_text().split())
+    assert "drawn but left out of the chart’s scale" in note and "Step 1 (compiled)" in note
+    # The 10 ms steps fill the chart (the 70 ms step is cut at the top), rather than a seventh of it.
+    frame = next(f for f in tab.page.frames if "plugin_entry.html" in f.url)
+    rows = frame.evaluate("""([r, g, b]) => {
+        const canvas = document.querySelector('.view-overview .chart canvas');
+        const ratio = canvas.width / canvas.clientWidth;
+        const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+        const rows = new Set();
+        for (let i = 0; i < data.length; i += 4) {
+            const near = Math.abs(data[i] - r) + Math.abs(data[i + 1] - g) + Math.abs(data[i + 2] - b) < 12;
+            if (near && data[i + 3] > 200) rows.add(Math.floor(i / 4 / canvas.width / ratio));
+        }
+        return [rows.size, canvas.clientHeight];
+    }""", list(FORWARD_RGB))
+    forward_rows, height = rows
+    # forward is 3 ms of a 10 ms step: over a fifth of the plot when 10 ms steps scale it, not a thirtieth
+    assert forward_rows > 0.15 * height, rows
+    tab.screenshot("gpu-chart-scale")

@@ -18,6 +18,24 @@ export interface StackedBars {
   flagged?: (index: number) => boolean;
   tooltip: (index: number) => HTMLElement;
   onPick?: (index: number) => void;
+  /** Bars drawn but left out of the value axis's scale (warm-up and compiling steps): a bar taller
+   *  than the others is cut at the axis's end, marked with a triangle and its total. */
+  offScale?: (index: number) => boolean;
+}
+
+/** The value axis's end when some bars are off the scale: a little above the tallest other bar. */
+function scaleEnd(bars: StackedBars): { max: number; cut: number[]; totals: number[] } | null {
+  const offScale = bars.offScale;
+  if (!offScale) return null;
+  const totals = bars.categories.map((_, i) => bars.phases.reduce((sum, phase) => sum + bars.value(phase, i), 0));
+  const kept = totals.filter((_, i) => !offScale(i));
+  if (!kept.length) return null;
+  // a round end (a half of a power of ten) a little above the tallest bar kept
+  const top = Math.max(...kept) * 1.1;
+  const half = 10 ** Math.floor(Math.log10(top || 1)) / 2;
+  const max = Math.ceil(top / half) * half;
+  const cut = totals.flatMap((t, i) => (offScale(i) && t > max ? [i] : []));
+  return cut.length ? { max, cut, totals } : null;
 }
 
 export function drawStackedBars(chart: Chart, bars: StackedBars): void {
@@ -38,9 +56,11 @@ export function drawStackedBars(chart: Chart, bars: StackedBars): void {
     axisTick: { ...axis.axisTick, alignWithLabel: true },
   };
   // Across the bottom when bars lie flat: at the axis end the name would run off the chart.
+  const scale = scaleEnd(bars);
+  const end = scale ? { max: scale.max } : {};
   const valueAxis = bars.horizontal
-    ? { type: 'value' as const, name: bars.valueName, nameLocation: 'middle' as const, nameGap: 22, ...axis }
-    : { type: 'value' as const, name: bars.valueName, nameGap: 8, ...axis };
+    ? { type: 'value' as const, name: bars.valueName, nameLocation: 'middle' as const, nameGap: 22, ...end, ...axis }
+    : { type: 'value' as const, name: bars.valueName, nameGap: 8, ...end, ...axis };
   const option: ChartOption = {
     ...baseOption(),
     grid: bars.horizontal
@@ -67,6 +87,33 @@ export function drawStackedBars(chart: Chart, bars: StackedBars): void {
       data: bars.categories.map((_, i) => bars.value(phase, i)),
     })),
   };
+  if (scale) {
+    // a triangle at the axis's end over each bar cut there, with the bar's total (a line series of
+    // markers only: no line between them)
+    const cut = new Set(scale.cut);
+    (option.series as unknown[]).push({
+      type: 'line' as const,
+      name: 'off the scale',
+      symbol: 'triangle',
+      symbolSize: 9,
+      symbolRotate: bars.horizontal ? -90 : 0,
+      showSymbol: true,
+      lineStyle: { width: 0 },
+      clip: false,
+      silent: true,
+      z: 5,
+      tooltip: { show: false },
+      itemStyle: { color: c.danger },
+      label: {
+        show: true,
+        position: bars.horizontal ? 'right' : 'top',
+        color: c.danger,
+        fontSize: 10,
+        formatter: (p: { dataIndex: number }) => `${Math.round(scale.totals[p.dataIndex]).toLocaleString('en-US')}`,
+      },
+      data: bars.categories.map((_, i) => (cut.has(i) ? scale.max : null)),
+    });
+  }
   chart.setOption(option, true);
 
   const zr = chart.getZr();

@@ -84,6 +84,9 @@ function flags(data: StepsAnswer, row: StepRow): HTMLElement[] {
   if (row.inferred_phases.length) {
     out.push(badge(`inferred: ${row.inferred_phases.join(', ')}`, 'muted', 'Phase boundaries inferred from the ops'));
   }
+  if ((s as { warmup_steps?: number[] | null }).warmup_steps?.includes(row.step)) {
+    out.push(badge('warm-up', 'muted', 'One-off setup (stream, event and handle creation, autotuning) took this step: left out of the means, findings and the chart’s scale'));
+  }
   if (s.compiling_steps?.includes(row.step)) {
     out.push(badge('compiled', 'muted', 'torch.compile compiled in this step (its compile phase): left out of the means and findings'));
   }
@@ -117,8 +120,11 @@ function stepsCard(ctx: ViewContext, data: StepsAnswer, device: Device): HTMLEle
         )
       : null,
   );
+  const apart = stepsApart(data);
+  if (apart.size) out.append(scaleNote(apart));
   const chart = mountChart(box, ctx.scope);
   drawStackedBars(chart, {
+    offScale: (i) => apart.has(rows[i].step),
     categories: rows.map((r) => String(r.step)),
     phases: data.phases,
     value: (phase, i) => phaseMs(rows[i].phases[phase], device),
@@ -128,6 +134,27 @@ function stepsCard(ctx: ViewContext, data: StepsAnswer, device: Device): HTMLEle
     onPick: (i) => ctx.go({ view: 'step', step: rows[i].step }),
   });
   return out;
+}
+
+/** Steps left out of the means, findings and the chart's scale: warm-up and compiling steps, with why. */
+function stepsApart(data: StepsAnswer): Map<number, string> {
+  const s = data.summary;
+  // warm-up steps: a field of the summary once the warm-up rule is in the answer
+  const warmup = (s as { warmup_steps?: number[] | null }).warmup_steps ?? [];
+  const out = new Map<number, string>();
+  for (const n of warmup) out.set(n, 'warm-up');
+  for (const n of s.compiling_steps ?? []) out.set(n, out.has(n) ? 'warm-up, compiled' : 'compiled');
+  return out;
+}
+
+function scaleNote(apart: Map<number, string>): HTMLElement {
+  const list = [...apart].map(([n, why]) => `${n} (${why})`).join(', ');
+  return el(
+    'p',
+    { class: 'hint' },
+    `Step${apart.size > 1 ? 's' : ''} ${list} ${apart.size > 1 ? 'are' : 'is'} drawn but left out of the chart’s scale, as of the means and findings: `,
+    'a bar taller than the others is cut at the top, marked ▲ with its total (ms).',
+  );
 }
 
 function stepTooltip(data: StepsAnswer, row: StepRow, device: Device): HTMLElement {

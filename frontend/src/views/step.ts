@@ -270,7 +270,7 @@ function baselineNote(devices: MemorySeries[]): HTMLElement | null {
     el('strong', null, `No allocation baseline for ${without.join(', ')}: `),
     'the trace counts memory from the first allocation the profiler saw, so what was allocated before profiling began ',
     '(the model’s weights, optimizer state, data already on the device) is not in this curve nor in its peak. ',
-    'The true memory in use is higher by that much; torch.cuda.memory_allocated() before profiling gives it.',
+    'The memory in use is higher by that much (on a GPU, torch.cuda.memory_allocated() before profiling says how much).',
   );
 }
 
