@@ -87,8 +87,7 @@ def memory_curve(trace: Trace, part: Partition, allocated: np.ndarray) -> Memory
         keep[lo] = keep[hi - 1] = True
     kept = order[keep]
     return MemoryCurve(step=s[keep].astype(np.int32), device=d[keep].astype(np.int32), ts=ts[keep],
-                       allocated=allocated[kept], reserved=mem.reserved[kept],
-                       baseline=has_baseline(trace, allocated))
+                       allocated=allocated[kept], reserved=mem.reserved[kept])
 
 
 def memory_series(span: SpanAnalysis, i: int) -> list[MemorySeries]:
@@ -113,6 +112,6 @@ def memory_series(span: SpanAnalysis, i: int) -> list[MemorySeries]:
             reserved=reserved.tolist() if (reserved >= 0).all() and reserved.any() else None,
             peak_bytes=int(allocated[top]),
             peak_ms=round(float(ts[top] - start) / 1000.0, 4),
-            baseline=bool(c.baseline[d]) if d < len(c.baseline) else True,
+            baseline=bool(span.memory_baseline[d]) if d < len(span.memory_baseline) else True,
         ))
     return out

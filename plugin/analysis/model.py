@@ -79,9 +79,6 @@ class MemoryCurve(msgspec.Struct):
     ts: np.ndarray  # µs, trace clock
     allocated: np.ndarray  # int64 bytes after the event
     reserved: np.ndarray  # int64 bytes, -1 where the trace does not record it
-    #: per memory device: its allocated bytes count memory allocated before the trace's first memory
-    #: event (false: they start from zero there; see `memory.has_baseline`)
-    baseline: list[bool] = msgspec.field(default_factory=list)
 
     def rows(self, step: int) -> slice:
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
@@ -161,6 +158,9 @@ class SpanAnalysis(msgspec.Struct):
     gpu_names: list[str] = msgspec.field(default_factory=list)  # of the GPUs with activity in the trace
     gpu_capabilities: list[str] = msgspec.field(default_factory=list)  # theirs: "major.minor", "" unknown
     cpus: int | None = None  # CPUs the training process could use, where the trace records them
+    #: per memory device: its allocated bytes count memory allocated before the trace's first memory
+    #: event (false: they start from zero there; see `memory.has_baseline`)
+    memory_baseline: list[bool] = msgspec.field(default_factory=list)
     #: Malformed events skipped while reading: how many, and one line on how many, why, which first.
     skipped_events: int = 0
     first_problem: str = ""

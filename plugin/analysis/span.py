@@ -20,7 +20,7 @@ from phaseprof.contract import OUT_OF_STEP
 from ..reading.discovery import display
 from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
 from .kernels import kernel_table
-from .memory import memory_curve, running_allocated
+from .memory import has_baseline, memory_curve, running_allocated
 from .model import GpuMeasures, Lanes, OpTable, Outside, SpanAnalysis
 from .nesting import Nesting, nest
 from .partition import Partition, partition
@@ -106,6 +106,7 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
         ops=ops,
         kernels=kernels,
         memory_curve=memory_curve(trace, part, allocated),
+        memory_baseline=has_baseline(trace, allocated),
         lanes=lanes,
         outside=Outside(step=part.outside_step, kind=part.outside_kind, start=part.outside_start,
                         end=part.outside_end),
