@@ -1,6 +1,7 @@
 """The tab's pictures and figures on real GPU traces, checked against the traces themselves.
 
 A logdir of its own (no demo runs): the V100 trace (``v100``), the two-rank A100 job (``ranks``),
+one rank of a 16-rank NCCL job with kernels on five streams (``nccl``),
 the two 2021 ResNet-50 traces of one model as two runs (``resnet_a``, ``resnet_b``: their memory
 has no allocation baseline), a built run with one slow step among eight (``outlier``), one rank of
 the two-rank job (``rank0``), the V100 trace under two names (``exports``: one worker, not two ranks)
@@ -46,7 +47,8 @@ def _outlier_run(root: Path) -> None:
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory, traces) -> Path:
     root = tmp_path_factory.mktemp("logdir")
-    folders = {"v100": ("gpu", "hta_ns_resolution"), "ranks": ("gpu", "hta_sampled_2rank")}
+    folders = {"v100": ("gpu", "hta_ns_resolution"), "ranks": ("gpu", "hta_sampled_2rank"),
+               "nccl": ("gpu", "hta_nccl_16rank")}
     for run, source in folders.items():
         (root / run).mkdir()
         for f in traces.files(*source):
@@ -106,7 +108,7 @@ def length(spans) -> float:
     return sum(b - a for a, b in spans)
 
 
-@pytest.mark.parametrize("run", ["v100", "resnet_a"])
+@pytest.mark.parametrize("run", ["v100", "resnet_a", "nccl"])
 def test_the_swimlanes_bands_are_each_streams_busy_intervals(tab, logdir, run):
     rows = tab.api("steps", run=run)["steps"]
     number = rows[len(rows) // 2]["step"]
@@ -162,6 +164,11 @@ JS_SWIMLANE_PIXELS = """(lanes) => {
     const at = (x, y) => data.slice(4 * (y * canvas.width + x), 4 * (y * canvas.width + x) + 4);
     const grey = ([r, g, b, a]) => a > 200 && Math.max(r, g, b) - Math.min(r, g, b) < 16 && r < 245;
     const colour = ([r, g, b, a]) => a > 200 && Math.max(r, g, b) - Math.min(r, g, b) >= 16;
+    // a phase's band: a colour, or a grey darker than the axis (#bdbdbd) and grid lines (#eeeeee)
+    // (a band a pixel wide at a fractional x is painted half-transparent over two columns)
+    const band = ([r, g, b, a]) => a > 60 && (Math.max(r, g, b) - Math.min(r, g, b) >= 16 || r < 170);
+    const axisGrey = ([r, g, b, a]) =>
+        a > 200 && Math.max(Math.abs(r - 189), Math.abs(g - 189), Math.abs(b - 189)) < 10;
     // dividing lines: rows grey across most of the plot's right part (left of it: the lane names)
     const from = Math.floor(canvas.width * 0.2), to = Math.floor(canvas.width * 0.97);
     const lines = [];
@@ -180,11 +187,19 @@ JS_SWIMLANE_PIXELS = """(lanes) => {
     const mid = lines.map(([a, b]) => (a + b) / 2);
     const gaps = mid.slice(1).map((y, k) => y - mid[k]).sort((a, b) => a - b);
     const height = gaps[Math.floor(gaps.length / 2)];
+    const centre = (k) => Math.round(mid[mid.length - 1] - (lanes - k - 0.5) * height);
+    // the plot's left edge: the lanes' axis, a column of #bdbdbd down the plot
+    let left = 0, most = 0;
+    for (let x = 0; x < canvas.width / 2; x += 1) {
+        let n = 0;
+        for (let y = 0; y < canvas.height; y += 1) if (axisGrey(at(x, y))) n += 1;
+        if (n > most) [left, most] = [x, n];
+    }
     const out = [];
     for (let k = 0; k < lanes; k += 1) {
-        const y = Math.round(mid[mid.length - 1] - (lanes - k - 0.5) * height);
+        const y = centre(k);
         const xs = new Set();
-        for (let x = 0; x < canvas.width; x += 1) if (colour(at(x, y))) xs.add(Math.floor(x / ratio));
+        for (let x = left + 1; x < canvas.width; x += 1) if (band(at(x, y))) xs.add(Math.floor(x / ratio));
         out.push([...xs].sort((a, b) => a - b));
     }
     return out;
@@ -237,7 +252,7 @@ def cost_shares(findings: list[str]) -> dict[str, float]:
     return out
 
 
-@pytest.mark.parametrize("run", ["v100", "ranks", "resnet_a"])
+@pytest.mark.parametrize("run", ["v100", "ranks", "resnet_a", "nccl"])
 def test_no_share_above_100_percent_in_any_view(tab, run):
     steps = tab.api("steps", run=run)
     worker = steps["worker"]

@@ -145,7 +145,7 @@ function total(side: CompareSide, device: Device): number {
 function headline(data: CompareAnswer, device: Device): HTMLElement {
   const a = total(data.a, device);
   const b = total(data.b, device);
-  const what = device === 'gpu' ? 'GPU per step' : 'Step (wall)';
+  const what = device === 'gpu' ? 'Kernel time per step' : 'Step (wall)';
   return figures(
     figure('A', el('span', { class: 'side-label' }, data.a.label)),
     figure('B', el('span', { class: 'side-label' }, data.b.label)),
@@ -155,6 +155,11 @@ function headline(data: CompareAnswer, device: Device): HTMLElement {
   );
 }
 
+/** What the sides' phase figures measure: host time, or kernel time (device time summed over streams). */
+function measureName(device: Device): string {
+  return device === 'gpu' ? 'GPU kernel time' : 'CPU time';
+}
+
 function deltaClass(delta: number): string {
   return delta > 0 ? 'worse' : delta < 0 ? 'better' : '';
 }
@@ -162,13 +167,13 @@ function deltaClass(delta: number): string {
 function chartCard(ctx: ViewContext, data: CompareAnswer, device: Device): HTMLElement {
   const box = chartBox(150);
   const sides = [data.a, data.b];
-  const out = card(`Phases per step (${deviceLabel(device)} time)`, legend(data.phases), box);
+  const out = card(`Phases per step (${measureName(device)})`, legend(data.phases), box);
   drawStackedBars(mountChart(box, ctx.scope), {
     categories: ['A', 'B'],
     phases: data.phases,
     horizontal: true,
     value: (phase, i) => onDevice(sides[i].phases[phase], device),
-    valueName: `ms (${deviceLabel(device)})`,
+    valueName: `ms (${measureName(device)})`,
     tooltip: (i) =>
       tooltipBody(
         `${'AB'[i]}: ${sides[i].label}`,
@@ -191,13 +196,13 @@ function phasesCard(data: CompareAnswer, device: Device): HTMLElement {
   const b = total(data.b, device);
   rows.push({ phase: '', a, b, delta: device === 'gpu' ? b - a : data.delta.wall_ms });
   return card(
-    `Per phase (${deviceLabel(device)} ms per step)`,
+    `Per phase (${measureName(device)}, ms per step)`,
     table({
       label: 'Per-phase deltas',
       rows,
       rowClass: (r) => (r.phase ? '' : 'total'),
       columns: [
-        { label: 'Phase', value: (r) => r.phase, cell: (r) => (r.phase ? phaseName(r.phase) : device === 'gpu' ? 'GPU total' : 'step (wall)') },
+        { label: 'Phase', value: (r) => r.phase, cell: (r) => (r.phase ? phaseName(r.phase) : device === 'gpu' ? 'kernel time' : 'step (wall)') },
         { label: 'A ms', value: (r) => r.a, cell: (r) => ms(r.a), numeric: true },
         { label: 'B ms', value: (r) => r.b, cell: (r) => ms(r.b), numeric: true },
         { label: 'Δ ms (B − A)', value: (r) => r.delta, cell: (r) => el('span', { class: deltaClass(r.delta) }, signedMs(r.delta)), numeric: true },

@@ -122,7 +122,7 @@ function opsTable(ctx: ViewContext, rows: RunOpRow[], answer: OpsAnswer, gpu: bo
     { label: 'Self CPU share', value: (o) => o.self_cpu_share, cell: (o) => pct(o.self_cpu_share), numeric: true, title: 'Of the steps’ host time' },
   );
   if (gpu) {
-    columns.push({ label: 'Self GPU share', value: (o) => o.self_gpu_share, cell: (o) => pct(o.self_gpu_share), numeric: true, title: 'Of the steps’ GPU time' });
+    columns.push({ label: 'Self GPU share', value: (o) => o.self_gpu_share, cell: (o) => pct(o.self_gpu_share), numeric: true, title: 'Of the steps’ kernel time (device time summed over streams)' });
   }
   columns.push(
     {
