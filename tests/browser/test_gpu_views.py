@@ -5,7 +5,8 @@ one rank of a 16-rank NCCL job with kernels on five streams (``nccl``),
 the two 2021 ResNet-50 traces of one model as two runs (``resnet_a``, ``resnet_b``: their memory
 has no allocation baseline), a built run with one slow step among eight (``outlier``), one rank of
 the two-rank job (``rank0``), the V100 trace under two names (``exports``: one worker, not two ranks)
-and a run whose first step compiled for 60 ms among 10 ms steps (``compiled``).
+a run whose first step compiled for 60 ms among 10 ms steps (``compiled``) and the first ResNet-50
+trace with a step of one-off setup (4.8 s) put before its steps (``warmup``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 
 from tests.logdir import settled, write_trace
 from tests.test_outside_steps import compile_trace
+from tests.test_warmup import _resnet_with_a_warmup_step
 from tests.tracebuilder import annotation, kernel, launch, op, step, thread_names
 
 from .tab import ms
@@ -58,6 +60,8 @@ def logdir(tmp_path_factory, traces) -> Path:
         shutil.copy(f, root / run / f.name)
     _outlier_run(root)
     compile_trace(root / "compiled" / "w.1.pt.trace.json", compiling=(1,))
+    (root / "warmup").mkdir()
+    _resnet_with_a_warmup_step(traces, root / "warmup")
     (root / "rank0").mkdir()  # one rank of the two-rank job
     shutil.copy(traces.files("gpu", "hta_sampled_2rank")[0], root / "rank0")
     (root / "exports").mkdir()  # one worker's trace under two names, as two exports of one run
@@ -407,14 +411,17 @@ def test_ranks_say_which_ranks_of_the_world_are_here_and_compare_in_one_measure(
 FORWARD_RGB = (66, 165, 245)  # forward's colour in the light theme (frontend/src/phase_colours.ts)
 
 
-def test_the_bar_charts_scale_leaves_compiling_and_warm_up_steps_out(tab):
-    summary = tab.api("steps", run="compiled")["summary"]
-    apart = sorted(set(summary["compiling_steps"]) | set(summary.get("warmup_steps") or []))
-    assert apart and 1 in apart
-    tab.open(view="overview", run="compiled")
+@pytest.mark.parametrize("run, step, why", [("compiled", 1, "compiled"), ("warmup", 4, "warm-up")])
+def test_the_bar_charts_scale_leaves_compiling_and_warm_up_steps_out(tab, run, step, why):
+    summary = tab.api("steps", run=run)["summary"]
+    apart = sorted(set(summary.get("compiling_steps") or []) | set(summary.get("warmup_steps") or []))
+    assert apart == [step]
+    tab.open(view="overview", run=run)
     card = tab.card("Phases per step")
     note = " ".join(card.inner_text().split())
-    assert "drawn but left out of the chart’s scale" in note and "Step 1 (compiled)" in note
+    assert "drawn but left out of the chart’s scale" in note and f"Step {step} ({why})" in note
+    flagged = tab.card("Every profiled step").locator("tbody tr", has_text=why)
+    assert flagged.count() == 1 and flagged.locator("td").first.inner_text() == str(step)
     # The 10 ms steps fill the chart (the 70 ms step is cut at the top), rather than a seventh of it.
     frame = next(f for f in tab.page.frames if "plugin_entry.html" in f.url)
     rows = frame.evaluate("""([r, g, b]) => {
@@ -429,6 +436,7 @@ def test_the_bar_charts_scale_leaves_compiling_and_warm_up_steps_out(tab):
         return [rows.size, canvas.clientHeight];
     }""", list(FORWARD_RGB))
     forward_rows, height = rows
-    # forward is 3 ms of a 10 ms step: over a fifth of the plot when 10 ms steps scale it, not a thirtieth
+    # forward is a fifth to a third of the steps kept: it fills over a seventh of the plot when they
+    # scale it, where a step 7 (compiled) or 28 (warm-up) times as long would leave it a few pixels
     assert forward_rows > 0.15 * height, rows
-    tab.screenshot("gpu-chart-scale")
+    tab.screenshot(f"gpu-chart-scale-{run}")

@@ -76,7 +76,8 @@ function flags(data: StepsAnswer, row: StepRow): HTMLElement[] {
   const s = data.summary;
   const out: HTMLElement[] = [];
   if (s.outliers?.includes(row.step)) {
-    const slow = row.wall_ms > (s.median_wall_ms ?? 0);
+    // slow or fast as the backend judged it (summary.noise), never by a rule of the tab's own
+    const slow = s.noise ? s.noise.slow.includes(row.step) : row.wall_ms > (s.median_wall_ms ?? 0);
     out.push(badge('outlier', 'danger', `${slow ? 'Slower' : 'Faster'} than the median step beyond the steps' noise`));
   }
   if (row.inferred_step) out.push(badge('inferred step', 'muted', "The trace marks no steps: cut from the loop's repeated marks"));
@@ -84,7 +85,7 @@ function flags(data: StepsAnswer, row: StepRow): HTMLElement[] {
   if (row.inferred_phases.length) {
     out.push(badge(`inferred: ${row.inferred_phases.join(', ')}`, 'muted', 'Phase boundaries inferred from the ops'));
   }
-  if ((s as { warmup_steps?: number[] | null }).warmup_steps?.includes(row.step)) {
+  if (s.warmup_steps?.includes(row.step)) {
     out.push(badge('warm-up', 'muted', 'One-off setup (stream, event and handle creation, autotuning) took this step: left out of the means, findings and the chart’s scale'));
   }
   if (s.compiling_steps?.includes(row.step)) {
@@ -139,8 +140,7 @@ function stepsCard(ctx: ViewContext, data: StepsAnswer, device: Device): HTMLEle
 /** Steps left out of the means, findings and the chart's scale: warm-up and compiling steps, with why. */
 function stepsApart(data: StepsAnswer): Map<number, string> {
   const s = data.summary;
-  // warm-up steps: a field of the summary once the warm-up rule is in the answer
-  const warmup = (s as { warmup_steps?: number[] | null }).warmup_steps ?? [];
+  const warmup = s.warmup_steps ?? [];
   const out = new Map<number, string>();
   for (const n of warmup) out.set(n, 'warm-up');
   for (const n of s.compiling_steps ?? []) out.set(n, out.has(n) ? 'warm-up, compiled' : 'compiled');
@@ -266,10 +266,11 @@ function slowestCard(ctx: ViewContext, data: StepsAnswer): HTMLElement {
   if (slow.noise !== 'beyond-noise' || slow.median_step === undefined || !slow.phase) {
     // The outliers are the backend's (summary.outliers), as the badges and findings: a slowest step
     // within the noise says which steps do stand out (faster ones) rather than that none does.
-    const others = (data.summary.outliers ?? []).filter((n) => n !== slow.step);
+    const noise = data.summary.noise;
+    const others = (noise ? noise.fast : (data.summary.outliers ?? [])).filter((n) => n !== slow.step);
     const why =
       slow.noise === 'too-few-steps'
-        ? 'Too few steps to tell it from noise.'
+        ? `Too few steps to tell it from noise${noise ? ` (at least ${noise.min_steps})` : ''}.`
         : `Within the steps' noise (±${ms(slow.noise_ms ?? 0)} ms of the median step, ${ms(data.summary.median_wall_ms)} ms)` +
           (others.length
             ? `; step${others.length > 1 ? 's' : ''} ${others.join(', ')} stand${others.length > 1 ? '' : 's'} out, faster than the median step (flagged above).`
