@@ -27,6 +27,8 @@ from tests.tracebuilder import annotation, kernel, launch, op, step, thread_name
 
 from .tab import ms
 
+pytestmark = pytest.mark.browser
+
 #: Where the swimlane may join two busy intervals of a stream (plugin/analysis/span.py): the drawn
 #: busy time stays within 1% of the trace's.
 BUSY_SLACK = 0.01
