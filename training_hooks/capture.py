@@ -146,6 +146,9 @@ class CaptureWatcher:
 
         def trace_ready(p: torch.profiler.profile) -> None:
             prof._traces(p)
+            # The answer says "written" once the files are there: wait for the background gzip (the
+            # loop waits for a capture's compression, as it did for every trace's before).
+            prof._traces.background.wait_for_traces()
             plan.files = tuple(os.path.basename(f) for f in prof._traces.written[written:])
             plan.end = min(plan.end, prof.step_num + 1)  # shorter if the run closed inside it
             plan.state = WRITTEN if plan.files else REFUSED
