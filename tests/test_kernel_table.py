@@ -209,3 +209,31 @@ def test_a_cached_analysis_with_impossible_launch_figures_is_not_trusted(traces)
         assert not cache.consistent(a), column
         setattr(k, column, saved)
     assert cache.consistent(a)
+
+
+def test_the_route_serves_the_same_table_as_the_report(tmp_path, traces):
+    """``/kernels`` over one step and over every step: the launch figures of the report's table."""
+    from tests.logdir import settled
+    from tests.test_plugin import BASE, make_app
+
+    run = tmp_path / "logdir" / "v100"
+    run.mkdir(parents=True)
+    (source,) = traces.files("gpu", "hta_ns_resolution")
+    target = run / source.name
+    target.write_bytes(source.read_bytes())
+    settled(target)
+    plugin, client = make_app(tmp_path / "logdir")
+    try:
+        assert plugin._store.wait(180)
+        expected = analyze(str(target), kernels=True)["runs"][0]["workers"][0]
+        step = expected["steps"][0]["step"]
+        for params, want in (({"run": "v100"}, expected["kernels"]),
+                             ({"run": "v100", "step": step},
+                              analyze(str(target), step=step, kernels=True)["runs"][0]["workers"][0]["kernels"])):
+            r = client.get(f"{BASE}/kernels", query_string=params)
+            assert r.status_code == 200, r.data
+            got = json.loads(r.data)
+            assert got["kernels"] == want["kernels"] and got["steps"] == want["steps"]
+            assert any(k["occupancy"] is not None and k["grid"] for k in got["kernels"])
+    finally:
+        plugin._store.close()
