@@ -9,6 +9,11 @@ import gc
 import os
 import sys
 
+#: ``report --sort`` choices; `phaseprof.plugin.analysis.kernels.SORT_KEYS` (checked by a test) maps
+#: them to fields, kept here so that ``--help`` never imports the analysis.
+KERNEL_SORT_KEYS = ("total", "mean", "max", "calls", "occupancy", "blocks-per-sm", "registers", "shared-memory",
+                    "name")
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="phaseprof", description=__doc__)
@@ -20,6 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--step", type=int, help="only this step, with its ops per phase and memory")
     report.add_argument("--json", action="store_true", help="print the report as JSON")
     report.add_argument("--evidence", action="store_true", help="print the figures behind each finding")
+    report.add_argument("--kernels", action="store_true",
+                        help="add each worker's kernels (over --step, or every step): time, occupancy, blocks per SM, "
+                             "grid and block, registers, shared memory, tensor cores, launching op and phase")
+    report.add_argument("--sort", choices=KERNEL_SORT_KEYS, default="total",
+                        help="order of the --kernels table, largest first (default: total time)")
 
     compare = sub.add_parser(
         "compare", help="regression gate: exit 1 when NEW is slower than BASE in a phase or the step",
@@ -92,10 +102,15 @@ def _report(args: argparse.Namespace) -> int:
 
     progress = _ProgressBar() if sys.stderr.isatty() else None
     try:
-        report = make_report(args.path, run=args.run, step=args.step, progress=progress)
+        report = make_report(args.path, run=args.run, step=args.step, kernels=args.kernels, progress=progress)
     finally:
         if progress is not None:
             progress.close()
+    if args.kernels:
+        from phaseprof.plugin.analysis.kernels import sort_kernels
+
+        for w in (w for r in report.runs for w in r.workers if w.kernels is not None):
+            w.kernels.kernels = sort_kernels(w.kernels.kernels, args.sort)
     readable = any(r.workers or r.whole_run for r in report.runs)
     if args.json:
         import msgspec

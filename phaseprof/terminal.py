@@ -27,6 +27,7 @@ LINE_WIDTH = 2_000
 if TYPE_CHECKING:
     from phaseprof.plugin.answers import (
         GpuTime,
+        KernelsAnswer,
         PhaseMean,
         PhaseTimes,
         Report,
@@ -63,7 +64,8 @@ def say(text: str, style: str = "") -> Text:
 
 
 def render(report: Report, console: Console, evidence: bool = False) -> None:
-    """Print ``report``; ``evidence``: each finding's figures under its sentence."""
+    """Print ``report``; ``evidence``: each finding's figures under its sentence; each worker's
+    kernel table where the report holds one (``--kernels``)."""
     for run in report.runs:
         for worker in run.workers:
             _worker(run.run, worker, console, evidence)
@@ -185,7 +187,38 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
     elif summary.slowest is not None:
         _overview(summary, console)
     _findings(summary, console, evidence)
+    if w.kernels is not None:
+        _kernels(w.kernels, console)
     console.print()
+
+
+#: The kernel table shows this many rows (``--json`` has them all) and names cut to these widths.
+KERNEL_ROWS = 30
+_KERNEL_NAME_WIDTH = 60
+_OP_WIDTH = 32
+
+
+def _kernels(k: KernelsAnswer, console: Console) -> None:
+    """The kernel table (``report --kernels``), in the order the report holds (``--sort``)."""
+    steps = f"step {k.step}" if k.step is not None else f"{k.steps} step(s)"
+    t = _table(title=f"kernels · {steps}: {k.gpu_us / 1000:,.2f} ms of kernel time; launch figures of the "
+                     "longest call, blocks per SM and occupancy weighted by duration", title_justify="left")
+    for col in ("kernel", "calls", "total ms", "mean µs", "max µs", "share", "blocks/SM", "occup. %", "grid",
+                "block", "regs", "smem B", "TC", "op", "phase"):
+        t.add_column(col, justify="left" if col in ("kernel", "grid", "block", "op", "phase") else "right")
+    for r in k.kernels[:KERNEL_ROWS]:
+        _row(t, plain(r.name, _KERNEL_NAME_WIDTH), f"{r.calls:,}", _fmt(r.total_us / 1000), _fmt(r.mean_us),
+             _fmt(r.max_us), f"{r.share:.1%}", _fmt(r.blocks_per_sm), _fmt(r.occupancy), _dims(r.grid),
+             _dims(r.block), "-" if r.registers is None else str(r.registers),
+             "-" if r.shared_memory is None else f"{r.shared_memory:,}",
+             {True: "yes", False: "no", None: "-"}[r.tensor_cores], plain(r.op, _OP_WIDTH), plain(r.phase))
+    console.print(t)
+    if len(k.kernels) > KERNEL_ROWS:
+        console.print(say(f"  … {len(k.kernels) - KERNEL_ROWS:,} more kernels (--json lists them all)", "dim"))
+
+
+def _dims(dims: list[int] | None) -> str:
+    return "-" if dims is None else "×".join(map(str, dims))
 
 
 def _findings(summary: Summary, console: Console, evidence: bool) -> None:

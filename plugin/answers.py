@@ -621,6 +621,7 @@ class WorkerReport(Answer, omit_defaults=True):
     steps: list[StepRow]
     summary: Summary
     detail: StepDetail | None = None
+    kernels: KernelsAnswer | None = None  # with ``--kernels``: over the step asked for, or every step
 
 
 class RunReport(Answer):
@@ -737,6 +738,14 @@ class KernelRow(Answer):
     phase: str  # the phase that launched most of its time
     ops: list[str]  # every launching op, most time first
     phases: list[str]  # every launching phase, most time first
+    # The launch, where the trace records it (kernels; null for copies and sets, and older traces):
+    blocks_per_sm: float | None  # "blocks per SM", mean weighted by each call's duration
+    occupancy: float | None  # "est. achieved occupancy %", mean weighted by each call's duration
+    grid: list[int] | None  # [x, y, z] of the longest call
+    block: list[int] | None  # [x, y, z] threads per block, of the longest call
+    registers: int | None  # per thread, of the longest call
+    shared_memory: int | None  # bytes per block, of the longest call
+    tensor_cores: bool | None  # whether it runs on tensor cores, from its name (`kernels.uses_tensor_cores`)
 
 
 class KernelsAnswer(Answer):

@@ -132,7 +132,18 @@ def consistent(a: SpanAnalysis) -> bool:
             return False
         if rows and not all(_codes_within(getattr(table, k), n) for k, n in codes):
             return False
-    return all((t.calls >= 1).all() for t in (a.ops, a.kernels))
+    return all((t.calls >= 1).all() for t in (a.ops, a.kernels)) and _launches_hold(a.kernels)
+
+
+def _launches_hold(k) -> bool:
+    """The kernels' launch figures: weights within the device time they weigh, means within their
+    range (occupancy a percentage), and -1 ("not recorded") the only negative launch value."""
+    slack = 1e-6 * (1 + k.us)
+    return bool(
+        all(((w >= 0) & (w <= k.us + slack)).all() for w in (k.blocks_per_sm_weight_us, k.occupancy_weight_us))
+        and (k.blocks_per_sm_us >= 0).all() and (k.occupancy_us >= 0).all()
+        and (k.occupancy_us <= 100 * k.occupancy_weight_us + slack).all()
+        and all((c >= -1).all() for c in (k.grid, k.block, k.registers, k.shared_memory)))
 
 
 def _finite(x: np.ndarray) -> bool:

@@ -20,6 +20,7 @@ from typing import Protocol
 import msgspec
 
 from . import cache
+from .analysis.kernels import kernels_answer
 from .analysis.model import SpanAnalysis
 from .analysis.steps import step_detail, step_rows
 from .analysis.worker import Worker
@@ -64,17 +65,20 @@ def problems_of(span: SpanAnalysis) -> str | None:
     return span.first_problem
 
 
-def analyze(path: str, run: str | None = None, step: int | None = None, *, progress: Progress | None = None) -> dict:
+def analyze(path: str, run: str | None = None, step: int | None = None, *, kernels: bool = False,
+            progress: Progress | None = None) -> dict:
     """The report on ``path`` (see `report`) as plain dicts and lists, exactly as ``--json`` prints it."""
-    return msgspec.json.decode(msgspec.json.encode(report(path, run, step, progress=progress)))
+    return msgspec.json.decode(msgspec.json.encode(report(path, run, step, kernels=kernels, progress=progress)))
 
 
-def report(path: str, run: str | None = None, step: int | None = None, *, progress: Progress | None = None) -> Report:
+def report(path: str, run: str | None = None, step: int | None = None, *, kernels: bool = False,
+           progress: Progress | None = None) -> Report:
     """The report on ``path``: runs, workers (ranks), their steps and summaries, every timed step of
     each run from its scalars (``whole_run``), and errors.
 
     ``run`` keeps one run (its name relative to ``path``); ``step`` keeps one step and adds its
-    detail (ops per phase, memory, swimlanes) as the worker's ``detail``.
+    detail (ops per phase, memory, swimlanes) as the worker's ``detail``. ``kernels`` adds each
+    worker's kernel table (``/kernels``' answer) over that step, or over every step holding work.
     """
     errors: list[FileError] = []
     if not os.path.exists(path):
@@ -89,14 +93,14 @@ def report(path: str, run: str | None = None, step: int | None = None, *, progre
                                     error=f"no run named {display(run)!r} under {display(path)}"))
     if progress:
         progress.start([f for r in runs for f in r.files])
-    out_runs = [_run_report(path, r, step, errors, progress) for r in runs]
+    out_runs = [_run_report(path, r, step, errors, progress, kernels) for r in runs]
     if not any(r.workers or r.whole_run for r in out_runs) and not errors:
         errors.append(FileError(path=display(path), error="no trace files found (*.pt.trace.json[.gz])"))
     return Report(runs=out_runs, errors=errors)
 
 
 def _run_report(root: str, run: Run, step: int | None, errors: list[FileError],
-                progress: Progress | None) -> RunReport:
+                progress: Progress | None, kernels: bool) -> RunReport:
     workers = []
     for worker, files in run.workers.items():
         spans = []
@@ -132,6 +136,8 @@ def _run_report(root: str, run: Run, step: int | None, errors: list[FileError],
                 errors.append(FileError(path=run.name, error=f"worker {worker} has no step {step}"))
             else:
                 entry.detail = step_detail(w, row, run.name)
+        if kernels and (step is None or row is not None):
+            entry.kernels = kernels_answer(run.name, w, w.full().tolist() if step is None else [row], step, None)
         workers.append(entry)
     return RunReport(run=run.name, workers=workers, whole_run=_whole_run(run))
 

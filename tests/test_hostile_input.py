@@ -615,6 +615,9 @@ def test_every_arg_of_the_wrong_type_degrades_that_arg_only(tmp_path, name):
         (error,) = report["errors"]
         said = lenient._SAID.get(field.name, name if field.type is float else field.name.replace("_", " "))
         assert f"{said} is not a number" in error["error"] and f"event {target}" in error["error"], error
+    elif name in ("grid", "block"):  # raw JSON parsed where the kernel's launch is read
+        (error,) = report["errors"]
+        assert f"{name} is not [x, y, z]" in error["error"] and f"event {target}" in error["error"], error
     else:
         assert report["errors"] == []
     if name != "correlation":  # the kernel is still attributed by its correlation

@@ -187,6 +187,8 @@ def _rows(trace, columns):
             values = [(trace.threads[v].pid, trace.threads[v].tid) for v in values]
         elif field == "device" and columns == "memory":
             values = [trace.memory_devices[v] for v in values]
+        elif getattr(group, field).dtype.kind == "f":
+            values = [None if v != v else v for v in values]  # NaN ("not recorded") equals itself here
         decoded.append(values)
     return list(zip(*decoded))
 

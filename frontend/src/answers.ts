@@ -223,6 +223,13 @@ export interface KernelRow {
   phase: string;
   ops: string[];
   phases: string[];
+  blocks_per_sm: number | null;
+  occupancy: number | null;
+  grid: number[] | null;
+  block: number[] | null;
+  registers: number | null;
+  shared_memory: number | null;
+  tensor_cores: boolean | null;
 }
 
 /** Device work by name over one step or every profiled step (`/kernels`). */
@@ -792,4 +799,5 @@ export interface WorkerReport {
   steps: StepRow[];
   summary: Summary;
   detail?: StepDetail;
+  kernels?: KernelsAnswer;
 }

@@ -20,6 +20,7 @@ from phaseprof.contract import DATA, FORWARD, OPTIMIZER
 
 from ..answers import Evidence
 from .cost import GPU, Costs, Figures, saving_us
+from .kernels import MATRIX_KERNEL, uses_tensor_cores
 from .span import COLLECTIVE_KERNEL
 
 #: A phase adding less than this share of the step gets no finding.
@@ -69,9 +70,7 @@ _MEMCPY = re.compile(r"^Memcpy")
 #: Phases on the batch's way to the GPU: pageable copies launched there are the DataLoader's batch.
 BATCH_PHASES = (DATA, FORWARD)
 _COLLECTIVE_OP = re.compile(r"^(nccl|gloo|mpi|ucc|c10d)(:|::)|^record_param_comms$")
-_MATRIX_KERNEL = re.compile(r"gemm|conv|dgrad|wgrad|winograd|scudnn|hcudnn|cutlass|xmma|fft", re.I)
 _NORM_KERNEL = re.compile(r"bn_fw|bn_bw|batch_norm|layer_norm", re.I)
-_TENSOR_CORE = re.compile(r"h884|h1688|h16816|s884|s1688|s16816|hmma|tensorop|i8816|bf16|tf32|f16|half|wmma", re.I)
 _ELEMENTWISE = re.compile(r"elementwise|reduce_kernel|vectorized|unrolled", re.I)
 _FOREACH = re.compile(r"_foreach_|multi_tensor_apply|fused", re.I)
 #: Tensor cores by compute capability (NVIDIA's table): none before 7.0 (Pascal and older), float16
@@ -223,8 +222,8 @@ def _optimizer(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
 def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tuple[str, str]:
     kernels = sorted(((name, v) for (p, name), v in ctx.kernels.items() if p == phase), key=lambda kv: -kv[1][1])
     total = sum(float(v[1]) for _, v in kernels) or 1.0
-    matrix = [(n, v) for n, v in kernels if _MATRIX_KERNEL.search(n) and not _NORM_KERNEL.search(n)]
-    fp32 = [(n, v) for n, v in matrix if not _TENSOR_CORE.search(n)]
+    matrix = [(n, v) for n, v in kernels if MATRIX_KERNEL.search(n) and not _NORM_KERNEL.search(n)]
+    fp32 = [(n, v) for n, v in matrix if not uses_tensor_cores(n)]
     fp32_us = sum(float(v[1]) for _, v in fp32)
     elementwise_us = sum(float(v[1]) for n, v in kernels if _ELEMENTWISE.search(n))
     evidence.kernels = list(dict.fromkeys(_short(n) for n, _ in kernels))[:3]

@@ -64,6 +64,17 @@ class KernelTable(msgspec.Struct):
     calls: np.ndarray  # int64
     us: np.ndarray  # device time
     max_us: np.ndarray  # the longest one
+    # Duration-weighted sums of the launch figures, over the calls that recorded each (kernels): the
+    # mean is ``blocks_per_sm_us / blocks_per_sm_weight_us``.
+    blocks_per_sm_us: np.ndarray
+    blocks_per_sm_weight_us: np.ndarray
+    occupancy_us: np.ndarray  # of "est. achieved occupancy %"
+    occupancy_weight_us: np.ndarray
+    # The launch of the longest call (-1: not recorded); grid and block `reading.events.pack_dims`.
+    grid: np.ndarray  # int64
+    block: np.ndarray  # int64
+    registers: np.ndarray  # int64 per thread
+    shared_memory: np.ndarray  # int64 bytes per block
 
     def rows(self, step: int) -> slice:
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))

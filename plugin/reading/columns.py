@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from operator import attrgetter
 
+import msgspec
 import numpy as np
 
-from .events import OP, RUNTIME
+from .events import KERNEL, OP, RUNTIME, fits_dims, pack_dims
 from .lenient import to_int
 from .problems import Problems
 from .trace_fields import Event
@@ -57,6 +58,12 @@ _RESERVED = attrgetter("args.total_reserved")
 _DEVICE_TYPE = attrgetter("args.device_type")
 _DEVICE_ID = attrgetter("args.device_id")
 _STREAM = attrgetter("args.stream")
+_BLOCKS_PER_SM = attrgetter("args.blocks_per_sm")
+_OCCUPANCY = attrgetter("args.occupancy")
+_REGISTERS = attrgetter("args.registers")
+_SHARED_MEMORY = attrgetter("args.shared_memory")
+_GRID = attrgetter("args.grid")
+_BLOCK = attrgetter("args.block")
 
 
 def fill_columns(part: Part, events: list[Event], positions: list[int] | None, shapes: bool = True) -> None:
@@ -132,7 +139,9 @@ def _valid_complete(group: list[Event], problems: Problems) -> tuple[list[Event]
 _HOST_COLUMNS = {"ts": np.float64, "dur": np.float64, "thread": np.int32, "name": np.int32,
                  "kind": np.int8, "corr": np.int64, "shapes": np.int32}
 _DEVICE_COLUMNS = {"ts": np.float64, "dur": np.float64, "device": np.int32, "stream": np.int64,
-                   "name": np.int32, "kind": np.int8, "corr": np.int64}
+                   "name": np.int32, "kind": np.int8, "corr": np.int64, "blocks_per_sm": np.float64,
+                   "occupancy": np.float64, "registers": np.int64, "shared_memory": np.int64, "grid": np.int64,
+                   "block": np.int64}
 
 
 def _host_columns(group: list[Event], ts, dur, kind: int, part: Part, shapes: bool) -> dict[str, np.ndarray]:
@@ -164,7 +173,66 @@ def _device_columns(group: list[Event], ts, dur, kind: int, part: Part) -> dict[
         "name": _codes(list(map(_NAME, group)), part.names),
         "kind": np.full(n, kind, np.int8),
         "corr": _int_column(group, _CORRELATION, -1, 0, _INT64_MAX, part.problems, "correlation"),
+        **(_launch_columns(group, part.problems) if kind == KERNEL else _no_launch(n)),
     }
+
+
+def _no_launch(n: int) -> dict[str, np.ndarray]:
+    """The launch columns of copies and sets: not recorded."""
+    return {"blocks_per_sm": np.full(n, np.nan), "occupancy": np.full(n, np.nan), "registers": np.full(n, -1),
+            "shared_memory": np.full(n, -1), "grid": np.full(n, -1), "block": np.full(n, -1)}
+
+
+#: Most launch figures a kernel's args can hold (beyond: not a figure, counted as a problem).
+_MAX_BLOCKS_PER_SM = 1e9
+
+
+def _launch_columns(group: list[Event], problems: Problems) -> dict[str, np.ndarray]:
+    """A kernel's launch as Kineto records it: blocks per SM, estimated achieved occupancy (%),
+    registers per thread, shared memory per block, grid and block (`pack_dims`)."""
+    n = len(group)
+    blocks = np.fromiter(map(_BLOCKS_PER_SM, group), np.float64, n)
+    occupancy = np.fromiter(map(_OCCUPANCY, group), np.float64, n)
+    with np.errstate(invalid="ignore"):
+        for column, hi, what in ((blocks, _MAX_BLOCKS_PER_SM, "blocks per SM"),
+                                 (occupancy, 100.0, "est. achieved occupancy %")):
+            bad = ~((column >= 0) & (column <= hi)) & ~np.isnan(column)
+            if bad.any():
+                problems.degrade_events([group[i] for i in np.flatnonzero(bad).tolist()], f"{what} is out of range")
+                column[bad] = np.nan
+    return {
+        "blocks_per_sm": blocks,
+        "occupancy": occupancy,
+        "registers": _int_column(group, _REGISTERS, -1, 0, 1 << 16, problems, "registers per thread"),
+        "shared_memory": _int_column(group, _SHARED_MEMORY, -1, 0, 1 << 40, problems, "shared memory"),
+        "grid": _dims_column(group, _GRID, problems, "grid"),
+        "block": _dims_column(group, _BLOCK, problems, "block"),
+    }
+
+
+def _dims_column(group: list[Event], get, problems: Problems, what: str) -> np.ndarray:
+    """A grid or block ([x, y, z]) per event, packed (`pack_dims`); each distinct text is parsed once
+    (launch shapes repeat: a step holds thousands of kernels and a few dozen shapes)."""
+    texts = list(map(bytes, map(get, group)))
+    table: dict[bytes, int] = {}
+    codes = _codes(texts, table)
+    packed = np.full(len(table), -1, np.int64)
+    unreadable = []
+    for text, code in table.items():
+        if not text:
+            continue
+        try:
+            dims = msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            dims = None
+        if fits_dims(dims):
+            packed[code] = pack_dims(*dims)
+        else:
+            unreadable.append(code)
+    if unreadable:
+        bad = np.isin(codes, unreadable)
+        problems.degrade_events([group[i] for i in np.flatnonzero(bad).tolist()], f"{what} is not [x, y, z]")
+    return packed[codes] if len(codes) else np.empty(0, np.int64)
 
 
 def _int_column(group: list[Event], get, default: int, lo: int, hi: int, problems: Problems, what: str,

@@ -59,9 +59,40 @@ class DeviceEvents(msgspec.Struct):
     name: np.ndarray  # int32
     kind: np.ndarray  # int8
     corr: np.ndarray  # int64
+    # A kernel's launch as Kineto records it (NaN / -1 where not recorded: copies, sets, older traces).
+    blocks_per_sm: np.ndarray  # float64 "blocks per SM"
+    occupancy: np.ndarray  # float64 "est. achieved occupancy %"
+    registers: np.ndarray  # int64 "registers per thread"
+    shared_memory: np.ndarray  # int64 "shared memory" (bytes per block)
+    grid: np.ndarray  # int64 `pack_dims` of "grid"
+    block: np.ndarray  # int64 `pack_dims` of "block"
 
     def __len__(self) -> int:
         return len(self.ts)
+
+
+#: CUDA's limits on a launch's dimensions: x below 2**31, y and z below 2**16, so [x, y, z] packs
+#: into one int64 (-1: not recorded).
+_DIM_BITS = 16
+
+
+def pack_dims(x: int, y: int, z: int) -> int:
+    """``[x, y, z]`` of a grid or block as one integer (``unpack_dims`` reverses it)."""
+    return (x << 2 * _DIM_BITS) | (y << _DIM_BITS) | z
+
+
+def unpack_dims(packed: int) -> list[int] | None:
+    """``[x, y, z]`` from `pack_dims`, None for -1 (not recorded)."""
+    if packed < 0:
+        return None
+    mask = (1 << _DIM_BITS) - 1
+    return [packed >> 2 * _DIM_BITS, (packed >> _DIM_BITS) & mask, packed & mask]
+
+
+def fits_dims(dims: object) -> bool:
+    """Whether ``dims`` is a grid or block `pack_dims` can hold: three integers within CUDA's limits."""
+    return (isinstance(dims, list | tuple) and len(dims) == 3 and all(type(d) is int for d in dims)
+            and 0 <= dims[0] < 1 << 31 and 0 <= dims[1] < 1 << _DIM_BITS and 0 <= dims[2] < 1 << _DIM_BITS)
 
 
 class MemoryEvents(msgspec.Struct):

@@ -53,7 +53,7 @@ _LooseArgs = msgspec.defstruct(
       field(default=f.default if f.type is msgspec.Raw else msgspec.UNSET, name=f.encode_name)) for f in _ARGS_FIELDS],
     gc=False)
 #: How a problem names a field (default: its name in the trace, or in words).
-_SAID = {"stream": "stream id"}
+_SAID = {"stream": "stream id", "registers": "registers per thread"}
 
 
 _LOOSE_OBJECT = msgspec.json.Decoder(_LooseObject)

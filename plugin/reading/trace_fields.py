@@ -27,6 +27,13 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     device_type: int = field(default=0, name="Device Type")
     device_id: int = field(default=-1, name="Device Id")
     stream: int | str = -1  # ROCm writes a string ("0x0")
+    # a kernel's launch and what the CUDA occupancy calculator made of it (Kineto writes them)
+    blocks_per_sm: float = field(default=NAN, name="blocks per SM")
+    occupancy: float = field(default=NAN, name="est. achieved occupancy %")
+    registers: int = field(default=-1, name="registers per thread")
+    shared_memory: int = field(default=-1, name="shared memory")
+    grid: msgspec.Raw = field(default=msgspec.Raw(b""), name="grid")  # [x, y, z]: parsed once per distinct value
+    block: msgspec.Raw = field(default=msgspec.Raw(b""), name="block")
     name: str = ""  # metadata events: process / thread names
 
 

@@ -27,7 +27,7 @@ from werkzeug import wrappers
 from phaseprof.contract import PHASE_REGISTRY, SCALAR_PREFIX, USER_PHASE_COLOURS
 
 from ..analysis.compare import compare
-from ..analysis.kernels import kernel_rows
+from ..analysis.kernels import kernels_answer
 from ..analysis.memory import memory_series
 from ..analysis.operators import GROUPS, run_ops
 from ..analysis.ranks import ranks
@@ -270,9 +270,7 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
     def kernels_impl(self, target: Target, phase: str | None) -> KernelsAnswer:
         w = target.worker
         rows = target.rows[:1] if target.rows is not None else w.full().tolist()
-        kernels, gpu_us = kernel_rows(w, rows, phase)
-        return KernelsAnswer(run=target.run.name, worker=w.name, step=target.step, phase=phase, steps=len(rows),
-                             gpu_us=round(gpu_us, 3), kernels=kernels)
+        return kernels_answer(target.run.name, w, rows, target.step, phase)
 
     @wrappers.Request.application
     def _serve_ops(self, request):
