@@ -6,7 +6,8 @@ phase times against the trace's attribution of the same steps, and proof that no
 1. Overhead: the hook's cost per step and the MNIST CNN (batch 64) A/B, on ``cuda``, as in hook_overhead.py.
 2. GPU time per phase, two ways, for each profiled step: the CUDA events of the always-on timing
    (``phaseprof/<phase>_gpu_ms``: stream time between phase boundaries, idle gaps included) and the
-   trace analysis (``phaseprof.analyze``: device time of the kernels each phase launched).
+   trace analysis (``phaseprof.analyze``: the GPU busy time and the kernel time, summed over streams, of
+   the work each phase launched).
 3. Synchronization: 50 steps outside the profiling window under ``torch.cuda.set_sync_debug_mode("warn")``,
    with ``torch.cuda.synchronize`` and ``Event.synchronize`` counted; the bare loop is the reference
    (the loop itself never reads a value back). Expected: no more than the bare loop, i.e. 0.
@@ -53,10 +54,11 @@ def event_vs_trace() -> list[str]:
         events = {p: {e.step: e.value for e in acc.Scalars(gpu_tag(p))} for p in PHASES
                   if gpu_tag(p) in acc.Tags()["scalars"]}
         (run,) = analyze(logdir)["runs"]
-    rows = ["| step | " + " | ".join(f"{p}: events / trace ms" for p in events) + " |",
+    rows = ["| step | " + " | ".join(f"{p}: events / GPU busy / kernel ms" for p in events) + " |",
             "|---:|" + "---:|" * len(events)]
     for step in run["workers"][0]["steps"]:
-        cells = [f"{events[p].get(step['step'], float('nan')):.2f} / {step['phases'][p]['gpu_ms']:.2f}" for p in events]
+        cells = [f"{events[p].get(step['step'], float('nan')):.2f} / {step['phases'][p]['gpu_busy_ms']:.2f}"
+                 f" / {step['phases'][p]['gpu_ms']:.2f}" for p in events]
         rows.append(f"| {step['step']} | " + " | ".join(cells) + " |")
     return rows
 
