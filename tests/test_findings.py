@@ -280,13 +280,18 @@ def test_collectives_no_compute_overlaps(tmp_path):
     assert comm.evidence.collective == "all-reduce" and "bucket_cap_mb" in comm.text
 
 
-def test_slow_step_beyond_noise_and_why(tmp_path):
+def _six_steps_the_fourth_slow(tmp_path):
+    """Six steps whose forward grows by 50 µs a step, but step 3's, which is three times the others'."""
     loop = Loop()
     for n in range(6):
         forward = 30_000 if n == 3 else 10_000 + 50 * n
         loop.step(n, ("phaseprof::forward", forward, [], [("aten::mm", 10, forward - 20)]),
                   ("phaseprof::backward", 10_000))
-    s = loop_summary(tmp_path, loop)
+    return loop_summary(tmp_path, loop)
+
+
+def test_slow_step_beyond_noise_and_why(tmp_path):
+    s = _six_steps_the_fourth_slow(tmp_path)
     slow = finding(s, "slow-step")
     assert slow.phase == "forward" and slow.evidence.step == 3 and "aten::mm" in slow.text
     assert s.slowest.noise == "beyond-noise" and s.outliers == [3]
@@ -340,12 +345,7 @@ def test_notes_on_empty_steps_inferred_phases_and_no_work(tmp_path):
 
 def test_a_slow_steps_evidence_names_the_median_its_sentence_compares_against(tmp_path):
     # six steps: the two middle ones differ, and the median step is the lower one (a step of the run)
-    loop = Loop()
-    for n in range(6):
-        forward = 30_000 if n == 3 else 10_000 + 50 * n
-        loop.step(n, ("phaseprof::forward", forward, [], [("aten::mm", 10, forward - 20)]),
-                  ("phaseprof::backward", 10_000))
-    s = loop_summary(tmp_path, loop)
+    s = _six_steps_the_fourth_slow(tmp_path)
     slow = finding(s, "slow-step")
     median = s.slowest.wall_ms - s.slowest.vs_median_ms
     assert s.slowest.median_step == s.noise.median_step == 2
