@@ -221,6 +221,67 @@ def test_lightning_fp16_with_its_grad_scaler(tmp_path):
     agree_every_phase(timers, values, steps, micro_batches=1, optimizer_calls=4)  # zero_grad, unscale_, step, update
 
 
+class Gan(L.LightningModule):
+    """Lightning's GAN example, manual optimization: per batch the discriminator's update, then the
+    generator's, each through ``self.optimizers()``, ``manual_backward`` and ``step``."""
+
+    def __init__(self, timers: Timers) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.timers = timers
+        self.generator = torch.nn.Sequential(torch.nn.Linear(16, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64))
+        self.discriminator = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.LeakyReLU(0.2),
+                                                 torch.nn.Linear(128, 1))
+        time_forward(self.generator, timers, FORWARD)
+        time_forward(self.discriminator, timers, FORWARD)
+
+    def training_step(self, batch, batch_idx):
+        real = batch[0]
+        opt_g, opt_d = self.optimizers()
+        fake = self.generator(torch.randn(len(real), 16))
+        ones, zeros = torch.ones(len(real), 1), torch.zeros(len(real), 1)
+        loss_d = (F.binary_cross_entropy_with_logits(self.discriminator(real), ones)
+                  + F.binary_cross_entropy_with_logits(self.discriminator(fake.detach()), zeros))
+        opt_d.zero_grad()
+        self.manual_backward(loss_d)
+        opt_d.step()
+        loss_g = F.binary_cross_entropy_with_logits(self.discriminator(fake), ones)
+        opt_g.zero_grad()
+        self.manual_backward(loss_g)
+        opt_g.step()
+        busy(0.003)  # logging: other
+        self.log_dict({"d": loss_d, "g": loss_g})
+
+    def configure_optimizers(self):
+        opt_g = torch.optim.Adam(self.generator.parameters(), lr=2e-4)
+        opt_d = torch.optim.Adam(self.discriminator.parameters(), lr=2e-4)
+        for optimizer in (opt_g, opt_d):
+            time_optimizer(optimizer, self.timers, OPTIMIZER)
+        return opt_g, opt_d
+
+
+@pytest.mark.slow
+def test_lightning_manual_optimization_with_two_optimizers(tmp_path):
+    """Both optimizers' zero_grad and step are the optimizer phase, both models' forwards the
+    forward phase, each batch one step."""
+    from phaseprof.lightning import PhaseProfilerCallback
+
+    torch.manual_seed(0)
+    timers = Timers()
+    callback = PhaseProfilerCallback(logdir=str(tmp_path), run="gan", wait=1, warmup=1, active=3)
+    trainer = L.Trainer(max_epochs=1, callbacks=[callback], accelerator="cpu", devices=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    data = DataLoader(torch.utils.data.TensorDataset(torch.randn(6 * 16, 64)), batch_size=16)
+    with timers.watching(), timers.timing_backward():
+        trainer.fit(Gan(timers), data)
+    values = scalars(tmp_path / "gan")
+    steps = sorted(values[STEP_TAG])
+    assert steps == list(range(6))
+    for phase, calls in ((FORWARD, 4), (BACKWARD, 2), (OPTIMIZER, 4)):
+        timers.agree(phase, [values[cpu_tag(phase)][step] for step in steps], timers.per_step(phase, calls))
+    assert all(values[cpu_tag(OTHER)][step] >= 3 for step in steps)
+
+
 DDP_SCRIPT = """
 import sys
 import torch, torch.nn.functional as F

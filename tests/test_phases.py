@@ -228,3 +228,19 @@ def detail_of(span, number):
     """Step ``number`` of a one-span worker in full, as its JSON answer reads."""
     w = Worker("w", [span])
     return msgspec.json.decode(msgspec.json.encode(step_detail(w, w.row_of(number), "run")))
+
+
+def test_a_phase_range_begun_before_the_first_step_counts_in_it(tmp_path):
+    """A data range that opened before the trace's first ProfilerStep (the window began during the
+    fetch) covers the start of that step: its part inside the step is data, not other."""
+    span = analyse(tmp_path, [
+        annotation("phaseprof::data", 0, 2_500),
+        step(1, 1_000, 10_000),
+        annotation("phaseprof::forward", 2_500, 4_000),
+        step(2, 11_000, 5_000),
+        annotation("phaseprof::data", 11_000, 1_000),
+    ])
+    assert phase_ms(span, 0, "data") == pytest.approx(1.5)
+    assert phase_ms(span, 0, "forward") == pytest.approx(4.0)
+    assert phase_ms(span, 0, "other") == pytest.approx(4.5)
+    assert phase_ms(span, 1, "data") == pytest.approx(1.0)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ from phaseprof.contract import (
     cpu_tag,
 )
 from phaseprof.training_hooks.models import MnistNet
-from tests.timing import TimedGradScaler, Timers, scalars, time_forward, time_optimizer
+from tests.timing import TimedGradScaler, Timers, busy, scalars, time_forward, time_optimizer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -160,35 +161,184 @@ def test_the_profilers_own_time_is_written_and_summarised(tmp_path, capsys):
     assert "the profiler's own time, outside the steps" in capsys.readouterr().out
 
 
-def test_a_closure_passed_to_the_optimizer_keeps_its_own_phases(tmp_path):
-    """LBFGS runs the closure (forward, backward) inside ``optimizer.step``: only the update is the
-    optimizer's."""
+@pytest.mark.parametrize("form", ["positional", "keyword"])
+def test_an_lbfgs_closure_keeps_its_own_phases_however_it_is_passed(tmp_path, form):
+    """PyTorch's time_sequence_prediction example: ``optimizer.step(closure)`` with LBFGS, which runs
+    the closure several times a step. The closure's zero_grad, forward and backward keep their
+    phases; its own work (the loss, ``.item()``, a print: 3 ms here) is other, never optimizer."""
     torch.manual_seed(0)
     timers = Timers()
-    model = MnistNet()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
     time_forward(model, timers, FORWARD)
-    optimizer = torch.optim.LBFGS(model.parameters(), max_iter=2, history_size=2)
-    data, target = mnist_data(8)[:]
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3, history_size=3)
+    time_optimizer(optimizer, timers, OPTIMIZER)
+    x, y = torch.randn(64, 32), torch.randn(64, 1)
+    closure_calls = []
 
     def closure():
         optimizer.zero_grad()
-        loss = F.nll_loss(model(data), target)
+        loss = F.mse_loss(model(x), y)
         loss.backward()
+        busy(0.003)  # the example's loss.item() and print
+        closure_calls.append(1)
         return loss
 
-    with timers.watching(), PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=2) as prof:
+    steps = 4
+    with timers.watching(), timers.timing_backward(), \
+            PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=2) as prof:
         prof.attach(model, optimizer)
-        calls = []  # each step's forward calls: LBFGS runs the closure as often as it needs
-        for _ in range(2):
-            before = len(timers.log)
-            optimizer.step(closure)
-            calls.append(timers.log[before:])
+        calls = []
+        for _ in range(steps):
+            before = len(closure_calls)
+            if form == "positional":
+                optimizer.step(closure)
+            else:
+                optimizer.step(closure=closure)
+            calls.append(len(closure_calls) - before)
+    assert max(calls) > 1  # LBFGS ran the closure several times in a step
     values = scalars(tmp_path / "r")
-    timers.agree(FORWARD, [values[cpu_tag(FORWARD)][step] for step in (0, 1)], calls)
-    for step in (0, 1):
-        assert values[cpu_tag("backward")][step] > 0
-        assert values[cpu_tag("optimizer")][step] < values[cpu_tag(FORWARD)][step] + values[cpu_tag("backward")][step]
+    assert sorted(values[STEP_TAG]) == list(range(steps))
+    for phase, reference in ((FORWARD, _by_calls(timers.spans(FORWARD), calls)),
+                             (BACKWARD, _by_calls(timers.spans(BACKWARD), calls)),
+                             # per closure call its zero_grad; per step the update around the closures
+                             (OPTIMIZER, _by_calls(timers.spans(OPTIMIZER), [2 * n + 1 for n in calls]))):
+        timers.agree(phase, [values[cpu_tag(phase)][step] for step in range(steps)], reference)
+    for step, n in enumerate(calls):  # the closures' own 3 ms each are other
+        assert values[cpu_tag(OTHER)][step] >= 3 * n, (step, n, values[cpu_tag(OTHER)][step])
 
+
+def _by_calls(spans: list, counts: list[int]) -> list[list]:
+    """``spans`` cut into consecutive runs of ``counts[i]`` spans: one per step."""
+    out, i = [], 0
+    for n in counts:
+        out.append(spans[i:i + n])
+        i += n
+    assert i == len(spans), (i, len(spans))
+    return out
+
+
+# -- several models and optimizers: a GAN ---------------------------------------------------------
+
+
+def test_a_gan_loop_with_two_models_and_two_optimizers(tmp_path):
+    """PyTorch's DCGAN example: per iteration the discriminator's update (on real and generated
+    images), then the generator's. Both models' forwards are forward, both optimizers' zero_grad
+    and step are optimizer, and the iteration is one step, ended by the last of its optimizer steps;
+    the traced steps show the same phases."""
+    torch.manual_seed(0)
+    timers = Timers()
+    G = torch.nn.Sequential(torch.nn.Linear(16, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64), torch.nn.Tanh())
+    D = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.LeakyReLU(0.2), torch.nn.Linear(128, 1))
+    time_forward(G, timers, FORWARD)
+    time_forward(D, timers, FORWARD)
+    opt_d = torch.optim.Adam(D.parameters(), lr=2e-4)
+    opt_g = torch.optim.Adam(G.parameters(), lr=2e-4)
+    time_optimizer(opt_d, timers, OPTIMIZER)
+    time_optimizer(opt_g, timers, OPTIMIZER)
+    real = torch.randn(32, 64)
+    steps = 6
+    with timers.watching(), timers.timing_backward(), \
+            PhaseProfiler(logdir=str(tmp_path), run="gan", wait=1, warmup=1, active=3) as prof:
+        prof.attach([G, D], [opt_d, opt_g])
+        for _ in range(steps):
+            D.zero_grad()  # the example zeroes the module's grads: other
+            ones, zeros = torch.ones(32, 1), torch.zeros(32, 1)
+            loss_real = F.binary_cross_entropy_with_logits(D(real), ones)
+            loss_real.backward()
+            fake = G(torch.randn(32, 16))
+            loss_fake = F.binary_cross_entropy_with_logits(D(fake.detach()), zeros)
+            loss_fake.backward()
+            opt_d.step()
+            G.zero_grad()
+            loss_g = F.binary_cross_entropy_with_logits(D(fake), ones)
+            loss_g.backward()
+            opt_g.step()
+            busy(0.002)  # the example's print of the losses: other
+    values = scalars(tmp_path / "gan")
+    assert sorted(values[STEP_TAG]) == list(range(steps))
+    for phase, calls in ((FORWARD, 4), (BACKWARD, 3), (OPTIMIZER, 2)):
+        timers.agree(phase, [values[cpu_tag(phase)][step] for step in range(steps)], timers.per_step(phase, calls))
+    assert all(values[cpu_tag(OTHER)][step] >= 2 for step in range(steps))
+    # The traced steps: the same phases, each step with both updates in its optimizer phase.
+    rows = analyze(str(tmp_path))["runs"][0]["workers"][0]["steps"]
+    assert [row["step"] for row in rows] == [2, 3, 4]
+    for row in rows:
+        assert all(row["phases"][phase]["cpu_ms"] > 0 and not row["phases"][phase]["inferred"]
+                   for phase in (FORWARD, BACKWARD, OPTIMIZER))
+        detail = analyze(str(tmp_path), step=row["step"])["runs"][0]["workers"][0]["detail"]
+        updates = [op["calls"] for op in detail["ops"].get(OPTIMIZER, []) if op["name"] == "aten::addcdiv_"]
+        assert updates == [len(list(G.parameters())) + len(list(D.parameters()))], detail["ops"].get(OPTIMIZER)
+
+
+# -- no torch.optim optimizer: PyTorch's word_language_model --------------------------------------
+
+
+def test_a_manual_sgd_loop_keeps_its_validation_out_of_the_steps(tmp_path, capsys):
+    """PyTorch's word_language_model default: no optimizer (the parameters updated by hand),
+    ``prof.step()`` per batch, an evaluation pass (``model.eval()``, ``torch.no_grad()``) after each
+    epoch. Training is recognised from its backward: the evaluation passes stay out of the steps,
+    and the last one is no step of its own."""
+    torch.manual_seed(0)
+    timers = Timers()
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 64))
+    time_forward(model, timers, FORWARD)
+    x, y = torch.randn(32, 64), torch.randn(32, 64)
+    batches, epochs = 4, 2
+    with timers.watching(), timers.timing_backward(), \
+            PhaseProfiler(logdir=str(tmp_path), run="lm", wait=1, warmup=1, active=2) as prof:
+        prof.attach(model)
+        for _ in range(epochs):
+            model.train()
+            for _ in range(batches):
+                model.zero_grad()
+                loss = F.mse_loss(model(x), y)
+                loss.backward()
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.add_(p.grad, alpha=-0.1)
+                prof.step()
+            model.eval()
+            with torch.no_grad():
+                for _ in range(3):
+                    model(x)
+                    busy(0.01)
+    values = scalars(tmp_path / "lm")
+    steps = list(range(batches * epochs))
+    assert sorted(values[STEP_TAG]) == steps  # no step for the last evaluation pass
+    for phase in (FORWARD, BACKWARD):
+        timers.agree(phase, [values[cpu_tag(phase)][step] for step in steps], timers.per_step(phase, 1))
+    # The passes: before step 4 and at close; each holds its 30 ms of work.
+    assert sorted(values[EVAL_TAG]) == [4, 8] and all(ms >= 30 for ms in values[EVAL_TAG].values())
+    assert f"{len(steps)} step(s) timed" in capsys.readouterr().out
+
+
+def test_only_the_loop_thread_ends_an_evaluation_pass(tmp_path):
+    """A forward in training mode on another thread (a DataParallel replica, a prefetching thread)
+    while the loop evaluates leaves the evaluation pass open: it is the loop's."""
+    import threading
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(4, 16)
+    with PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=1) as prof:
+        prof.attach(model, optimizer)
+        for step in range(2):
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+            if step == 0:
+                with torch.no_grad():
+                    model(x)  # evaluation starts
+                other = threading.Thread(target=model, args=(x,))  # grad on, training mode: on its thread
+                other.start()
+                other.join()
+                busy(0.2)  # still evaluating
+    values = scalars(tmp_path / "r")
+    assert values[EVAL_TAG][1] >= 200, values  # all 200 ms of CPU work are the pass's, not step 1's
+
+
+# -- checkpoints ----------------------------------------------------------------------------------
 
 # -- mixed precision ------------------------------------------------------------------------------
 
@@ -250,14 +400,72 @@ def test_model_and_optimizer_pickle_while_attached(tmp_path):
             scheduler.step()
             buffer = io.BytesIO()
             torch.save(model, buffer)  # what word_language_model does at the end of an epoch
-            torch.save({"optimizer": optimizer, "scheduler": scheduler}, io.BytesIO())
-            pickle.dumps(optimizer)
+            saved = {"optimizer": optimizer, "scheduler": scheduler, "state": model.state_dict(),
+                     "optimizer_state": optimizer.state_dict()}
+            for pickled in (pickle.dumps(model), pickle.dumps(saved), buffer.getvalue()):
+                assert b"training_hooks.hooks" not in pickled and b"getattr" not in pickled
             twin = copy.deepcopy(model)
+            assert not twin._forward_pre_hooks and not twin._forward_hooks  # a copy is a plain model
         loaded = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
     model.eval(), loaded.eval(), twin.eval()
     assert torch.equal(loaded(data), model(data)) and torch.equal(twin(data), model(data))
     assert prof.step_num == 3
     assert sorted(scalars(tmp_path / "r")[cpu_tag(FORWARD)]) == [0, 1, 2]
+
+
+LOAD_WITHOUT_PHASEPROF = textwrap.dedent("""
+    import importlib.abc, sys, zipfile
+    class NoPhaseprof(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "phaseprof" or name.startswith("phaseprof."):
+                raise ImportError(f"{name} is not installed here")
+    sys.meta_path.insert(0, NoPhaseprof())
+    sys.path.insert(0, sys.argv[1])
+    import torch
+    from tests.checkpoint_model import Net
+    try:
+        import phaseprof
+    except ImportError:
+        pass
+    else:
+        raise SystemExit("phaseprof imported")
+    classes = [Net, torch.nn.Sequential, torch.nn.Linear, torch.nn.ReLU]
+    with torch.serialization.safe_globals(classes):
+        attached, detached = (torch.load(path, weights_only=True) for path in sys.argv[2:4])
+    for model in (attached, detached):
+        for module in model.modules():
+            assert not (module._forward_pre_hooks or module._forward_hooks or module._forward_hooks_always_called
+                        or module._backward_hooks), module
+    assert attached.state_dict().keys() == detached.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(attached.state_dict().values(), detached.state_dict().values()))
+    assert not [name for name in sys.modules if name.startswith("phaseprof")]
+    print("loaded", flush=True)
+""")
+
+
+def test_a_model_saved_while_attached_loads_weights_only_where_phaseprof_is_not_installed(tmp_path):
+    """``torch.save(model)`` while attached writes what the same model writes detached: it loads
+    with ``torch.load(..., weights_only=True)`` and the model's classes as safe globals, in a
+    process that cannot import phaseprof, with no hook left on it."""
+    from tests.checkpoint_model import Net
+
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+    with PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=1) as prof:
+        prof.attach(model, optimizer)
+        for _ in range(2):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        torch.save(model, tmp_path / "attached.pt")
+    torch.save(model, tmp_path / "detached.pt")
+    with zipfile.ZipFile(tmp_path / "attached.pt") as a, zipfile.ZipFile(tmp_path / "detached.pt") as d:
+        assert a.read("attached/data.pkl") == d.read("detached/data.pkl")  # the same pickle, byte for byte
+    out = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_PHASEPROF, str(ROOT), str(tmp_path / "attached.pt"),
+                          str(tmp_path / "detached.pt")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout == "loaded\n", out.stderr
 
 
 def test_the_timed_loader_behaves_like_the_loader(tmp_path):

@@ -1,8 +1,9 @@
-"""Where an attached model and optimizer mark their phases: hooks and wrapped methods, installed
+"""Where the attached models and optimizers mark their phases: hooks and wrapped methods, installed
 on `Attachment` and undone on `remove`.
 
 * forward: a forward pre-hook (run before the model's other hooks) and an always-called forward hook
-  (run after them) on the attached model. A call made while forward is open (the model calling
+  (run after them) on each attached model (a GAN attaches its generator and its discriminator).
+  A call made while forward is open (the model calling
   itself, or a ``prof.phase("forward")`` around the call) adds nothing. Hooks rather than a wrapped
   ``forward``: ``nn.DataParallel`` copies a module's instance attributes into its replicas, so a
   wrapped ``forward`` would run every replica on the original's parameters; hooks are copied too,
@@ -14,10 +15,14 @@ on `Attachment` and undone on `remove`.
   backward hooks could not mark it: they run on autograd's threads and see neither the start (the
   loss's own gradient) nor the end. Only calls from the loop's thread count, and none made while
   backward is open (re-entrant calls). ``torch.autograd.grad`` is left alone.
-* optimizer: the optimizer's ``step`` and ``zero_grad``, wrapped on the instance (as bound methods,
-  so LR schedulers that re-wrap ``optimizer.step`` keep working).
-  The step ends right after ``optimizer.step()`` returns. A closure passed to ``step`` (LBFGS,
-  Lightning's training_step and backward) runs outside the optimizer phase: its forward, backward
+* optimizer: each attached optimizer's ``step`` and ``zero_grad``, wrapped on the instance (as bound
+  methods, so LR schedulers that re-wrap ``optimizer.step`` keep working).
+  The step ends right after an ``optimizer.step()`` returns once every attached optimizer has
+  stepped since the step began: with one optimizer, at each of its steps; in a GAN loop (the
+  discriminator's update, then the generator's), after the last update of the iteration, whatever
+  their order; with an optimizer stepped every k-th iteration (a WGAN's generator), after it.
+  A closure passed to ``step``, positionally or by keyword (LBFGS, which may call it several times;
+  Lightning's training_step and backward), runs outside the optimizer phase: its forward, backward
   and ``zero_grad`` are theirs, the rest of it ``other``. The optimizer's step post-hooks would be
   too early: they run inside torch's own ``Optimizer.step#<Cls>.step`` range, and ending
   ``ProfilerStep#N`` there leaves that range straddling two steps in the trace. Accelerate's
@@ -29,8 +34,9 @@ on `Attachment` and undone on `remove`.
   and a step the scaler skips for inf/NaN gradients (it never calls ``optimizer.step()``) is still a
   step of its own.
 
-* evaluation: in a training loop (an optimizer attached), a forward run with grad disabled or the
-  model in eval mode is an evaluation pass: from there until the next training work (a forward in
+* evaluation: in a training loop (an optimizer attached, or, without one, once a backward has run
+  on the loop's thread: a loop that runs backward is training), a forward run with grad disabled or
+  the model in eval mode is an evaluation pass: from there until the next training work (a forward in
   training mode with grad enabled, a backward, the optimizer's ``zero_grad`` or ``step``, a fetch
   through ``prof.data`` in training mode) the time is kept out of the steps (`tracker.enter_eval`).
 * compile: ``torch.compile``'s compilations, reported by Dynamo's compile callbacks, are a
@@ -38,9 +44,11 @@ on `Attachment` and undone on `remove`.
   hooks are excluded from Dynamo's tracing (``torch.compiler.disable``), so a model attached and
   then compiled still runs them around its compiled code, and tracing adds no graph break for them.
 
-Nothing unpicklable is put on the user's objects: a model pickled while attached (``torch.save``)
-carries hooks that unpickle as no-ops (`Detached`); the optimizer's wrapped methods are left out of
-its pickled state by ``Optimizer.__getstate__``.
+A model pickled while attached (``torch.save``, ``pickle``, ``copy.deepcopy``) pickles as it would
+detached: its class's ``__getstate__`` is wrapped while attached to leave our hooks out of an attached
+instance's state (`_Pickling`), so the checkpoint names nothing of phaseprof's and loads with
+``torch.load(weights_only=True)`` where phaseprof is not installed. The optimizer's wrapped methods are
+left out of its pickled state by ``Optimizer.__getstate__``.
 
 A wrapper replaced on top of ours by someone else stays in place on `remove`; ours then passes every
 call straight through.
@@ -51,7 +59,7 @@ from __future__ import annotations
 import functools
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -62,35 +70,48 @@ from phaseprof.contract import BACKWARD, COMPILE, FORWARD, OPTIMIZER, OTHER
 from .tracker import PhaseTracker
 
 _grad_enabled = torch.is_grad_enabled
+_get_ident = threading.get_ident
 _GradScaler = getattr(torch.amp, "GradScaler", None) or torch.cuda.amp.GradScaler  # torch < 2.3: CUDA's only
 _disable = getattr(torch.compiler, "disable", lambda f: f)  # torch < 2.1 has no torch.compiler
 
 
 class Attachment:
-    """The hooks of one attached model and optimizer. ``also``: more modules whose forward is the
+    """The hooks of the attached models and optimizers. ``also``: more modules whose forward is the
     forward phase when called on their own (a framework's module calling its submodules);
-    ``watch_eval``: tell evaluation passes apart (a training loop); ``on_optimizer_step`` ends a step,
-    after each ``optimizer.step()`` (or a GradScaler's ``update()``)."""
+    ``zero_grad_of``: wrappers of the optimizers whose own ``zero_grad`` is the optimizer phase too
+    (Lightning's, which copy the optimizer's attributes); ``watch_eval``: tell evaluation passes
+    apart from the start (a training loop; without it they are told apart once a backward runs);
+    ``on_optimizer_step`` ends a step once every optimizer has stepped since the last (or a
+    GradScaler's ``update()`` after that), unless ``optimizers_end_steps`` is False."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, tracker: PhaseTracker, *,
-                 watch_eval: bool, on_optimizer_step: Callable[[], None], also: tuple[nn.Module, ...] = ()) -> None:
-        self.model = model
+    def __init__(self, models: Iterable[nn.Module], optimizers: Iterable[torch.optim.Optimizer],
+                 tracker: PhaseTracker, *, watch_eval: bool, on_optimizer_step: Callable[[], None],
+                 optimizers_end_steps: bool = True, also: tuple[nn.Module, ...] = (),
+                 zero_grad_of: tuple[object, ...] = ()) -> None:
+        self.models = tuple(models)
         self._tracker = tracker
         self._watch_eval = watch_eval
         self._forward_opened: list[bool] = []  # per nested forward call: whether it opened the phase
         self._undo: list[Callable[[], None]] = []
-        for module in (model, *also):
-            self._undo += [module.register_forward_pre_hook(self._forward_pre, prepend=True).remove,
-                           module.register_forward_hook(self._forward_post, always_call=True).remove]
-        self._patch(torch.autograd, "backward", self._timed(torch.autograd.backward, BACKWARD))
-        self._optimizer = optimizer
-        self._on_optimizer_step = on_optimizer_step
+        for module in dict.fromkeys((*self.models, *also)):  # each once, in order
+            pre = module.register_forward_pre_hook(self._forward_pre, prepend=True)
+            post = module.register_forward_hook(self._forward_post, always_call=True)
+            self._undo += [pre.remove, post.remove, _Pickling.leave_out(module, (pre.id, post.id))]
+        self._patch(torch.autograd, "backward", self._timed_backward(torch.autograd.backward))
+        self._optimizers = tuple(optimizers)
+        self._optimizer_ids = {id(o) for o in self._optimizers}
+        self._stepped: set[int] = set()  # the optimizers stepped since the step began
+        self._on_optimizer_step = on_optimizer_step if optimizers_end_steps else None
         self._in_scaler_step = 0  # scaler.step(optimizer) calls running (the optimizer's step is inside)
         self._in_scaler_update = 0
-        self._step_pending = False  # the scaler stepped the optimizer: its update() ends the step
-        if optimizer is not None:
-            self._patch_method(optimizer, "zero_grad", OPTIMIZER)
-            self._patch_method(optimizer, "step", OPTIMIZER, then=self._optimizer_stepped)
+        self._step_pending = False  # the scaler stepped the last optimizer: its update() ends the step
+        for optimizer in self._optimizers:
+            self._patch_method(optimizer, "zero_grad", self._timed)
+            self._patch_method(optimizer, "step", lambda f, o=optimizer: self._timed_step(f, o))
+        for wrapper in zero_grad_of:
+            if callable(getattr(wrapper, "zero_grad", None)):
+                self._patch_method(wrapper, "zero_grad", self._timed)
+        if self._optimizers:
             self._scaler_classes: set[type] = set()
             classes = [_GradScaler]
             while classes:  # torch's GradScaler and the subclasses defined so far (the rest at their first step)
@@ -100,31 +121,68 @@ class Attachment:
         self._watch_compiles()
 
     def __deepcopy__(self, memo: dict) -> Attachment:
-        return self  # a copy of the model (an EMA copy, say) shares its hooks' attachment
+        return self  # never copied: reached only through a hook left in a copy by someone else's pickling
 
     def __reduce__(self) -> tuple:
-        return Detached, ()  # a pickled model's hooks unpickle as no-ops
+        return Detached, ()  # likewise: such a hook unpickles as a no-op
 
     def remove(self) -> None:
         while self._undo:
             self._undo.pop()()
 
     def training_mode(self) -> bool:
-        """Whether the attached model would run a training forward now."""
-        return self.model.training and _grad_enabled()
+        """Whether the attached models would run a training forward now."""
+        return _grad_enabled() and any(m.training for m in self.models)
 
-    def _optimizer_stepped(self) -> None:
-        """After the attached optimizer's ``step()``: the step ends, unless the call was a no-op of
-        Accelerate's while gradients accumulate, or a GradScaler's step runs it (its update ends it)."""
-        if getattr(getattr(self._optimizer, "gradient_state", None), "sync_gradients", True) is False:
+    # -- the optimizers -----------------------------------------------------------------------------
+
+    def _timed_step(self, function: Callable, optimizer: torch.optim.Optimizer) -> Callable:
+        """``optimizer.step`` in the optimizer phase, a closure it is given outside it."""
+        tracker = self._tracker
+        begin, end = tracker.begin, tracker.end
+
+        def step(owner: object, *args: Any, **kwargs: Any) -> Any:
+            if tracker.outside:
+                tracker.leave_eval()
+            opened = begin(OPTIMIZER)
+            try:
+                if opened and (args or kwargs):
+                    args, kwargs = _closure_outside(tracker, args, kwargs)
+                result = function(owner, *args, **kwargs)
+            finally:
+                end(OPTIMIZER, opened)
+            self._optimizer_stepped(optimizer)
+            return result
+
+        return functools.update_wrapper(step, function)
+
+    def _optimizer_stepped(self, optimizer: torch.optim.Optimizer) -> None:
+        """After an attached optimizer's ``step()`` on the loop's thread: the step ends if every
+        optimizer has now stepped, unless the call was a no-op of Accelerate's while gradients
+        accumulate, or a GradScaler's step runs it (the scaler counts it, its update ends the step)."""
+        if self._in_scaler_step or _get_ident() != self._tracker.thread:
             return
-        if self._in_scaler_step:
-            self._step_pending = True
-        else:
+        if getattr(getattr(optimizer, "gradient_state", None), "sync_gradients", True) is False:
+            return
+        if self._all_stepped(optimizer) and self._on_optimizer_step is not None:
             self._on_optimizer_step()
 
+    def _all_stepped(self, optimizer: object) -> bool:
+        """Count ``optimizer``'s step; True (and start counting again) once every optimizer stepped."""
+        stepped = self._stepped
+        stepped.add(id(optimizer))
+        if len(stepped) < len(self._optimizer_ids):
+            return False
+        stepped.clear()
+        return True
+
+    def _is_attached(self, optimizer: object) -> bool:
+        return id(optimizer) in self._optimizer_ids
+
+    # -- GradScaler -------------------------------------------------------------------------------
+
     def _watch_scaler_class(self, cls: type) -> None:
-        """Time ``unscale_``, ``step`` and ``update`` of the attached optimizer where ``cls`` and its
+        """Time ``unscale_``, ``step`` and ``update`` of the attached optimizers where ``cls`` and its
         bases up to torch's GradScaler define them (a subclass's overrides, e.g. FSDP's
         ShardedGradScaler ``update``)."""
         for klass in cls.__mro__:
@@ -147,7 +205,7 @@ class Attachment:
 
     def _scaler_unscaled(self, function: Callable, scaler: Any, args: tuple, kwargs: dict) -> Any:
         tracker = self._tracker
-        if not (args and args[0] is self._optimizer):
+        if not (args and self._is_attached(args[0])):
             return function(scaler, *args, **kwargs)
         opened = tracker.begin(OPTIMIZER)
         try:
@@ -158,7 +216,7 @@ class Attachment:
     def _scaler_stepped(self, function: Callable, scaler: Any, args: tuple, kwargs: dict) -> Any:
         tracker = self._tracker
         optimizer = args[0] if args else kwargs.get("optimizer")
-        if optimizer is not self._optimizer or threading.get_ident() != tracker.thread:
+        if not self._is_attached(optimizer) or _get_ident() != tracker.thread:
             return function(scaler, *args, **kwargs)
         if type(scaler) not in self._scaler_classes:
             self._watch_scaler_class(type(scaler))
@@ -171,12 +229,13 @@ class Attachment:
         finally:
             self._in_scaler_step -= 1
             tracker.end(OPTIMIZER, opened)
-        self._step_pending = True  # stepped or skipped for inf/NaN gradients: one step either way
+        if self._all_stepped(optimizer):  # stepped or skipped for inf/NaN gradients: counted either way
+            self._step_pending = True
         return result
 
     def _scaler_updated(self, function: Callable, scaler: Any, args: tuple, kwargs: dict) -> Any:
         tracker = self._tracker
-        if not self._step_pending or threading.get_ident() != tracker.thread:
+        if not self._step_pending or _get_ident() != tracker.thread:
             return function(scaler, *args, **kwargs)
         opened = tracker.begin(OPTIMIZER)
         self._in_scaler_update += 1
@@ -187,8 +246,11 @@ class Attachment:
             tracker.end(OPTIMIZER, opened)
         if not self._in_scaler_update:  # the outermost update (an override calling its base's)
             self._step_pending = False
-            self._on_optimizer_step()
+            if self._on_optimizer_step is not None:
+                self._on_optimizer_step()
         return result
+
+    # -- forward and backward ---------------------------------------------------------------------
 
     @_disable
     def _forward_pre(self, module: nn.Module, args: Any) -> None:
@@ -207,28 +269,46 @@ class Attachment:
         if self._forward_opened:  # empty if a hook that runs before ours failed, so ours never ran
             self._tracker.end(FORWARD, self._forward_opened.pop())
 
-    def _timed(self, function: Callable, phase: str, then: Callable[[], None] | None = None) -> Callable:
+    def _timed_backward(self, function: Callable) -> Callable:
+        """``torch.autograd.backward`` in the backward phase; the first one on the loop's thread
+        shows the loop trains, so evaluation passes are told apart from then on."""
+        tracker = self._tracker
+        begin, end = tracker.begin, tracker.end
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            if tracker.outside:
+                tracker.leave_eval()
+            opened = begin(BACKWARD)
+            if opened:
+                self._watch_eval = True
+            try:
+                return function(*args, **kwargs)
+            finally:
+                end(BACKWARD, opened)
+
+        return functools.update_wrapper(backward, function)
+
+    def _timed(self, function: Callable) -> Callable:
+        """``function`` in the optimizer phase (``zero_grad``)."""
         tracker = self._tracker
         begin, end = tracker.begin, tracker.end
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             if tracker.outside:
                 tracker.leave_eval()
-            opened = begin(phase)
+            opened = begin(OPTIMIZER)
             try:
-                if opened and then is not None and (args or kwargs):
-                    args, kwargs = _closure_outside(tracker, phase, args, kwargs)
-                result = function(*args, **kwargs)
+                return function(*args, **kwargs)
             finally:
-                end(phase, opened)
-            if then is not None:
-                then()
-            return result
+                end(OPTIMIZER, opened)
 
         return functools.update_wrapper(timed, function)
 
-    def _patch_method(self, owner: object, name: str, phase: str, then: Callable[[], None] | None = None) -> None:
-        """Replace ``owner.<name>`` by a timed bound method; one call deep when it is a plain method."""
+    # -- patching ---------------------------------------------------------------------------------
+
+    def _patch_method(self, owner: object, name: str, timed: Callable[[Callable], Callable]) -> None:
+        """Replace ``owner.<name>`` by ``timed(function)`` bound to it, ``function`` taking the owner
+        first; one call deep when it is a plain method."""
         method = getattr(owner, name)
         if getattr(method, "__self__", None) is owner:
             function = method.__func__
@@ -238,7 +318,7 @@ class Attachment:
                 return method(*args, **kwargs)
 
             functools.update_wrapper(function, method)
-        self._patch(owner, name, types.MethodType(self._timed(function, phase, then), owner))
+        self._patch(owner, name, types.MethodType(timed(function), owner))
 
     def _patch(self, owner: object, name: str, replacement: Any) -> None:
         own = vars(owner)
@@ -290,26 +370,81 @@ class Attachment:
         self._undo.append(unwatch)
 
 
-def _closure_outside(tracker: PhaseTracker, phase: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """``optimizer.step(closure)`` with the closure's run charged as it would be outside the step:
-    what it does (a forward, a backward, Lightning's training_step and ``zero_grad``) keeps its own
-    phase, the rest is ``other`` — only the update is the optimizer's."""
-    closure = kwargs.get("closure", args[0] if args else None)
+def _closure_outside(tracker: PhaseTracker, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments of ``optimizer.step(...)`` with the closure (the first positional argument, or
+    ``closure=``) charged as it would be outside the step, however often it is called: what it does
+    (a forward, a backward, Lightning's training_step and ``zero_grad``) keeps its own phase, the
+    rest is ``other`` — only the update is the optimizer's."""
+    closure = kwargs["closure"] if "closure" in kwargs else args[0] if args else None
     if not callable(closure):
         return args, kwargs
 
     def run_closure(*a: Any, **kw: Any) -> Any:
-        tracker.end(phase, True)  # the step's own phase pauses while the closure runs...
+        tracker.end(OPTIMIZER, True)  # the step's own phase pauses while the closure runs...
         other = tracker.begin(OTHER)
         try:
             return closure(*a, **kw)
         finally:
             tracker.end(OTHER, other)
-            tracker.begin(phase)  # ...and resumes for the update
+            tracker.begin(OPTIMIZER)  # ...and resumes for the update
 
     if "closure" in kwargs:
         return args, {**kwargs, "closure": run_closure}
     return (run_closure, *args[1:]), kwargs
+
+
+class _Pickling:
+    """Attached modules pickle as they would detached. ``pickle``, ``torch.save`` and
+    ``copy.deepcopy`` take a module's state from its class's ``__getstate__``; while a module is
+    attached, its class's is wrapped to leave our hooks (and their flags) out of that module's state.
+    Wrapped on the class, not the instance: an instance attribute would be pickled itself."""
+
+    hooks: dict[int, frozenset[int]] = {}  # id of an attached module -> the ids of our hook handles
+    classes: dict[type, list] = {}  # class -> [attached modules of it, our wrapper, its own previous or None]
+    DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called", "_forward_hooks_with_kwargs",
+             "_forward_pre_hooks_with_kwargs")
+
+    @classmethod
+    def leave_out(cls, module: nn.Module, hook_ids: tuple[int, ...]) -> Callable[[], None]:
+        """Leave ``hook_ids`` out of ``module``'s pickled state until the returned undo is called."""
+        key, klass = id(module), type(module)
+        cls.hooks[key] = frozenset(hook_ids)
+        entry = cls.classes.get(klass)
+        if entry is None:
+            own = vars(klass).get("__getstate__")
+            wrapper = _state_without_hooks(klass.__getstate__)
+            klass.__getstate__ = wrapper
+            entry = cls.classes[klass] = [0, wrapper, own]
+        entry[0] += 1
+
+        def undo() -> None:
+            cls.hooks.pop(key, None)
+            entry[0] -= 1
+            if entry[0] == 0:
+                del cls.classes[klass]
+                if vars(klass).get("__getstate__") is entry[1]:
+                    if entry[2] is not None:
+                        klass.__getstate__ = entry[2]
+                    else:
+                        delattr(klass, "__getstate__")
+
+        return undo
+
+
+def _state_without_hooks(getstate: Callable) -> Callable:
+    def __getstate__(self: nn.Module) -> Any:
+        state = getstate(self)
+        ours = _Pickling.hooks.get(id(self))
+        if ours is None or not isinstance(state, dict):
+            return state
+        state = dict(state)
+        for name in _Pickling.DICTS:
+            hooks = state.get(name)
+            if hooks and not ours.isdisjoint(hooks):
+                state[name] = type(hooks)((k, v) for k, v in hooks.items() if k not in ours)
+        return state
+
+    return functools.update_wrapper(__getstate__, getstate)
 
 
 class Detached:

@@ -3,7 +3,7 @@ forward, backward, optimizer, other, and any phase you name), times them on ever
 ``torch.profiler`` through its ``schedule(wait, warmup, active, repeat)`` window::
 
     prof = PhaseProfiler(logdir="./profile", run="baseline", wait=1, warmup=1, active=10, repeat=1)
-    prof.attach(model, optimizer)            # phases and step boundaries from now on
+    prof.attach(model, optimizer)            # phases and step boundaries from now on (or several of each)
     for data, target in prof.data(loader):   # optional: times the data phase
         optimizer.zero_grad()
         loss = F.nll_loss(model(data), target)
@@ -34,7 +34,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -124,26 +124,34 @@ class PhaseProfiler:
 
     # -- the loop's API ---------------------------------------------------------------------------
 
-    def attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> PhaseProfiler:
-        """Time ``model``'s forward, ``loss.backward()``, and ``optimizer``'s ``zero_grad`` and ``step``;
-        each ``optimizer.step()`` ends a step. Without an optimizer, end steps with `step`. Returns self."""
+    def attach(self, model: torch.nn.Module | Sequence[torch.nn.Module],
+               optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None) -> PhaseProfiler:
+        """Time the forward of ``model`` (a module, or several: ``[generator, discriminator]``),
+        ``loss.backward()``, and the ``zero_grad`` and ``step`` of ``optimizer`` (one, or several).
+        A step ends when an optimizer's ``step()`` returns and every attached optimizer has stepped
+        since the step began: each step of a single optimizer; the last update of a GAN's iteration.
+        Without an optimizer, end steps with `step`. Returns self."""
         return self._attach(model, optimizer)
 
-    def _attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                also: tuple[torch.nn.Module, ...] = (), watch_eval: bool | None = None) -> PhaseProfiler:
+    def _attach(self, model: torch.nn.Module | Sequence[torch.nn.Module],
+                optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None,
+                also: tuple[torch.nn.Module, ...] = (), watch_eval: bool | None = None,
+                optimizers_end_steps: bool = True, zero_grad_of: tuple[object, ...] = ()) -> PhaseProfiler:
         """`attach`, for the framework integrations too: ``also`` more modules whose own calls are
-        forward; ``watch_eval`` (default: with an optimizer) tells evaluation forwards apart."""
+        forward; ``watch_eval`` tells evaluation forwards apart from the start (default: with an
+        optimizer; without, from the first backward); ``optimizers_end_steps`` False: the framework
+        ends the steps; ``zero_grad_of``: the framework's wrappers of the optimizers."""
         if self._attachment is not None:
             raise RuntimeError("this PhaseProfiler is already attached; attach it once, before the loop")
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"attach() needs a torch.nn.Module, got {type(model).__name__}")
-        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"attach() needs a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        models = _several(model, torch.nn.Module, "torch.nn.Module")
+        if not models:
+            raise TypeError("attach() needs a torch.nn.Module")
+        optimizers = _several(optimizer, torch.optim.Optimizer, "torch.optim.Optimizer")
         self._start()
-        self._attachment = Attachment(model, optimizer, self._phases, also=also,
-                                      watch_eval=optimizer is not None if watch_eval is None else watch_eval,
-                                      on_optimizer_step=self._end_step)
-        self._steps_with_optimizer = optimizer is not None
+        self._attachment = Attachment(models, optimizers, self._phases, also=also, zero_grad_of=zero_grad_of,
+                                      watch_eval=bool(optimizers) if watch_eval is None else watch_eval,
+                                      on_optimizer_step=self._end_step, optimizers_end_steps=optimizers_end_steps)
+        self._steps_with_optimizer = bool(optimizers) and optimizers_end_steps
         return self
 
     def _name_run(self, run: str) -> None:
@@ -353,6 +361,17 @@ class PhaseProfiler:
         if threading.get_ident() != self._thread:
             raise RuntimeError(f"{call} must be called on the thread that runs the loop (the one that started "
                                "the profiler)")
+
+
+def _several(given: Any, kind: type, name: str) -> tuple:
+    """``given`` as a tuple of ``kind``: one, a sequence of them, or None (none)."""
+    if given is None:
+        return ()
+    items = (given,) if isinstance(given, kind) or not isinstance(given, (list, tuple)) else tuple(given)
+    for item in items:
+        if not isinstance(item, kind):
+            raise TypeError(f"attach() needs a {name} or a list of them, got {type(item).__name__}")
+    return items
 
 
 def check_run_name(run: str) -> str:

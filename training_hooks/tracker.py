@@ -115,8 +115,9 @@ class PhaseTracker:
             log[-2] = EVAL
 
     def leave_eval(self) -> None:
-        """Training work starts: close the evaluation pass, if one is open."""
-        if EVAL in self.stack:
+        """Training work starts on the loop's thread: close the evaluation pass, if one is open. (A
+        call from another thread, such as a DataParallel replica's forward, changes nothing.)"""
+        if EVAL in self.stack and _get_ident() == self._thread:
             self.end(EVAL, True)
 
     # -- the user's phases: strict ----------------------------------------------------------------

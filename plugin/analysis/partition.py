@@ -177,7 +177,8 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
     out_start, out_end, out_kind, out_step = [], [], [], []
     work = {code_of[FORWARD], code_of[BACKWARD], code_of[OPTIMIZER]}
     windows = zip(ctx.ranges.per_step(steps), ctx.autograd.per_step(steps), ctx.main_top.per_step(steps))
-    running_on = np.zeros(0, dtype=np.int64)  # phase ranges begun in an earlier step, still open
+    # Phase ranges begun in an earlier step, or before the first (the window began inside one), still open.
+    running_on = np.arange(int(np.searchsorted(ctx.ranges.start, steps[0].start, "left")) if steps else 0)
     for index, (step, (ranges, autograd, top)) in enumerate(zip(steps, windows)):
         running_on = running_on[ctx.ranges.end[running_on] > step.start]
         segments = _split_step(step, ctx, code_of, np.concatenate([running_on, np.arange(ranges.start, ranges.stop)]),

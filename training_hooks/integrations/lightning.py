@@ -15,7 +15,9 @@ check, which is left out):
   charges such a closure as if it ran outside the step (`hooks`), so its hooks and the rest of
   ``training_step`` are ``other``, not optimizer. Each ``step`` ends a training step, so with
   ``accumulate_grad_batches`` one step holds all its micro-batches. With several optimizers
-  (manual optimization) a step ends at each ``on_train_batch_end`` instead.
+  (manual optimization: a GAN's discriminator and generator) each one's ``zero_grad`` and ``step``
+  (through ``self.optimizers()``) is the optimizer phase, and a step ends at each
+  ``on_train_batch_end`` instead: one step per batch.
 * data: Lightning's batch fetch (its ``train_dataloader_next`` action) and the host→device copy
   (``batch_to_device``), together.
 * validation (``on_validation_start`` to ``on_validation_end``) is an evaluation pass: out of the
@@ -38,6 +40,16 @@ from typing import Any
 from phaseprof.contract import DATA
 
 from ..profiler import PhaseProfiler
+
+
+def _lightning_optimizers(pl_module: Any) -> list:
+    """The LightningOptimizer wrappers that ``self.optimizers()`` returns in manual optimization: each
+    holds a copy of its optimizer's attributes, so the optimizer's timed ``zero_grad`` is not theirs."""
+    try:
+        wrappers = pl_module.optimizers(use_pl_optimizer=True)
+    except Exception:  # noqa: BLE001 - no trainer or no optimizer: nothing to time
+        return []
+    return list(wrappers) if isinstance(wrappers, (list, tuple)) else [wrappers]
 
 
 def _callback_bases() -> tuple[type, ...]:
@@ -85,10 +97,10 @@ class PhaseProfilerCallback(*_callback_bases()):
         if not self._run_given:  # each process named its run when it was created: rank 0's wins
             prof._name_run(trainer.strategy.broadcast(prof.run))
         optimizers = list(trainer.optimizers)
-        optimizer = optimizers[0] if len(optimizers) == 1 else None
         also = tuple(child for child in pl_module.children() if next(child.parameters(), None) is not None)
-        prof._attach(pl_module, optimizer, also=also, watch_eval=True)
-        self._steps_by_batch = optimizer is None
+        self._steps_by_batch = len(optimizers) != 1
+        prof._attach(pl_module, optimizers, also=also, watch_eval=True, optimizers_end_steps=not self._steps_by_batch,
+                     zero_grad_of=tuple(_lightning_optimizers(pl_module)))
         self._wrap_actions(trainer.profiler)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
