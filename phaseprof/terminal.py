@@ -230,8 +230,11 @@ def _outside_cell(row: StepRow, kind: str, gpu: bool) -> str:
 def _whole_run(run: str, w: WholeRun, console: Console) -> None:
     """Every timed step of the run (its scalars): spread per phase, slowest steps, profiler time."""
     who = f" · rank {w.rank}" if w.rank is not None else ""
-    console.print(say(f"run {plain(run)}{who} · whole run: {w.steps:,} steps timed (steps {w.first_step}–"
-                      f"{w.last_step})", "bold"))
+    head = f"run {plain(run)}{who} · whole run: {w.steps:,} steps timed (steps {w.first_step}–{w.last_step})"
+    if w.left_out:  # as the summary printed on close
+        head = (f"run {plain(run)}{who} · whole run: steps {w.first_step}–{w.last_step}; figures over {w.steps:,} "
+                f"steady step(s), left out: " + ", ".join(w.left_out))
+    console.print(say(head, "bold"))
     t = _table(caption="ms per step, every step of the run")
     for col in ("phase", "median", "p90", "p99", "max", "mean"):
         t.add_column(col, justify="left" if col == "phase" else "right")
@@ -270,7 +273,8 @@ def _ranks_whole_run(run: str, ranks: list[WholeRun], console: Console) -> None:
     worst = {ph: max(m.get(ph, float("-inf")) for m in medians) for ph in phases}
     outside = [(label, kind) for label, kind in (("eval ms in all", "eval"), ("profiler ms in all", "profiler"))
                if any(getattr(w, kind) and getattr(w, kind).total_ms for w in ranks)]
-    t = _table(caption="median ms per step over every timed step; the highest of each column in bold"
+    t = _table(caption="median ms per step over every steady step (the first and compiling ones left out); the "
+                       "highest of each column in bold"
                        + ("; outside the steps: " + " and ".join(label for label, _ in outside) if outside else ""))
     for col in ("rank", "steps", "step p90", "step max", *(plain(ph) for ph in phases),
                 *(label for label, _ in outside)):

@@ -504,7 +504,10 @@ class OutsideTime(Answer):
 
 
 class WholeRun(Answer):
-    """Every timed step of one writer of scalars: the run, or one of its ranks."""
+    """Every steady step of one writer of scalars: the run, or one of its ranks. ``steps``,
+    ``phases`` and ``slowest`` leave out the first step and the steps that compiled, as the summary
+    printed on close does (`phaseprof.steady`); ``left_out`` says which, in words (empty: none);
+    ``first_step`` and ``last_step`` are the run's. Evaluation and the profiler's time count in full."""
 
     rank: int | None
     steps: int
@@ -514,6 +517,7 @@ class WholeRun(Answer):
     slowest: list[SlowStep]
     profiler: OutsideTime | None
     eval: OutsideTime | None
+    left_out: list[str] = msgspec.field(default_factory=list)
 
 
 # --- ranks and the timeline -----------------------------------------------------------------------

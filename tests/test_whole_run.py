@@ -64,9 +64,10 @@ def test_whole_run_figures_equal_those_of_the_event_files(tmp_path):
     (run,) = json.loads(out.stdout)["runs"]
     (whole,) = run["whole_run"]
     expected = tensorboard_scalars(tmp_path / "train")
-    steps = sorted(expected[STEP_TAG])
-    assert whole["steps"] == len(steps) == 60
-    assert (whole["first_step"], whole["last_step"]) == (steps[0], steps[-1])
+    assert sorted(expected[STEP_TAG]) == list(range(60))
+    assert (whole["first_step"], whole["last_step"]) == (0, 59)
+    steps = list(range(1, 60))  # as the summary on close: the first step left out
+    assert whole["steps"] == len(steps) and whole["left_out"] == ["step 0 (first)"]
     spreads = {(p["phase"], p["clock"]): p for p in whole["phases"]}
     phase_tags = {t: parse_tag(t) for t in expected if t != STEP_TAG and parse_tag(t)}  # not eval or profiler
     assert {k for k in spreads if k[1] == "host"} == {("step", "host")} | {
@@ -90,7 +91,7 @@ def test_whole_run_figures_equal_those_of_the_event_files(tmp_path):
     assert [s["wall_ms"] for s in whole["slowest"]] == sorted((s["wall_ms"] for s in whole["slowest"]), reverse=True)
 
     text = report(tmp_path).stdout
-    assert "run train · whole run: 60 steps timed (steps 0–59)" in text
+    assert "run train · whole run: steps 0–59; figures over 59 steady step(s), left out: step 0 (first)" in text
     assert "slowest steps: 37 (" in text
 
 
@@ -110,9 +111,10 @@ def test_profiler_and_evaluation_time_and_phases_that_start_later(tmp_path):
     (whole,) = analyze(str(tmp_path))["runs"][0]["whole_run"]
     spreads = {p["phase"]: p for p in whole["phases"]}
     assert "profiler" not in spreads and "eval" not in spreads
-    assert whole["steps"] == 10  # a pass at close adds no step
+    assert whole["steps"] == 9 and whole["left_out"] == ["step 0 (first)"]  # a pass at close adds no step
     assert spreads["step"]["max_ms"] == 19.0  # the passes are in no step
-    assert spreads["loss"]["steps"] == 10 and spreads["loss"]["median_ms"] == 0.5  # 0 before it ran
+    # a phase first run at step 5 took 0 ms before
+    assert spreads["loss"]["steps"] == 9 and spreads["loss"]["mean_ms"] == pytest.approx(5 / 9, abs=1e-4)
     run_ms = sum(10.0 + s for s in range(10)) + 300 + 1250
     assert whole["profiler"] == {"total_ms": 300.0, "steps": 1, "median_ms": 300.0, "max_ms": 300.0, "max_step": 6,
                                  "share": round(300 / run_ms, 5)}
@@ -136,3 +138,41 @@ def test_scalar_reader_stops_at_a_record_cut_short_and_later_files_win(tmp_path)
     assert s.steps.tolist() == [0, 1, 2, 3, 4, 5, 6]
     assert s.values[STEP_TAG].tolist() == [1, 1, 1, 2, 2, 2, 2]
     assert s.files == [str(first), str(second)]
+
+
+@pytest.mark.slow
+def test_whole_run_figures_equal_the_close_summarys_on_a_compiled_run(tmp_path, capsys):
+    """With ``torch.compile``, the steps that compiled take seconds: the report's whole-run figures
+    leave them (and the first step) out, as the summary printed on close does, and say so."""
+    from phaseprof.training_hooks.summary import steady_steps
+
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    compiled = torch.compile(model, backend="aot_eager")
+    prof = PhaseProfiler(logdir=str(tmp_path), run="compiled", wait=1, warmup=1, active=2)
+    prof.attach(compiled, optimizer)
+    for _ in range(12):
+        optimizer.zero_grad()
+        F.cross_entropy(compiled(torch.randn(16, 32)), torch.randint(0, 4, (16,))).backward()
+        optimizer.step()
+    prof.close()
+    torch._dynamo.reset()
+    summary = capsys.readouterr().out
+    stats = prof._recorder.stats
+    kept, left_out = steady_steps(stats)
+    assert "compile" in stats.cpu and left_out[0] == "step 0 (first)"
+    assert f"medians of {int(kept.sum())} step(s); left out: {', '.join(left_out)}" in summary
+
+    (whole,) = analyze(str(tmp_path))["runs"][0]["whole_run"]
+    assert whole["steps"] == int(kept.sum()) and whole["left_out"] == left_out
+    spreads = {p["phase"]: p for p in whole["phases"] if p["clock"] == "host"}
+    columns = {phase: np.frombuffer(column)[kept] for phase, column in stats.cpu.items()}
+    columns["step"] = np.sum(list(columns.values()), axis=0)
+    assert set(spreads) == set(columns)
+    for phase, values in columns.items():  # the scalars hold float32: equal to 1e-4 ms or 1e-6 of the value
+        for field, want in (("median_ms", np.median(values)), ("mean_ms", values.mean()), ("max_ms", values.max())):
+            assert spreads[phase][field] == pytest.approx(want, rel=1e-6, abs=1e-4), (phase, field)
+    text = report(tmp_path).stdout
+    assert f"figures over {int(kept.sum())} steady step(s), left out: {', '.join(left_out)}" in text

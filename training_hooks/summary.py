@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from phaseprof.contract import COMPILE, PHASES
+from phaseprof.steady import steady_steps as steady
 
 from .recorder import PhaseStats
 
@@ -58,17 +59,10 @@ def print_summary(console: Console, stats: PhaseStats, *, run: str, logdir: str,
 
 
 def steady_steps(stats: PhaseStats) -> tuple[np.ndarray, list[str]]:
-    """Which rows of ``stats`` the summary keeps (a bool mask), and what it left out, in words."""
-    numbers = np.frombuffer(stats.numbers, dtype=np.int64)
-    first = numbers == numbers.min()
-    compiled = np.frombuffer(stats.cpu[COMPILE]) > 0 if COMPILE in stats.cpu else np.zeros(len(numbers), bool)
-    kept = ~(first | compiled)
-    if not kept.any():
-        return np.ones(len(numbers), bool), []
-    left_out = [f"step {int(numbers[first][0])} (first)"]
-    if compiled[~first].any():
-        left_out.append(f"{int(compiled[~first].sum())} compiling step(s)")
-    return kept, left_out
+    """Which rows of ``stats`` the summary keeps (a bool mask), and what it left out, in words
+    (`phaseprof.steady`: the rule the whole-run figures of the report follow too)."""
+    compile_ms = np.frombuffer(stats.cpu[COMPILE]) if COMPILE in stats.cpu else None
+    return steady(np.frombuffer(stats.numbers, dtype=np.int64), compile_ms)
 
 
 def _table(stats: PhaseStats, kept: np.ndarray) -> Table:

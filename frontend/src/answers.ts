@@ -754,7 +754,12 @@ export interface TraceEvent {
   args?: Record<string, unknown>;
 }
 
-/** Every timed step of one writer of scalars: the run, or one of its ranks. */
+/**
+ * Every steady step of one writer of scalars: the run, or one of its ranks. `steps`,
+ * `phases` and `slowest` leave out the first step and the steps that compiled, as the summary
+ * printed on close does (`phaseprof.steady`); `left_out` says which, in words (empty: none);
+ * `first_step` and `last_step` are the run's. Evaluation and the profiler's time count in full.
+ */
 export interface WholeRun {
   rank: number | null;
   steps: number;
@@ -764,6 +769,7 @@ export interface WholeRun {
   slowest: SlowStep[];
   profiler: OutsideTime | null;
   eval: OutsideTime | null;
+  left_out?: string[];
 }
 
 /** A worker (a rank) of a run: `ready` once all its spans are ready or failed. */

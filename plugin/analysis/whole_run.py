@@ -1,17 +1,30 @@
 """The whole run from its every-step scalars: how many steps were timed, each phase's median, p90,
-p99 and maximum over all of them, the slowest steps, and the time spent outside the steps: the
-evaluation passes and the profiler's own time.
+p99 and maximum over its steady steps, the slowest of them, and the time spent outside the steps:
+the evaluation passes and the profiler's own time.
 
 The traced steps are a window of a few steps; the scalars are every step of the run, so these are
-the figures to quote for the run as a whole (and to compare ranks by). Percentiles interpolate
-linearly between the closest ranks (numpy's default).
+the figures to quote for the run as a whole (and to compare ranks by). Like the summary printed on
+close, they leave out the first step and the steps that compiled (`phaseprof.steady`), and say so:
+one compiling step can take longer than a thousand steady ones. Percentiles interpolate linearly
+between the closest ranks (numpy's default).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from phaseprof.contract import EVAL_TAG, NOT_PHASE_TAGS, PHASES, PROFILER_TAG, STEP_GPU_TAG, STEP_TAG, parse_tag
+from phaseprof.contract import (
+    COMPILE,
+    EVAL_TAG,
+    NOT_PHASE_TAGS,
+    PHASES,
+    PROFILER_TAG,
+    STEP_GPU_TAG,
+    STEP_TAG,
+    cpu_tag,
+    parse_tag,
+)
+from phaseprof.steady import steady_steps
 
 from ..answers import OutsideTime, PhaseSpread, SlowStep, WholeRun
 from ..reading.scalars import Scalars
@@ -41,6 +54,10 @@ def whole_run(scalars: Scalars, rank: int | None = None) -> WholeRun | None:
     timed = ~np.isnan(step_ms)
     if not timed.any():
         return None
+    everything = scalars.steps[timed]
+    compile_ms = scalars.values.get(cpu_tag(COMPILE))
+    steady, left_out = steady_steps(everything, compile_ms[timed] if compile_ms is not None else None)
+    timed[timed] = steady
     numbers = scalars.steps[timed]
     host: dict[str, np.ndarray] = {}
     spreads = [_spread("step", "host", step_ms[timed])]
@@ -63,10 +80,10 @@ def whole_run(scalars: Scalars, rank: int | None = None) -> WholeRun | None:
     spreads = [s for s in spreads + gpu_spreads if s is not None]
     profiler, evaluation = scalars.values.get(PROFILER_TAG), scalars.values.get(EVAL_TAG)
     run_ms = sum(float(np.nansum(v)) for v in (step_ms, profiler, evaluation) if v is not None)
-    return WholeRun(rank=rank, steps=int(timed.sum()), first_step=int(numbers[0]), last_step=int(numbers[-1]),
-                    phases=spreads, slowest=_slowest(numbers, step_ms[timed], host),
+    return WholeRun(rank=rank, steps=int(timed.sum()), first_step=int(everything[0]),
+                    last_step=int(everything[-1]), phases=spreads, slowest=_slowest(numbers, step_ms[timed], host),
                     profiler=_outside(scalars.steps, profiler, run_ms),
-                    eval=_outside(scalars.steps, evaluation, run_ms))
+                    eval=_outside(scalars.steps, evaluation, run_ms), left_out=left_out)
 
 
 def _phase_order(tag: str) -> tuple:
