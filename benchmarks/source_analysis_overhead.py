@@ -52,7 +52,7 @@ def train(logdir: str, analyze: bool, after: int) -> tuple[float, float, float]:
         optimizer.step()  # the step boundary: the trace is written at the window's last one
         ends.append(time.perf_counter())
         if analyze and i == window - 1:
-            analyses = list(prof._traces.analysis._running)  # started just now
+            analyses = list(prof._traces.background._running)  # started just now
     with contextlib.redirect_stdout(io.StringIO()):  # the summary it prints
         prof.close()
     cpu = 0.0

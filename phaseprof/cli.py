@@ -45,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     cache.add_argument("paths", nargs="+", metavar="PATH", help="a logdir, a run directory or a trace file")
     cache.add_argument("--background", action="store_true",
                        help="run at idle priority: only on CPU time nothing else wants")
+    cache.add_argument("--compress", action="store_true",
+                       help="each PATH is a trace PhaseProfiler exported (….pt.trace.json.part): gzip it into place "
+                            "(….pt.trace.json.gz, at niceness 10), then analyse it")
+    cache.add_argument("--no-analysis", action="store_true", help="with --compress: compress only")
 
     capture = sub.add_parser(
         "capture", help="trace the next steps of a running training job",
@@ -137,14 +141,29 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
+    failed = 0
+    paths = args.paths
+    if args.compress:
+        from phaseprof.trace_files import compress_into_place
+
+        with contextlib.suppress(AttributeError, OSError):
+            os.nice(10)  # below the training loop, yet never starved as at idle priority
+        paths = []
+        for exported in args.paths:
+            try:
+                paths.append(compress_into_place(exported))
+            except (OSError, ValueError) as e:
+                print(f"{exported}: could not compress: {e}", file=sys.stderr)
+                failed += 1
+        if args.no_analysis:
+            return 1 if failed else 0
     if args.background:
         _idle_priority()
     from phaseprof.plugin.reading.discovery import discover
     from phaseprof.plugin.reading.errors import TraceError
     from phaseprof.plugin.report import analyze_file
 
-    failed = 0
-    for path in args.paths:
+    for path in paths:
         if not os.path.exists(path):
             print(f"{_shown(path)}: no such file or directory", file=sys.stderr)
             failed += 1

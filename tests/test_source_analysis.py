@@ -1,10 +1,14 @@
-"""Analysis at the source: PhaseProfiler analyses each trace it writes in a background process and
-stores the analysis beside it, where TensorBoard and the report find it."""
+"""Analysis at the source: PhaseProfiler compresses and analyses each trace it writes in a background
+process and stores the analysis beside it, where TensorBoard and the report find it."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
+import subprocess
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -30,7 +34,7 @@ def train(logdir, **options) -> PhaseProfiler:
 def test_each_trace_is_analysed_beside_it(tmp_path, monkeypatch):
     monkeypatch.setenv("PHASEPROF_CACHE", "")  # the cache on, for the profiler's analyses and the reader
     prof = train(tmp_path)
-    for process in prof._traces.analysis.running:
+    for process in prof._traces.background.running:
         assert process.wait(120) == 0
     traces = sorted(os.path.basename(p) for p in prof._traces.written)
     assert len(traces) == 2
@@ -48,6 +52,34 @@ def test_each_trace_is_analysed_beside_it(tmp_path, monkeypatch):
 def test_off_with_a_flag(tmp_path, monkeypatch):
     monkeypatch.setenv("PHASEPROF_CACHE", "")
     prof = train(tmp_path, analyze_traces=False)
-    assert prof._traces.analysis is None
+    assert not prof._traces.background.analyse
     assert len(prof._traces.written) == 2
     assert not list((tmp_path / "r" / ANALYSIS_DIR).glob("*.analysis"))  # (it holds the capture channel)
+
+
+def test_the_loop_exports_and_a_background_process_compresses(tmp_path, monkeypatch):
+    """The training process only exports each trace; the gzip is written by the background process,
+    and is in place, whole, when close() returns."""
+    compressed_here = []
+    real_open = gzip.open
+    monkeypatch.setattr(gzip, "open", lambda *a, **k: compressed_here.append(a) or real_open(*a, **k))
+    prof = train(tmp_path, analyze_traces=False)
+    assert compressed_here == []
+    assert len(prof._traces.written) == 2
+    for trace in prof._traces.written:
+        assert trace.endswith(".pt.trace.json.gz")
+        with real_open(trace, "rb") as f:
+            assert json.load(f)["traceEvents"]
+    assert sorted(p.name for p in (tmp_path / "r").iterdir() if ".pt.trace." in p.name) == sorted(
+        os.path.basename(t) for t in prof._traces.written)  # no export or partial file left
+
+
+def test_a_trace_is_compressed_in_the_loop_when_no_process_can_start(tmp_path, monkeypatch):
+    def no_process(*args, **kwargs):
+        raise OSError("no more processes")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    with pytest.warns(RuntimeWarning, match="could not start the background process"):
+        prof = train(tmp_path)
+    assert len(prof._traces.written) == 2 and all(os.path.isfile(t) for t in prof._traces.written)
+    assert [s["step"] for s in analyze(str(tmp_path))["runs"][0]["workers"][0]["steps"]] == [2, 3, 4, 7, 8, 9]

@@ -92,7 +92,8 @@ class PhaseProfiler:
             ``warmup``, record ``active`` steps into one trace file; ``repeat`` such cycles (0: until
             close). Steps are timed all along, profiled or not.
         record_shapes, profile_memory, with_stack, activities: passed to ``torch.profiler.profile``.
-        gzip: write ``.pt.trace.json.gz`` traces (default) rather than plain JSON.
+        gzip: write ``.pt.trace.json.gz`` traces (default) rather than plain JSON; they are
+            compressed in a background process, not in the loop (``close()`` waits for them).
         analyze_traces: after each trace is written, analyse it in a background process at idle
             priority and store the analysis beside it (``<run>/.phaseprof/``), so that TensorBoard
             and ``phaseprof report`` read that instead of the trace (default True).
@@ -227,6 +228,7 @@ class PhaseProfiler:
                 self._faults.report("could not read the GPU times", e)
         self._recorder.add(records, now)
         self._recorder.close()
+        self._traces.background.wait_for_traces()  # the run complete on disk when close() returns
         if self._rank == 0:
             print_summary(Console(), self._recorder.stats, run=self.run, logdir=self.logdir,
                           traces=self._traces.written, faults=self._faults.lines)
@@ -258,8 +260,8 @@ class PhaseProfiler:
         distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         scalars_dir = os.path.join(self.run_dir, rank_scalars_dir(self._rank)) if distributed else self.run_dir
         self._recorder = StepRecorder(scalars_dir, worker, self._faults)
-        analysis = SourceAnalysis(self._faults) if self._analyze_traces else None
-        self._traces = TraceWriter(self.run_dir, worker, self._gzip, self._faults, analysis)
+        self._traces = TraceWriter(self.run_dir, worker, self._gzip, self._faults,
+                                   SourceAnalysis(self._faults, analyse=self._analyze_traces))
         self._profiler = self._start_profiler()
         self._cuda_possible = torch.cuda.is_available()
         self._thread = threading.get_ident()

@@ -1,13 +1,17 @@
-"""Each trace's analysis written beside it, on the node that wrote the trace, in the background.
+"""Each trace finished in the background, on the node that wrote it: compressed into place, then
+analysed, by a separate process (``phaseprof cache --background [--compress] <trace>``: the
+TensorBoard-side reader, never imported into the training process).
 
-After a trace is written, a separate process (``phaseprof cache --background <trace>``: the
-TensorBoard-side reader, never imported into the training process) reads it at idle priority and
-writes its analysis to ``<run>/.phaseprof/`` (see `phaseprof.contract.ANALYSIS_DIR`). Every rank
-thus analyses its own traces on its own node, and TensorBoard or ``phaseprof report`` later read a
-few kilobytes per span instead of the trace.
+Compressing a trace takes longer than torch's export of it (a 26 MB trace: seconds), and it used to
+run inside the step boundary that ends the active window, blocking training. Now the loop pays only
+torch's export of the uncompressed bytes and the start of that process (a ``posix_spawn``); the
+process compresses at a low priority (niceness 10), then analyses at idle priority, and writes the
+analysis to ``<run>/.phaseprof/`` (see `phaseprof.contract.ANALYSIS_DIR`). Every rank thus
+finishes its own traces on its own node, and TensorBoard or ``phaseprof report`` later read a few
+kilobytes per span instead of the trace.
 
-Starting the process is all the loop pays: a ``posix_spawn`` at the end of the active window,
-where the profiler has just spent far longer writing the trace (and outside every step's time).
+`wait_for_traces` (on close) waits until every trace is in place, so that a run is complete on disk
+when ``close()`` returns; a trace whose process could not start or died is compressed right there.
 """
 
 from __future__ import annotations
@@ -15,29 +19,86 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
+
+from phaseprof.trace_files import compress_into_place, compressed_name
 
 from .faults import Faults
 
+#: How long close() waits for the traces still being compressed before it reports them as pending.
+WAIT_S = 120.0
+
+
+@dataclass
+class _Pending:
+    exported: str
+    process: subprocess.Popen
+
 
 class SourceAnalysis:
-    """Starts one background analysis per written trace; never raises into the loop."""
+    """Starts one background process per written trace; never raises into the loop. ``analyse``:
+    analyse each trace after compressing it (``analyze_traces``)."""
 
-    def __init__(self, faults: Faults) -> None:
+    def __init__(self, faults: Faults, analyse: bool = True) -> None:
         self._faults = faults
+        self.analyse = analyse
         self._running: list[subprocess.Popen] = []
+        self._pending: list[_Pending] = []  # exported traces not yet compressed into place
 
     def start(self, trace: str) -> None:
+        """Analyse ``trace``, a finished trace file (not compressed, or compressed in the loop)."""
+        if self.analyse:
+            self._spawn([trace])
+
+    def compress(self, exported: str) -> str:
+        """Compress ``exported`` into place in the background (then analyse it); the trace's path."""
+        process = self._spawn(["--compress", exported])
+        if process is None:  # compressed here, as before there was a background process
+            return compress_into_place(exported)
+        self._pending = [p for p in self._pending if os.path.exists(p.exported)]
+        self._pending.append(_Pending(exported, process))
+        return compressed_name(exported)
+
+    def wait_for_traces(self, deadline_s: float = WAIT_S) -> None:
+        """Until every trace handed to `compress` is in place (compressing those whose process is
+        gone here), or ``deadline_s`` has passed: then those still compressing are reported."""
+        deadline = time.monotonic() + deadline_s
+        for pending in self._pending:
+            while os.path.exists(pending.exported):
+                gone = pending.process.poll() is not None
+                if gone or time.monotonic() > deadline:
+                    if not gone:
+                        self._faults.report(f"{os.path.basename(compressed_name(pending.exported))} is still "
+                                            f"being compressed by process {pending.process.pid}",
+                                            TimeoutError(f"not done after {deadline_s:.0f} s; it goes on"))
+                        break
+                    try:  # the process could not start, or died before it was done
+                        compress_into_place(pending.exported)
+                    except FileNotFoundError:  # it finished after all
+                        pass
+                    except Exception as e:  # noqa: BLE001
+                        self._faults.report(f"could not compress {os.path.basename(pending.exported)}", e)
+                    break
+                time.sleep(0.02)
+        self._pending = []
+
+    def _spawn(self, args: list[str]) -> subprocess.Popen | None:
         self._running = [p for p in self._running if p.poll() is None]  # reap the finished
+        command = [sys.executable, "-m", "phaseprof.cli", "cache", "--background", *args]
+        if not self.analyse:
+            command.append("--no-analysis")
         try:
-            self._running.append(subprocess.Popen(
-                [sys.executable, "-m", "phaseprof.cli", "cache", "--background", trace],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
-            ))
-        except Exception as e:  # noqa: BLE001 - TensorBoard reads the trace itself then
-            self._faults.report(f"could not start the analysis of {os.path.basename(trace)}", e)
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, close_fds=True)
+        except Exception as e:  # noqa: BLE001 - compressed on close, and TensorBoard reads the trace itself
+            self._faults.report(f"could not start the background process for {os.path.basename(args[-1])}", e)
+            return None
+        self._running.append(process)
+        return process
 
     @property
     def running(self) -> list[subprocess.Popen]:
-        """Analyses still running (they outlive the training loop if they must)."""
+        """Background processes still running (they outlive the training loop if they must)."""
         self._running = [p for p in self._running if p.poll() is None]
         return list(self._running)

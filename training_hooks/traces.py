@@ -4,16 +4,16 @@
 This writes them itself rather than through that handler because the handler cannot tell when a
 trace was lost: when the disk fills, torch's exporter logs "Failed to write to log file!" and
 returns normally, leaving a ``.tmp`` file or an empty ``.gz`` behind. Here each trace is exported
-under a temporary name, checked, compressed, and renamed into place, so a reader (a live
+under a temporary name and checked; a plain JSON trace is then renamed into place, a gzipped one is
+compressed into place by a background process (`source_analysis`, `phaseprof.trace_files`), so that
+the loop pays for no more than torch's own export of the uncompressed trace, a reader (a live
 TensorBoard) never sees a partial file, and a failure is reported instead of passing silently.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
-import shutil
 import socket
 import time
 
@@ -21,13 +21,10 @@ import torch
 import torch.distributed as dist
 
 from phaseprof.contract import trace_file_name
+from phaseprof.trace_files import EXPORTED_SUFFIX
 
 from .faults import Faults
 from .source_analysis import SourceAnalysis
-
-#: zlib's default level: nearly as small as torch's level 9, in a fraction of the time (the export
-#: runs inside the training loop's step).
-GZIP_LEVEL = 6
 
 
 def worker_name() -> str:
@@ -39,41 +36,36 @@ def worker_name() -> str:
 
 
 class TraceWriter:
-    """The profiler's ``on_trace_ready``: never raises into the training loop."""
+    """The profiler's ``on_trace_ready``: never raises into the training loop. ``background``
+    compresses gzipped traces and analyses each trace (`SourceAnalysis`)."""
 
-    def __init__(self, run_dir: str, worker: str, use_gzip: bool, faults: Faults,
-                 analysis: SourceAnalysis | None = None) -> None:
+    def __init__(self, run_dir: str, worker: str, use_gzip: bool, faults: Faults, background: SourceAnalysis) -> None:
         self.run_dir = run_dir
         self.worker = worker
         self.gzip = use_gzip
         self.faults = faults
-        self.analysis = analysis  # started on each trace written
+        self.background = background
         self.written: list[str] = []
 
     def __call__(self, prof: torch.profiler.profile) -> None:
         span = time.time_ns()
         name = trace_file_name(self.worker, span, self.gzip)
         path = os.path.join(self.run_dir, name)
-        exported = os.path.join(self.run_dir, trace_file_name(self.worker, span, False) + ".part")
-        compressed = path + ".part"
+        exported = os.path.join(self.run_dir, trace_file_name(self.worker, span, False) + EXPORTED_SUFFIX)
         try:
             os.makedirs(self.run_dir, exist_ok=True)
             prof.export_chrome_trace(exported)  # written as <exported>.tmp, renamed when complete
             if not os.path.isfile(exported):
                 raise OSError(f"torch.profiler could not write {exported} (is the disk full?)")
             if self.gzip:
-                with open(exported, "rb") as src, gzip.open(compressed, "wb", compresslevel=GZIP_LEVEL) as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-                os.replace(compressed, path)
-                os.remove(exported)
+                path = self.background.compress(exported)  # then analysed there
             else:
                 os.replace(exported, path)
+                self.background.start(path)
         except Exception as e:  # noqa: BLE001 - a lost trace must not stop training
-            for leftover in (exported, exported + ".tmp", compressed):
+            for leftover in (exported, exported + ".tmp", path + ".part"):
                 with contextlib.suppress(OSError):
                     os.remove(leftover)
             self.faults.report(f"could not write trace {name}", e)
         else:
             self.written.append(path)
-            if self.analysis is not None:
-                self.analysis.start(path)

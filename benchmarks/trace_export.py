@@ -1,0 +1,118 @@
+"""How long writing a trace blocks training: PhaseProfiler's export against torch's own, same window.
+
+    python benchmarks/trace_export.py [--rounds 5] [--active 10]
+
+At the end of the active window torch.profiler exports the trace inside ``prof.step()``: the loop
+waits for it. Each round trains the MNIST CNN (`MnistNet`, batch 64, Adadelta, one torch thread, with
+``record_shapes`` and ``profile_memory``: a trace of several MB) through one window
+``schedule(wait=1, warmup=1, active=N)`` three ways, in rotating order, and times the step boundary
+that writes the trace:
+
+* torch's ``tensorboard_trace_handler(use_gzip=True)``: exports, then gzips (level 9) in the loop;
+* the same with ``use_gzip=False``: the export of the uncompressed bytes alone;
+* PhaseProfiler (gzip on, the default): its ``phaseprof/profiler_ms`` of that step (torch.profiler's
+  step with the export; the compression is the background process's).
+
+Run it against another checkout of phaseprof (``PYTHONPATH=<a tree with phaseprof/ inside>``) to
+measure before and after a change: the torch rows are the reference in both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import io
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+import phaseprof
+from phaseprof import PhaseProfiler
+from phaseprof.training_hooks.models import MnistNet
+
+WAIT, WARMUP = 1, 1
+
+
+def _loop(active: int):
+    torch.manual_seed(0)
+    model = MnistNet()
+    optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
+    batch = (torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,)))
+
+    def step() -> None:
+        optimizer.zero_grad()
+        F.nll_loss(model(batch[0]), batch[1]).backward()
+        optimizer.step()
+
+    return model, optimizer, step
+
+
+def torch_handler(logdir: str, active: int, use_gzip: bool) -> float:
+    """ms of the ``prof.step()`` that exports the window's trace."""
+    _, _, step = _loop(active)
+    prof = torch.profiler.profile(schedule=torch.profiler.schedule(wait=WAIT, warmup=WARMUP, active=active, repeat=1),
+                                  on_trace_ready=torch.profiler.tensorboard_trace_handler(logdir, use_gzip=use_gzip),
+                                  record_shapes=True, profile_memory=True)
+    prof.start()
+    blocked = []
+    for _ in range(WAIT + WARMUP + active):
+        step()
+        t0 = time.perf_counter()
+        prof.step()
+        blocked.append(time.perf_counter() - t0)
+    prof.stop()
+    return blocked[-1] * 1e3
+
+
+def phaseprof_export(logdir: str, active: int) -> float:
+    """PhaseProfiler's own time after the step that ends the window (ms)."""
+    model, optimizer, step = _loop(active)
+    prof = PhaseProfiler(logdir=logdir, run="r", wait=WAIT, warmup=WARMUP, active=active, repeat=1,
+                         record_shapes=True, profile_memory=True, analyze_traces=False)
+    prof.attach(model, optimizer)
+    for _ in range(WAIT + WARMUP + active + 1):
+        step()
+    with contextlib.redirect_stdout(io.StringIO()):
+        prof.close()
+    stats = prof._recorder.stats
+    return max(stats.profiler_ms)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--active", type=int, default=10)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    variants = {
+        "torch tensorboard_trace_handler(use_gzip=True)": lambda d: torch_handler(d, args.active, True),
+        "torch tensorboard_trace_handler(use_gzip=False)": lambda d: torch_handler(d, args.active, False),
+        "PhaseProfiler (gzip)": lambda d: phaseprof_export(d, args.active),
+    }
+    names = list(variants)
+    blocked: dict[str, list[float]] = {name: [] for name in names}
+    size = 0
+    for r in range(args.rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            with tempfile.TemporaryDirectory() as logdir:
+                blocked[name].append(variants[name](logdir))
+                if name.endswith("use_gzip=False)"):
+                    size = max(size, *(os.path.getsize(p) for p in glob.glob(os.path.join(logdir, "*.json"))))
+    print(f"python benchmarks/trace_export.py --rounds {args.rounds} --active {args.active}   (phaseprof from "
+          f"{os.path.dirname(phaseprof.__file__)}, torch {torch.__version__}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f} at the end; uncompressed trace {size / 1e6:.1f} MB)\n")
+    print("| export of the active window's trace | blocks the loop, median ms [range over rounds] |\n|---|---:|")
+    for name in names:
+        values = blocked[name]
+        print(f"| {name} | {statistics.median(values):,.0f} [{min(values):,.0f}, {max(values):,.0f}] |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
