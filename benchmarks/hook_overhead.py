@@ -1,6 +1,9 @@
 """What PhaseProfiler costs a training loop on CPU, measured A/B in one process, variants interleaved.
 
-    python benchmarks/hook_overhead.py [--rounds 11]
+    python benchmarks/hook_overhead.py [--rounds 11] [--load N] [--no-callbacks]
+
+``--load N`` runs N processes that burn CPU beside the measurement (a busy shared machine: on 2
+cores, 2 hogs leave the loop half a core); the machine's load average at start and end is printed.
 
 Each round runs every variant once, in rotating order; a comparison is the median over rounds of
 the ratio (or difference) of two variants' median steps in the same round, so slow drifts of a
@@ -35,13 +38,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import multiprocessing
 import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -374,24 +378,45 @@ def callback_cost(rounds: int, seed_step_us: float) -> list[str]:
     return rows
 
 
+def _burn() -> None:
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def cpu_hogs(n: int) -> Iterator[None]:
+    """``n`` processes burning CPU for the duration (a shared machine under load)."""
+    hogs = [multiprocessing.Process(target=_burn, daemon=True) for _ in range(n)]
+    for hog in hogs:
+        hog.start()
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.join()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--load", type=int, default=0, help="CPU-burning processes beside the measurement")
     parser.add_argument("--no-callbacks", action="store_true", help="skip the Lightning and transformers callbacks")
     parser.add_argument("--capture", action="store_true", help="only the capture watcher's cost (part 4)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    print(f"python benchmarks/hook_overhead.py --rounds {args.rounds}   (torch {torch.__version__}, "
+    print(f"python benchmarks/hook_overhead.py --rounds {args.rounds} --load {args.load}   (torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start)\n")
-    if args.capture:
-        print("\n".join(capture_cost(args.rounds, None)))
-        return 0
-    seed_rows, seed_step_us = seed_cnn(args.rounds)
-    print("\n".join(capture_cost(args.rounds, seed_step_us)) + "\n")
-    print("\n".join(hook_cost(args.rounds, seed_step_us)) + "\n")
-    print("\n".join(seed_rows) + "\n")
-    if not args.no_callbacks:
-        print("\n".join(callback_cost(args.rounds, seed_step_us)))
+    with cpu_hogs(args.load):
+        if args.capture:
+            print("\n".join(capture_cost(args.rounds, None)))
+            return 0
+        seed_rows, seed_step_us = seed_cnn(args.rounds)
+        print("\n".join(capture_cost(args.rounds, seed_step_us)) + "\n")
+        print("\n".join(hook_cost(args.rounds, seed_step_us)) + "\n")
+        print("\n".join(seed_rows) + "\n")
+        if not args.no_callbacks:
+            print("\n".join(callback_cost(args.rounds, seed_step_us)))
     print(f"\n(load average {os.getloadavg()[0]:.2f} at the end)")
     return 0
 

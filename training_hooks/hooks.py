@@ -2,12 +2,12 @@
 on `Attachment` and undone on `remove`.
 
 * forward: a forward pre-hook (run before the model's other hooks) and an always-called forward hook
-  (run after them) on each attached model (a GAN attaches its generator and its discriminator).
-  A call made while forward is open (the model calling
-  itself, or a ``prof.phase("forward")`` around the call) adds nothing. Hooks rather than a wrapped
-  ``forward``: ``nn.DataParallel`` copies a module's instance attributes into its replicas, so a
-  wrapped ``forward`` would run every replica on the original's parameters; hooks are copied too,
-  but only the loop's thread counts them.
+  (run after them) on each attached model (a GAN attaches its generator and its discriminator). A
+  call made while forward is open (the model calling itself, one attached model calling another, or
+  a ``prof.phase("forward")`` around the call) adds nothing. Hooks rather than a wrapped ``forward``:
+  ``nn.DataParallel`` copies a module's instance attributes into its replicas, so a wrapped
+  ``forward`` would run every replica on the original's parameters; hooks are copied too, but only
+  the loop's thread counts them.
 * backward: ``torch.autograd.backward``, wrapped while attached. ``Tensor.backward`` calls it by
   attribute lookup, so ``loss.backward()`` (and ``scaler.scale(loss).backward()``, Accelerate's or
   Lightning's backward) runs inside a backward range on the loop's thread, from the gradient seed
