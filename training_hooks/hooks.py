@@ -78,16 +78,14 @@ _disable = getattr(torch.compiler, "disable", lambda f: f)  # torch < 2.1 has no
 class Attachment:
     """The hooks of the attached models and optimizers. ``also``: more modules whose forward is the
     forward phase when called on their own (a framework's module calling its submodules);
-    ``zero_grad_of``: wrappers of the optimizers whose own ``zero_grad`` is the optimizer phase too
-    (Lightning's, which copy the optimizer's attributes); ``watch_eval``: tell evaluation passes
+    ``watch_eval``: tell evaluation passes
     apart from the start (a training loop; without it they are told apart once a backward runs);
     ``on_optimizer_step`` ends a step once every optimizer has stepped since the last (or a
     GradScaler's ``update()`` after that), unless ``optimizers_end_steps`` is False."""
 
     def __init__(self, models: Iterable[nn.Module], optimizers: Iterable[torch.optim.Optimizer],
                  tracker: PhaseTracker, *, watch_eval: bool, on_optimizer_step: Callable[[], None],
-                 optimizers_end_steps: bool = True, also: tuple[nn.Module, ...] = (),
-                 zero_grad_of: tuple[object, ...] = ()) -> None:
+                 optimizers_end_steps: bool = True, also: tuple[nn.Module, ...] = ()) -> None:
         self.models = tuple(models)
         self._tracker = tracker
         self._watch_eval = watch_eval
@@ -108,9 +106,6 @@ class Attachment:
         for optimizer in self._optimizers:
             self._patch_method(optimizer, "zero_grad", self._timed)
             self._patch_method(optimizer, "step", lambda f, o=optimizer: self._timed_step(f, o))
-        for wrapper in zero_grad_of:
-            if callable(getattr(wrapper, "zero_grad", None)):
-                self._patch_method(wrapper, "zero_grad", self._timed)
         if self._optimizers:
             self._scaler_classes: set[type] = set()
             classes = [_GradScaler]

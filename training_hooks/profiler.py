@@ -137,11 +137,11 @@ class PhaseProfiler:
     def _attach(self, model: torch.nn.Module | Sequence[torch.nn.Module],
                 optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None,
                 also: tuple[torch.nn.Module, ...] = (), watch_eval: bool | None = None,
-                optimizers_end_steps: bool = True, zero_grad_of: tuple[object, ...] = ()) -> PhaseProfiler:
+                optimizers_end_steps: bool = True) -> PhaseProfiler:
         """`attach`, for the framework integrations too: ``also`` more modules whose own calls are
         forward; ``watch_eval`` tells evaluation forwards apart from the start (default: with an
         optimizer; without, from the first backward); ``optimizers_end_steps`` False: the framework
-        ends the steps; ``zero_grad_of``: the framework's wrappers of the optimizers."""
+        ends the steps."""
         if self._attachment is not None:
             raise RuntimeError("this PhaseProfiler is already attached; attach it once, before the loop")
         models = _several(model, torch.nn.Module, "torch.nn.Module")
@@ -149,7 +149,7 @@ class PhaseProfiler:
             raise TypeError("attach() needs a torch.nn.Module")
         optimizers = _several(optimizer, torch.optim.Optimizer, "torch.optim.Optimizer")
         self._start()
-        self._attachment = Attachment(models, optimizers, self._phases, also=also, zero_grad_of=zero_grad_of,
+        self._attachment = Attachment(models, optimizers, self._phases, also=also,
                                       watch_eval=bool(optimizers) if watch_eval is None else watch_eval,
                                       on_optimizer_step=self._end_step, optimizers_end_steps=optimizers_end_steps)
         self._steps_with_optimizer = bool(optimizers) and optimizers_end_steps

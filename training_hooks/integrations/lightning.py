@@ -16,7 +16,8 @@ check, which is left out):
   ``training_step`` are ``other``, not optimizer. Each ``step`` ends a training step, so with
   ``accumulate_grad_batches`` one step holds all its micro-batches. With several optimizers
   (manual optimization: a GAN's discriminator and generator) each one's ``zero_grad`` and ``step``
-  (through ``self.optimizers()``) is the optimizer phase, and a step ends at each
+  (through the wrappers ``self.optimizers()`` returns, which Lightning makes from the optimizers as
+  they are once attached) is the optimizer phase, and a step ends at each
   ``on_train_batch_end`` instead: one step per batch.
 * data: Lightning's batch fetch (its ``train_dataloader_next`` action) and the host→device copy
   (``batch_to_device``), together.
@@ -40,16 +41,6 @@ from typing import Any
 from phaseprof.contract import DATA
 
 from ..profiler import PhaseProfiler
-
-
-def _lightning_optimizers(pl_module: Any) -> list:
-    """The LightningOptimizer wrappers that ``self.optimizers()`` returns in manual optimization: each
-    holds a copy of its optimizer's attributes, so the optimizer's timed ``zero_grad`` is not theirs."""
-    try:
-        wrappers = pl_module.optimizers(use_pl_optimizer=True)
-    except Exception:  # noqa: BLE001 - no trainer or no optimizer: nothing to time
-        return []
-    return list(wrappers) if isinstance(wrappers, (list, tuple)) else [wrappers]
 
 
 def _callback_bases() -> tuple[type, ...]:
@@ -99,8 +90,7 @@ class PhaseProfilerCallback(*_callback_bases()):
         optimizers = list(trainer.optimizers)
         also = tuple(child for child in pl_module.children() if next(child.parameters(), None) is not None)
         self._steps_by_batch = len(optimizers) != 1
-        prof._attach(pl_module, optimizers, also=also, watch_eval=True, optimizers_end_steps=not self._steps_by_batch,
-                     zero_grad_of=tuple(_lightning_optimizers(pl_module)))
+        prof._attach(pl_module, optimizers, also=also, watch_eval=True, optimizers_end_steps=not self._steps_by_batch)
         self._wrap_actions(trainer.profiler)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
