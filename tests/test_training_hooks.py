@@ -325,3 +325,22 @@ def test_every_trace_records_the_cpus_the_process_may_use(tmp_path):
         assert recorded == {"count": os.cpu_count(), "usable": usable}
     (run,) = discover(str(run_dir))
     assert [analyze_file(f).cpus for files in run.workers.values() for f in files] == [usable, usable]
+
+
+def test_the_scalars_records_carry_tensorboards_checksums():
+    """The recorder frames its event records itself (with a C CRC-32C): byte for byte what
+    TensorBoard's own record writer writes."""
+    import io
+    import random
+
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    from phaseprof.training_hooks.recorder import EventFile
+
+    rng = random.Random(0)
+    records = [bytes(rng.randrange(256) for _ in range(n)) for n in (0, 1, 7, 150, 4096)]
+    ours, theirs = io.BytesIO(), io.BytesIO()
+    for data in records:
+        EventFile(ours).write(data)
+        RecordWriter(theirs).write(data)
+    assert ours.getvalue() == theirs.getvalue()

@@ -186,7 +186,8 @@ class PhaseProfiler:
         return _Phase(self, name)
 
     def step(self) -> None:
-        """End the current step, for loops with no attached optimizer (inference)."""
+        """End the current step, for loops with no attached optimizer (inference, or parameters
+        updated by hand)."""
         self._start()
         self._check_loop_thread("step()")
         if self._steps_with_optimizer:

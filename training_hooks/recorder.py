@@ -1,10 +1,11 @@
 """Every step's phase times, kept off the training thread: written as TensorBoard scalars under the
 run, and kept for the summary printed on close.
 
-Building and writing one event costs about 40 µs of Python (the protobuf, then TensorBoard's
-pure-Python CRC-32C), more than the hook's whole budget per step. So the loop thread only appends
-each finished step to a list, and hands the list over every `HANDOVER_STEPS` steps or
-`HANDOVER_S` seconds; a daemon thread writes one event per step holding all its values (one
+Building and writing one event costs several µs of Python (the protobuf and its record), a good
+share of the hook's whole budget per step (TensorBoard's own record writer computes the records'
+CRC-32C in pure Python: tens to hundreds of µs an event; `EventFile` uses ``google-crc32c``'s C).
+So the loop thread only appends each finished step to a list, and hands the list over every
+`HANDOVER_STEPS` steps or `HANDOVER_S` seconds; a daemon thread writes one event per step holding all its values (one
 scalar per phase, same tags as `phaseprof.contract`), flushing after each batch. When the loop
 hands nothing over for `FLUSH_S` seconds (a long evaluation, a hung step), that thread takes the
 waiting steps itself. Scalars therefore reach the disk a second or two after their step, and a run
@@ -17,17 +18,19 @@ its evaluation time has a tag of its own, as has the profiler's own time after t
 
 from __future__ import annotations
 
+import io
 import itertools
 import os
 import queue
+import struct
 import threading
 import time
 from array import array
 from collections.abc import Sequence
 
+import google_crc32c
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
-from tensorboard.summary.writer.record_writer import RecordWriter
 
 from phaseprof.contract import EVAL, EVAL_TAG, OUT_OF_STEP, PROFILER_TAG, STEP_GPU_TAG, STEP_TAG, cpu_tag, gpu_tag
 
@@ -92,7 +95,7 @@ class StepRecorder:
     def __init__(self, run_dir: str | None, worker: str, faults: Faults) -> None:
         self.stats = PhaseStats()
         self._faults = faults
-        self._file: RecordWriter | None = None
+        self._file: EventFile | None = None
         if run_dir is not None:
             try:
                 self._file = _open_event_file(run_dir, worker)
@@ -185,12 +188,37 @@ class StepRecorder:
 _file_numbers = itertools.count()
 
 
-def _open_event_file(run_dir: str, worker: str) -> RecordWriter:
+class EventFile:
+    """TFRecord framing, as TensorBoard's ``RecordWriter`` writes it: per record its length, the
+    masked CRC-32C of the length, the data and the masked CRC-32C of the data."""
+
+    def __init__(self, file: io.BufferedWriter) -> None:
+        self._file = file
+
+    def write(self, data: bytes) -> None:
+        header = struct.pack("<Q", len(data))
+        self._file.write(header + struct.pack("<I", masked_crc32c(header)) + data
+                         + struct.pack("<I", masked_crc32c(data)))
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def masked_crc32c(data: bytes) -> int:
+    """The CRC-32C of ``data``, masked as TFRecord files store it."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _open_event_file(run_dir: str, worker: str) -> EventFile:
     """A new event file, named as TensorBoard's writers name theirs, opened with its version record."""
     os.makedirs(run_dir, exist_ok=True)
     now = time.time()
     path = os.path.join(run_dir, f"events.out.tfevents.{int(now):010d}.{worker}.{next(_file_numbers)}")
-    records = RecordWriter(open(path, "xb"))  # noqa: SIM115 - open for the whole run, closed by close()
+    records = EventFile(open(path, "xb"))  # noqa: SIM115 - open for the whole run, closed by close()
     records.write(Event(wall_time=now, file_version="brain.Event:2").SerializeToString())
     records.flush()
     return records
