@@ -1,20 +1,23 @@
 """How long writing a trace blocks training: PhaseProfiler's export against torch's own, same window.
 
-    python benchmarks/trace_export.py [--rounds 5] [--active 10]
+    python benchmarks/trace_export.py [--rounds 5] [--active 10] [--before TREE]
 
 At the end of the active window torch.profiler exports the trace inside ``prof.step()``: the loop
-waits for it. Each round trains the MNIST CNN (`MnistNet`, batch 64, Adadelta, one torch thread, with
-``record_shapes`` and ``profile_memory``: a trace of several MB) through one window
-``schedule(wait=1, warmup=1, active=N)`` three ways, in rotating order, and times the step boundary
-that writes the trace:
+waits for it. Each measurement trains the MNIST CNN (`MnistNet`, batch 64, Adadelta, one torch
+thread, with ``record_shapes`` and ``profile_memory``: a trace of a few MB) through one window
+``schedule(wait=1, warmup=1, active=N)`` in a fresh process, and times the step boundary that
+writes the trace:
 
 * torch's ``tensorboard_trace_handler(use_gzip=True)``: exports, then gzips (level 9) in the loop;
 * the same with ``use_gzip=False``: the export of the uncompressed bytes alone;
 * PhaseProfiler (gzip on, the default): its ``phaseprof/profiler_ms`` of that step (torch.profiler's
-  step with the export; the compression is the background process's).
+  step with the export, and whatever PhaseProfiler does there);
+* with ``--before TREE``, the same PhaseProfiler run from another checkout (a directory holding a
+  ``phaseprof`` package with its ``plugin`` and ``training_hooks`` inside, put first on PYTHONPATH):
+  before and after a change, measured in the same rounds.
 
-Run it against another checkout of phaseprof (``PYTHONPATH=<a tree with phaseprof/ inside>``) to
-measure before and after a change: the torch rows are the reference in both.
+Each round runs every variant once, in rotating order, so that a shared machine's load changes
+touch them alike; the table gives the median over rounds and the range.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import glob
 import io
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +36,6 @@ import time
 import torch
 import torch.nn.functional as F
 
-import phaseprof
 from phaseprof import PhaseProfiler
 from phaseprof.training_hooks.models import MnistNet
 
@@ -84,29 +87,60 @@ def phaseprof_export(logdir: str, active: int) -> float:
     return max(stats.profiler_ms)
 
 
+def measure(variant: str, active: int) -> float:
+    with tempfile.TemporaryDirectory() as logdir:
+        if variant == "phaseprof":
+            return phaseprof_export(logdir, active)
+        ms = torch_handler(logdir, active, use_gzip=variant == "torch-gzip")
+        if variant == "torch-plain":
+            sizes = [os.path.getsize(p) for p in glob.glob(os.path.join(logdir, "*.json"))]
+            print(f"size {max(sizes)}")
+        return ms
+
+
+def run_variant(variant: str, active: int, tree: str | None) -> tuple[float, int]:
+    """(blocking ms, trace bytes or 0), measured in a fresh process (``tree``: first on its path)."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH")) if p)
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", variant, "--active", str(active)],
+                         capture_output=True, text=True, env=env, cwd=tempfile.gettempdir(), check=True).stdout
+    size = next((int(line.split()[1]) for line in out.splitlines() if line.startswith("size ")), 0)
+    return float(out.splitlines()[-1]), size
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--active", type=int, default=10)
+    parser.add_argument("--before", metavar="TREE", help="also PhaseProfiler from this tree, in the same rounds")
+    parser.add_argument("--one", choices=("torch-gzip", "torch-plain", "phaseprof"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.one:
+        print(f"{measure(args.one, args.active):.3f}")
+        return 0
     variants = {
-        "torch tensorboard_trace_handler(use_gzip=True)": lambda d: torch_handler(d, args.active, True),
-        "torch tensorboard_trace_handler(use_gzip=False)": lambda d: torch_handler(d, args.active, False),
-        "PhaseProfiler (gzip)": lambda d: phaseprof_export(d, args.active),
+        "torch tensorboard_trace_handler(use_gzip=True)": ("torch-gzip", None),
+        "torch tensorboard_trace_handler(use_gzip=False)": ("torch-plain", None),
+        "PhaseProfiler (gzip), this checkout": ("phaseprof", None),
     }
+    if args.before:
+        variants["PhaseProfiler (gzip), --before checkout"] = ("phaseprof", os.path.abspath(args.before))
     names = list(variants)
     blocked: dict[str, list[float]] = {name: [] for name in names}
     size = 0
+    load = [os.getloadavg()[0]]
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            with tempfile.TemporaryDirectory() as logdir:
-                blocked[name].append(variants[name](logdir))
-                if name.endswith("use_gzip=False)"):
-                    size = max(size, *(os.path.getsize(p) for p in glob.glob(os.path.join(logdir, "*.json"))))
-    print(f"python benchmarks/trace_export.py --rounds {args.rounds} --active {args.active}   (phaseprof from "
-          f"{os.path.dirname(phaseprof.__file__)}, torch {torch.__version__}, {os.cpu_count()} CPUs, load average "
-          f"{os.getloadavg()[0]:.2f} at the end; uncompressed trace {size / 1e6:.1f} MB)\n")
+            ms, bytes_ = run_variant(*variants[name][:1], args.active, variants[name][1])
+            blocked[name].append(ms)
+            size = max(size, bytes_)
+        load.append(os.getloadavg()[0])
+    print(f"python benchmarks/trace_export.py --rounds {args.rounds} --active {args.active}"
+          + (f" --before {args.before}" if args.before else "")
+          + f"   (torch {torch.__version__}, {os.cpu_count()} CPUs, load average {min(load):.1f}–{max(load):.1f}; "
+          f"uncompressed trace {size / 1e6:.1f} MB)\n")
     print("| export of the active window's trace | blocks the loop, median ms [range over rounds] |\n|---|---:|")
     for name in names:
         values = blocked[name]
