@@ -1,6 +1,7 @@
 """PhaseProfiler in the loops people really run: evaluation passes between training steps, paused
-blocks, pickling while attached, the loader's own attributes, torch.compile, AMP with a GradScaler,
-safe run names, and what a run that is terminated or killed keeps. Timings are checked on every
+blocks, LBFGS closures, a GAN's two models and optimizers, a loop without an optimizer, checkpoints
+saved while attached, the loader's own attributes, torch.compile, AMP with a GradScaler, safe run
+names, and what a run that is terminated or killed keeps. Timings are checked on every
 step against independent ``perf_counter`` timers next to phaseprof's hooks (`tests.timing`)."""
 
 from __future__ import annotations
