@@ -39,6 +39,7 @@ from phaseprof import contract
 from phaseprof.contract import ANALYSIS_DIR
 
 from .analysis.model import SpanAnalysis
+from .reading import storage
 from .reading.discovery import TraceFile
 from .reading.errors import TraceError
 from .reading.file_bytes import read_regular
@@ -85,9 +86,14 @@ def load(f: TraceFile) -> SpanAnalysis | None:
         except Exception:  # noqa: BLE001 - corrupt, truncated or from another layout: ignored
             continue
         k = entry.key
-        if (k.path, k.size, k.mtime_ns, k.version) != (key_path, f.size, f.mtime_ns, version()):
+        # An object store sets an object's time when it is uploaded, after the training side wrote its
+        # entry: beside a trace in a store, an entry is valid for its name and size (objects are written
+        # whole, once).
+        mtime_ns = k.mtime_ns if storage.is_remote(path) else f.mtime_ns
+        if (k.path, k.size, k.mtime_ns, k.version) != (key_path, f.size, mtime_ns, version()):
             continue
-        if _still(f) and consistent(entry.analysis):
+        # (a trace in a store was just listed: asking the store again would cost a request per trace)
+        if (storage.is_remote(f.path) or _still(f)) and consistent(entry.analysis):
             entry.analysis.file = f.name
             entry.analysis.worker = f.worker
             return entry.analysis
@@ -156,7 +162,10 @@ def store(f: TraceFile, analysis: SpanAnalysis) -> str | None:
 
 
 def _write(path: str, data: bytes) -> bool:
-    """Write ``path`` whole or not at all (readers never see half an entry)."""
+    """Write ``path`` whole or not at all (readers never see half an entry). A viewer writes nothing
+    into an object store: entries of traces there go to the user's cache directory."""
+    if storage.is_remote(path):
+        return False
     part = f"{path}.{os.getpid()}.part"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -174,10 +183,13 @@ def _write(path: str, data: bytes) -> bool:
 
 def _places(f: TraceFile) -> list[tuple[str, str]]:
     """(entry path, key path) where ``f``'s entry may be: beside the run, then the user's cache."""
-    directory = os.path.dirname(f.path)
-    beside = os.path.join(directory, ANALYSIS_DIR)
-    # a link in its place may lead anywhere: entries are neither read nor written through it
-    out = [] if os.path.islink(beside) else [(os.path.join(beside, f.name + SUFFIX), f.name)]
+    if storage.is_remote(f.path):
+        out = [(storage.join(storage.dirname(f.path), ANALYSIS_DIR, storage.basename(f.path) + SUFFIX), f.name)]
+    else:
+        directory = os.path.dirname(f.path)
+        beside = os.path.join(directory, ANALYSIS_DIR)
+        # a link in its place may lead anywhere: entries are neither read nor written through it
+        out = [] if os.path.islink(beside) else [(os.path.join(beside, f.name + SUFFIX), f.name)]
     user = user_cache_dir()
     if user:
         digest = hashlib.blake2b(f.path.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
@@ -201,6 +213,9 @@ def user_cache_dir() -> str | None:
 
 def _still(f: TraceFile) -> bool:
     """Whether the trace is still the one described by ``f`` (same size and modification time)."""
+    if storage.is_remote(f.path):
+        now = storage.info(f.path)
+        return now is not None and (now.size, now.mtime_ns) == (f.size, f.mtime_ns)
     try:
         st = os.stat(f.path)
     except OSError:
