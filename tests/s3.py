@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 _SERVE = """
 import sys
 from moto.server import ThreadedMotoServer
@@ -84,3 +86,32 @@ class S3Server:
     def keys(self, bucket: str, prefix: str = "") -> list[str]:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """The server, started for the test module, with the environment set for this process and its children."""
+    server = S3Server()
+    server.start()
+    saved = {k: os.environ.get(k) for k in server.environment()}
+    os.environ.update(server.environment())
+    try:
+        yield server
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+_buckets = iter(range(1_000_000))
+
+
+@pytest.fixture
+def bucket(s3):
+    """A new empty bucket's name."""
+    name = f"logs{next(_buckets)}"
+    s3.client().create_bucket(Bucket=name)
+    return name

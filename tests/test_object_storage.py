@@ -14,35 +14,6 @@ import time
 import pytest
 
 from tests.logdir import write_scalars
-from tests.s3 import S3Server
-
-
-@pytest.fixture(scope="module")
-def s3():
-    server = S3Server()
-    server.start()
-    saved = {k: os.environ.get(k) for k in server.environment()}
-    os.environ.update(server.environment())
-    try:
-        yield server
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-_buckets = iter(range(1_000_000))
-
-
-@pytest.fixture
-def bucket(s3):
-    """A new empty bucket's name."""
-    name = f"logs{next(_buckets)}"
-    s3.client().create_bucket(Bucket=name)
-    return name
 
 
 def _logdir(tmp_path, traces):
