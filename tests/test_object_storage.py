@@ -107,6 +107,14 @@ def test_without_the_extra_a_url_gives_one_error_naming_it(tmp_path):
     assert "Traceback" not in out.stdout + out.stderr
 
 
+def test_without_the_extra_a_profiler_writing_to_a_url_says_which_extra_to_install():
+    blocked = ("import sys; sys.modules['s3fs'] = None; from phaseprof import PhaseProfiler; "
+               "PhaseProfiler(logdir='s3://bucket/p')")
+    out = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1].endswith("needs phaseprof's s3 extra: pip install 'phaseprof[s3]'")
+
+
 @pytest.mark.slow
 def test_real_tensorboard_on_a_bucket_serves_runs_steps_and_a_step_trace(s3, bucket, tmp_path, traces,
                                                                         tensorboard_server):
