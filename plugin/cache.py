@@ -76,13 +76,23 @@ def enabled() -> bool:
     return os.environ.get("PHASEPROF_CACHE", "").lower() not in ("off", "0", "no", "false")
 
 
-def load(f: TraceFile) -> SpanAnalysis | None:
-    """The cached analysis of ``f``, or None when there is no valid entry."""
+def prefetch(files: list[TraceFile]) -> dict[str, bytes]:
+    """The entries beside those of ``files`` that lie in an object store, fetched at once (many requests
+    in flight, not one after the other), by entry path, for `load`; local files are read by `load`."""
+    if not enabled():
+        return {}
+    paths = [_places(f)[0][0] for f in files if storage.is_remote(f.path)]
+    return storage.read_many(paths, _MAX_ENTRY_BYTES) if paths else {}
+
+
+def load(f: TraceFile, prefetched: dict[str, bytes] | None = None) -> SpanAnalysis | None:
+    """The cached analysis of ``f``, or None when there is no valid entry (``prefetched``: `prefetch`'s)."""
     if not enabled():
         return None
     for path, key_path in _places(f):
         try:  # the logdir is written by others: a FIFO or a huge file here must not stall a reader
-            data = read_regular(path, _MAX_ENTRY_BYTES, follow_links=False)
+            data = (prefetched[path] if prefetched and path in prefetched
+                    else read_regular(path, _MAX_ENTRY_BYTES, follow_links=False))
         except TraceError:
             continue
         try:

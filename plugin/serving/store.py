@@ -140,8 +140,9 @@ class TraceStore:
                     del self._spans[path]
         # Spans with a cached analysis (beside the run, or written at the source by the training job)
         # load here in a moment each; only the others go to a worker process to be read.
+        prefetched = cache.prefetch([span.file for span in due])  # a store's entries: all at once
         for span in due:
-            analysis = cache.load(span.file)
+            analysis = cache.load(span.file, prefetched)
             with self._lock:
                 if analysis is not None:
                     span.state, span.analysis, span.error = READY, analysis, problems_of(analysis)
