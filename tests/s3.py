@@ -88,9 +88,10 @@ class S3Server:
         return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def s3():
-    """The server, started for the test module, with the environment set for this process and its children."""
+    """The server, started once for the session (the store clients of this process keep their endpoint),
+    with the environment set for this process and its children."""
     server = S3Server()
     server.start()
     saved = {k: os.environ.get(k) for k in server.environment()}
