@@ -254,3 +254,13 @@ def test_cache_command_analyses_ahead_of_readers(tmp_path):
     shown = analyze(str(good))
     _replace_keeping_stamp(good, b" " * good.stat().st_size)
     assert analyze(str(good)) == shown
+
+
+def test_an_entry_that_inflates_past_the_limit_is_ignored(monkeypatch):
+    """Entries are stored deflated: a forged one of a few KiB must not inflate to gigabytes in a reader."""
+    import zlib
+
+    monkeypatch.setattr(cache, "_MAX_ENTRY_BYTES", 1 << 20)
+    bomb = cache._STORED + zlib.compress(b"\0" * (2 << 20), 9)
+    with pytest.raises(ValueError, match="larger than an entry can be"):
+        cache._decode(bomb)

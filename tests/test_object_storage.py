@@ -143,3 +143,12 @@ def test_real_tensorboard_on_a_bucket_serves_runs_steps_and_a_step_trace(s3, buc
     while "later" not in {r["run"] for r in tb.json("/data/plugin/phaseprof/runs")["runs"]}:
         assert time.monotonic() < deadline + 120, "the new span was never listed"
         time.sleep(0.5)
+
+
+def test_keys_outside_the_prefix_or_through_odd_segments_are_refused():
+    """The check on every listed key, whatever the store's client lists (s3fs lists ``prefix/``; others may not)."""
+    from phaseprof.plugin.reading.storage import _safe
+
+    assert _safe("b/p/run/x.pt.trace.json.gz", "b/p")
+    for key in ("b/p-other/x.pt.trace.json.gz", "b/p", "b/q/x", "b/p/../q/x", "b/p/./x", "b/p//x", "b/p/run/.."):
+        assert not _safe(key, "b/p"), key
