@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.conftest import TensorBoard
+from tests.tensorboard_server import TensorBoard
 
 from .tab import ms
 
