@@ -61,6 +61,7 @@ class Uploader:
         self._fs = storage.filesystem(remote)
         self._sent: dict[str, tuple[int, int]] = {}  # local path -> (size, mtime_ns) uploaded
         self._down: str | None = None  # while the store does not answer: the fault reported
+        self._outages: list[str] = []  # faults reported for outages that ended
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one pass at a time
         self._thread = threading.Thread(target=self._run, name="phaseprof-upload", daemon=True)
@@ -104,9 +105,8 @@ class Uploader:
                         self._down = self._faults.lines[-1]
                     return False
                 self._sent[path] = (st.st_size, st.st_mtime_ns)
-            if self._down is not None:  # back: the outage cost nothing in the end, the summary leaves it out
-                with contextlib.suppress(ValueError):
-                    self._faults.lines.remove(self._down)
+            if self._down is not None:  # back; the line stays until close (one warning for the run)
+                self._outages.append(self._down)
                 self._down = None
             return True
 
@@ -124,5 +124,8 @@ class Uploader:
                 return False
             time.sleep(min(1.0, self._interval_s))
         shutil.rmtree(self.root, ignore_errors=True)
+        for line in self._outages:  # every file reached the store in the end: the summary leaves them out
+            with contextlib.suppress(ValueError):
+                self._faults.lines.remove(line)
         return True
 
