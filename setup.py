@@ -47,7 +47,12 @@ setup(
         # the framework callbacks (phaseprof.lightning, phaseprof.transformers); install torch first
         "lightning": ["lightning>=2.0"],
         "transformers": ["transformers>=4.40", "accelerate>=0.26"],
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "playwright>=1.45", "ruff>=0.6", "hypothesis>=6.100",
+        # logdirs in object stores (s3://, gs://, az://); boto3 also lets TensorBoard read s3:// scalars
+        "s3": ["fsspec>=2023.1", "s3fs>=2023.1", "boto3"],
+        "gcs": ["fsspec>=2023.1", "gcsfs>=2023.1"],
+        "azure": ["fsspec>=2023.1", "adlfs>=2023.1"],
+        "test": ["moto[server]>=5", "fsspec>=2023.1", "s3fs>=2023.1", "boto3",
+                 "pytest>=8", "pytest-timeout>=2.3", "playwright>=1.45", "ruff>=0.6", "hypothesis>=6.100",
                  "lightning>=2.0", "transformers>=4.40", "accelerate>=0.26"],
     },
     entry_points={

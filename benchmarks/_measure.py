@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -95,7 +96,7 @@ class TensorBoardServer(TensorBoard):
 
     def __init__(self, python: str, logdir: str, extra: tuple[str, ...] = ()):
         started = time.perf_counter()
-        super().__init__(logdir, *extra, python=python, cwd=logdir)
+        super().__init__(logdir, *extra, python=python, cwd=logdir if os.path.isdir(logdir) else tempfile.gettempdir())
         self.started = started
         self.url = self.url.rstrip("/")
 

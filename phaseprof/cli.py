@@ -174,12 +174,19 @@ def _cache(args: argparse.Namespace) -> int:
             return 1 if failed else 0
     if args.background:
         _idle_priority()
+    from phaseprof.plugin.reading import storage
     from phaseprof.plugin.reading.discovery import discover
     from phaseprof.plugin.reading.errors import TraceError
     from phaseprof.plugin.report import analyze_file
 
     for path in paths:
-        if not os.path.exists(path):
+        try:
+            found = storage.exists(path)
+        except storage.StorageError as e:
+            print(e, file=sys.stderr)
+            failed += 1
+            continue
+        if not found:
             print(f"{_shown(path)}: no such file or directory", file=sys.stderr)
             failed += 1
             continue

@@ -31,6 +31,7 @@ import math
 import os
 import struct
 import sys
+import zlib
 
 import msgspec
 import numpy as np
@@ -39,12 +40,16 @@ from phaseprof import contract
 from phaseprof.contract import ANALYSIS_DIR
 
 from .analysis.model import SpanAnalysis
+from .reading import storage
 from .reading.discovery import TraceFile
 from .reading.errors import TraceError
 from .reading.file_bytes import read_regular
 
 SUFFIX = ".analysis"
 _MAGIC = b"phaseprof-analysis\n"
+#: An entry as stored: this line, then the entry compressed (a fifth of its size: what a viewer of a
+#: logdir in an object store downloads per trace).
+_STORED = b"phaseprof-analysis-deflated\n"
 _ARRAY = 1  # msgpack extension code of a numpy array
 #: Each entry carries a digest of its bytes (BLAKE2b): a flipped bit anywhere is caught, and the trace
 #: read again, where msgpack alone would decode many a damaged entry into other figures.
@@ -71,13 +76,23 @@ def enabled() -> bool:
     return os.environ.get("PHASEPROF_CACHE", "").lower() not in ("off", "0", "no", "false")
 
 
-def load(f: TraceFile) -> SpanAnalysis | None:
-    """The cached analysis of ``f``, or None when there is no valid entry."""
+def prefetch(files: list[TraceFile]) -> dict[str, bytes]:
+    """The entries beside those of ``files`` that lie in an object store, fetched at once (many requests
+    in flight, not one after the other), by entry path, for `load`; local files are read by `load`."""
+    if not enabled():
+        return {}
+    paths = [_places(f)[0][0] for f in files if storage.is_remote(f.path)]
+    return storage.read_many(paths, _MAX_ENTRY_BYTES) if paths else {}
+
+
+def load(f: TraceFile, prefetched: dict[str, bytes] | None = None) -> SpanAnalysis | None:
+    """The cached analysis of ``f``, or None when there is no valid entry (``prefetched``: `prefetch`'s)."""
     if not enabled():
         return None
     for path, key_path in _places(f):
         try:  # the logdir is written by others: a FIFO or a huge file here must not stall a reader
-            data = read_regular(path, _MAX_ENTRY_BYTES, follow_links=False)
+            data = (prefetched[path] if prefetched and path in prefetched
+                    else read_regular(path, _MAX_ENTRY_BYTES, follow_links=False))
         except TraceError:
             continue
         try:
@@ -85,9 +100,14 @@ def load(f: TraceFile) -> SpanAnalysis | None:
         except Exception:  # noqa: BLE001 - corrupt, truncated or from another layout: ignored
             continue
         k = entry.key
-        if (k.path, k.size, k.mtime_ns, k.version) != (key_path, f.size, f.mtime_ns, version()):
+        # An object store sets an object's time when it is uploaded, after the training side wrote its
+        # entry: beside a trace in a store, an entry is valid for its name and size (objects are written
+        # whole, once).
+        mtime_ns = k.mtime_ns if storage.is_remote(path) else f.mtime_ns
+        if (k.path, k.size, k.mtime_ns, k.version) != (key_path, f.size, mtime_ns, version()):
             continue
-        if _still(f) and consistent(entry.analysis):
+        # (a trace in a store was just listed: asking the store again would cost a request per trace)
+        if (storage.is_remote(f.path) or _still(f)) and consistent(entry.analysis):
             entry.analysis.file = f.name
             entry.analysis.worker = f.worker
             return entry.analysis
@@ -167,7 +187,10 @@ def store(f: TraceFile, analysis: SpanAnalysis) -> str | None:
 
 
 def _write(path: str, data: bytes) -> bool:
-    """Write ``path`` whole or not at all (readers never see half an entry)."""
+    """Write ``path`` whole or not at all (readers never see half an entry). A viewer writes nothing
+    into an object store: entries of traces there go to the user's cache directory."""
+    if storage.is_remote(path):
+        return False
     part = f"{path}.{os.getpid()}.part"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -185,10 +208,13 @@ def _write(path: str, data: bytes) -> bool:
 
 def _places(f: TraceFile) -> list[tuple[str, str]]:
     """(entry path, key path) where ``f``'s entry may be: beside the run, then the user's cache."""
-    directory = os.path.dirname(f.path)
-    beside = os.path.join(directory, ANALYSIS_DIR)
-    # a link in its place may lead anywhere: entries are neither read nor written through it
-    out = [] if os.path.islink(beside) else [(os.path.join(beside, f.name + SUFFIX), f.name)]
+    if storage.is_remote(f.path):
+        out = [(storage.join(storage.dirname(f.path), ANALYSIS_DIR, storage.basename(f.path) + SUFFIX), f.name)]
+    else:
+        directory = os.path.dirname(f.path)
+        beside = os.path.join(directory, ANALYSIS_DIR)
+        # a link in its place may lead anywhere: entries are neither read nor written through it
+        out = [] if os.path.islink(beside) else [(os.path.join(beside, f.name + SUFFIX), f.name)]
     user = user_cache_dir()
     if user:
         digest = hashlib.blake2b(f.path.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
@@ -212,6 +238,9 @@ def user_cache_dir() -> str | None:
 
 def _still(f: TraceFile) -> bool:
     """Whether the trace is still the one described by ``f`` (same size and modification time)."""
+    if storage.is_remote(f.path):
+        now = storage.info(f.path)
+        return now is not None and (now.size, now.mtime_ns) == (f.size, f.mtime_ns)
     try:
         st = os.stat(f.path)
     except OSError:
@@ -284,13 +313,14 @@ def _checksum(body) -> bytes:
 
 
 def _encode(entry: Entry) -> bytes:
-    """The magic line, a checksum of the body, the body (msgpack)."""
+    """The magic line, a checksum of the body, the body (msgpack), deflated (`_deflate`)."""
     body = _encoder.encode(entry)
-    return _MAGIC + _checksum(body) + body
+    return _deflate(_MAGIC + _checksum(body) + body)
 
 
 def _decode(data: bytes) -> Entry:
     """The entry in ``data``; ValueError when it is not one or a byte of it changed since it was written."""
+    data = _inflate(data)
     if not data.startswith(_MAGIC):
         raise ValueError("not a phaseprof analysis")
     view = memoryview(data)
@@ -298,3 +328,18 @@ def _decode(data: bytes) -> Entry:
     if _checksum(view[start:]) != view[len(_MAGIC):start]:
         raise ValueError("damaged: the checksum does not match")
     return _decoder.decode(view[start:])
+
+
+def _deflate(entry: bytes) -> bytes:
+    return _STORED + zlib.compress(entry, 1)
+
+
+def _inflate(data: bytes) -> bytes:
+    """An entry from its stored bytes, never past `_MAX_ENTRY_BYTES` (a forged one could inflate to gigabytes)."""
+    if not data.startswith(_STORED):
+        raise ValueError("not a phaseprof analysis")
+    unzip = zlib.decompressobj()
+    out = unzip.decompress(memoryview(data)[len(_STORED):], _MAX_ENTRY_BYTES)
+    if unzip.unconsumed_tail or not unzip.eof:
+        raise ValueError("damaged, or larger than an entry can be")
+    return out

@@ -9,8 +9,6 @@ path, nothing readable, too few steps) raises `UnusableInput`: the gate must nev
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from phaseprof.contract import NOT_PHASE_TAGS, PHASES, STEP_GPU_TAG, STEP_TAG, parse_tag
@@ -20,6 +18,7 @@ from .analysis.model import SpanAnalysis
 from .analysis.regression import MIN_STEPS, compare_figures, side_figure
 from .analysis.worker import Worker
 from .answers import Change, ChangedOp, FileError, GateReport, GateSide
+from .reading import storage
 from .reading.discovery import discover, display
 from .reading.errors import TraceError
 from .reading.scalars import Scalars, read_scalars
@@ -41,8 +40,11 @@ class UnusableInput(Exception):
 
 class _Side:
     def __init__(self, path: str) -> None:
-        if not os.path.exists(path):
-            raise UnusableInput(path, "no such file or directory")
+        try:
+            if not storage.exists(path):
+                raise UnusableInput(path, "no such file or directory")
+        except storage.StorageError as e:
+            raise UnusableInput(path, str(e).removeprefix(f"{path}: ")) from None
         self.path = path
         unreadable: list[tuple[str, str]] = []
         self.runs = discover(path, unreadable)

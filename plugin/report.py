@@ -26,6 +26,7 @@ from .analysis.steps import step_detail, step_rows
 from .analysis.worker import Worker
 from .analysis.worker_summary import summarize
 from .answers import FileError, Report, RunReport, WholeRun, WorkerReport
+from .reading import storage
 from .reading.discovery import Run, TraceFile, discover, display
 from .reading.errors import TraceError
 
@@ -81,7 +82,11 @@ def report(path: str, run: str | None = None, step: int | None = None, *, kernel
     worker's kernel table (``/kernels``' answer) over that step, or over every step holding work.
     """
     errors: list[FileError] = []
-    if not os.path.exists(path):
+    try:
+        found = storage.exists(path)
+    except storage.StorageError as e:
+        return Report(runs=[], errors=[FileError(path=display(path), error=str(e).removeprefix(f"{path}: "))])
+    if not found:
         return Report(runs=[], errors=[FileError(path=display(path), error="no such file or directory")])
     unreadable: list[tuple[str, str]] = []
     runs = discover(path, unreadable)
@@ -162,6 +167,8 @@ def _whole_run(run: Run) -> list[WholeRun]:
 def _display_path(root: str, path: str) -> str:
     """A file or directory found under ``root`` as the user would name it: relative to what they
     passed, when inside it."""
+    if storage.is_remote(path):
+        return display(path)
     base = root if os.path.isdir(root) else os.path.dirname(root)
     rel = os.path.relpath(path, os.path.realpath(base))
     return display(os.path.join(base, rel) if not rel.startswith("..") else path)

@@ -66,3 +66,6 @@ def tensorboard_server():
     yield start
     for tb in started:
         tb.close()
+
+
+from tests.s3 import bucket, s3  # noqa: E402, F401 - fixtures: a real S3 server on the loopback, a bucket in it

@@ -52,6 +52,7 @@ from phaseprof.contract import (
     rank_scalars_dir,
     validate_phase_name,
 )
+from phaseprof.plugin.reading import storage
 
 from .capture import CaptureWatcher, Slowdown
 from .cuda_timing import CudaPhaseTimer
@@ -65,6 +66,7 @@ from .source_analysis import SourceAnalysis
 from .summary import print_summary
 from .traces import TraceWriter, worker_name
 from .tracker import PhaseError, PhaseTracker, phase_ns
+from .upload import CLOSE_WAIT_S, Uploader, staging_root
 
 __all__ = ["PhaseProfiler", "PhaseError"]
 
@@ -108,8 +110,11 @@ class PhaseProfiler:
             raise ValueError(f"the schedule needs wait, warmup, repeat >= 0 and active >= 1, got wait={wait}, "
                              f"warmup={warmup}, active={active}, repeat={repeat}")
         self.logdir = os.fspath(logdir)
+        if storage.is_remote(self.logdir):
+            storage.filesystem(self.logdir)  # StorageError now, naming the extra to install, if it is missing
         self.run = check_run_name(run) if run is not None else time.strftime("%Y%m%d-%H%M%S")
-        self.run_dir = os.path.join(self.logdir, self.run)
+        self.run_dir = _run_dir(self.logdir, self.run)
+        self._uploader: Uploader | None = None
         self._schedule = dict(wait=wait, warmup=warmup, active=active, repeat=repeat)
         self._options = dict(record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack,
                              activities=activities)
@@ -159,7 +164,7 @@ class PhaseProfiler:
         """Name the run before it starts: the framework callbacks give every rank rank 0's name."""
         if self._state == _NEW:
             self.run = check_run_name(run)
-            self.run_dir = os.path.join(self.logdir, self.run)
+            self.run_dir = _run_dir(self.logdir, self.run)
 
     def data(self, loader: Iterable[T]) -> Iterable[T]:
         """``loader``'s batches, each fetch timed as the data phase. The result behaves like
@@ -230,9 +235,15 @@ class PhaseProfiler:
         self._recorder.add(records, now)
         self._recorder.close()
         self._traces.background.wait_for_traces()  # the run complete on disk when close() returns
+        traces = self._traces.written
+        if self._uploader is not None:  # and in the store: the analyses too, if they come in time
+            self._traces.background.wait_for_analyses(CLOSE_WAIT_S)
+            self._uploader.close()
+            traces = [storage.join(self.run_dir, *os.path.relpath(t, self._uploader.local).split(os.sep))
+                      for t in traces]
         if self._rank == 0:
             print_summary(Console(), self._recorder.stats, run=self.run, logdir=self.logdir,
-                          traces=self._traces.written, faults=self._faults.lines)
+                          traces=traces, faults=self._faults.lines)
 
     def __enter__(self) -> PhaseProfiler:
         self._start()
@@ -256,22 +267,29 @@ class PhaseProfiler:
         self._rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         worker = worker_name()
         self._faults = Faults(self.run_dir)
+        write_dir = self.run_dir
+        if storage.is_remote(self.logdir):  # written to a staging folder, uploaded from there (`upload`)
+            staging = staging_root()
+            write_dir = os.path.join(staging, self.run)
+            os.makedirs(write_dir, exist_ok=True)
+            self._uploader = Uploader(staging, write_dir, self.run_dir, self._faults)
         # Under torch.distributed each rank's scalars are a TensorBoard run of their own (one run's
         # tags would collide across ranks).
         distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-        scalars_dir = os.path.join(self.run_dir, rank_scalars_dir(self._rank)) if distributed else self.run_dir
+        scalars_dir = os.path.join(write_dir, rank_scalars_dir(self._rank)) if distributed else write_dir
         self._recorder = StepRecorder(scalars_dir, worker, self._faults)
-        self._traces = TraceWriter(self.run_dir, worker, self._gzip, self._faults,
+        self._traces = TraceWriter(write_dir, worker, self._gzip, self._faults,
                                    SourceAnalysis(self._faults, analyse=self._analyze_traces))
         self._profiler = self._start_profiler()
         self._cuda_possible = torch.cuda.is_available()
         self._thread = threading.get_ident()
         self._phases = PhaseTracker(self._thread, Ranges(), self._faults)
         self._phases.start_step(time.perf_counter_ns(), self._recording, self._new_gpu_timer())
-        try:
-            self._capture = CaptureWatcher(self, dist.get_world_size() if distributed else 1, self._slowdown)
+        self._capture = None
+        try:  # request files live beside the run on a shared disk: none for a run written to a store
+            if self._uploader is None:
+                self._capture = CaptureWatcher(self, dist.get_world_size() if distributed else 1, self._slowdown)
         except Exception as e:  # noqa: BLE001
-            self._capture = None
             self._faults.report("cannot watch for capture requests; steps are traced only as scheduled", e)
         self._state = _RUNNING
         _running = self
@@ -375,6 +393,11 @@ def _several(given: Any, kind: type, name: str) -> tuple:
         if not isinstance(item, kind):
             raise TypeError(f"attach() needs a {name} or a list of them, got {type(item).__name__}")
     return items
+
+
+def _run_dir(logdir: str, run: str) -> str:
+    """``<logdir>/<run>``: a URL's path is "/"-separated on every system."""
+    return storage.join(logdir, *run.split(os.sep)) if storage.is_remote(logdir) else os.path.join(logdir, run)
 
 
 def check_run_name(run: str) -> str:

@@ -100,6 +100,16 @@ class SourceAnalysis:
                 time.sleep(0.02)
         self._pending = []
 
+    def wait_for_analyses(self, deadline_s: float) -> None:
+        """Until every background process has finished (its trace analysed), or ``deadline_s`` has
+        passed: a run written to a store uploads the analyses they write."""
+        deadline = time.monotonic() + deadline_s
+        for process in self.running:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                return
+
     def _spawn(self, args: list[str]) -> subprocess.Popen | None:
         command = [sys.executable, "-m", "phaseprof.cli", "cache", "--background", *args]
         if not self.analyse:

@@ -18,6 +18,8 @@ import msgspec
 
 from phaseprof.contract import ANALYSIS_DIR, EVENT_FILE_MARKER, JSON_FILE_RE, RANK_SCALARS_RE, TRACE_FILE_RE
 
+from . import storage
+
 #: How much of a JSON file without the trace suffix is read to decide whether it is a trace.
 _SNIFF_BYTES = 4096
 
@@ -81,6 +83,14 @@ def discover(root: str, unreadable: list[tuple[str, str]] | None = None) -> list
     """Runs under ``root`` (a directory or one trace file), in name order. A directory that cannot
     be listed (no permission, say) is added to ``unreadable`` as (its real path, why), so that it is
     reported rather than silently missing; the others are still read."""
+    if storage.is_remote(root):
+        try:
+            return _discover_remote(storage.normalize(root))
+        except (OSError, ValueError) as e:  # the store did not answer, or refused the listing
+            if unreadable is None:
+                raise
+            unreadable.append((root, f"cannot list it ({e})"))
+            return []
     root = os.path.realpath(root)
 
     def cannot_list(e: OSError) -> None:
@@ -109,17 +119,59 @@ def discover(root: str, unreadable: list[tuple[str, str]] | None = None) -> list
             if f is not None:
                 run = run or runs.setdefault(rel, Run(name=rel, path=directory))
                 run.files.append(f)
-    # A rank's folder of scalars with no trace in it is part of its run, not a run of its own.
+    return _fold_rank_scalars(runs, os.path.dirname)
+
+
+def _fold_rank_scalars(runs: dict[str, Run], parent_of) -> list[Run]:
+    """The runs in name order, a rank's folder of scalars with no trace in it made part of its run,
+    not a run of its own (``parent_of``: the folder holding a run's folder)."""
     for name in sorted(runs, key=len, reverse=True):
         r = runs[name]
         m = RANK_SCALARS_RE.match(os.path.basename(name))
         if name == "." or not m or r.files or r.rank_scalars or not r.has_scalars:
             continue
         parent = os.path.dirname(name) or "."
-        owner = runs.setdefault(parent, Run(name=parent, path=os.path.dirname(r.path)))
+        owner = runs.setdefault(parent, Run(name=parent, path=parent_of(r.path)))
         owner.rank_scalars[int(m.group("rank"))] = r.path
         del runs[name]
     return [runs[k] for k in sorted(runs)]
+
+
+def _discover_remote(root: str) -> list[Run]:
+    """`discover` for a logdir in an object store: one listing of its prefix (`storage.listing`)."""
+    one = storage.info(root)
+    if one is not None:  # the URL of one trace file
+        name = storage.basename(root)
+        f = _remote_trace_file(one, name, ".", force=True)
+        return [Run(name=".", path=storage.dirname(root), files=[f] if f else [])]
+    runs: dict[str, Run] = {}
+    for entry in storage.listing(root):
+        rel = storage.relpath(entry.url, root)
+        directory, _, name = rel.rpartition("/")
+        if ANALYSIS_DIR in directory.split("/"):
+            continue
+        run_name = display(directory or ".")
+        run_path = storage.join(root, directory) if directory else root
+        if EVENT_FILE_MARKER in name:
+            runs.setdefault(run_name, Run(name=run_name, path=run_path)).has_scalars = True
+            continue
+        f = _remote_trace_file(entry, name, run_name)
+        if f is not None:
+            runs.setdefault(run_name, Run(name=run_name, path=run_path)).files.append(f)
+    return _fold_rank_scalars(runs, storage.dirname)
+
+
+def _remote_trace_file(entry: storage.Entry, name: str, run: str, *, force: bool = False) -> TraceFile | None:
+    m = TRACE_FILE_RE.match(name)
+    if m:
+        worker = m.group("worker") or name
+    else:
+        m = JSON_FILE_RE.match(name)
+        if not force and not (m and _head_looks_like_trace(storage.read_head(entry.url, _SNIFF_BYTES))):
+            return None
+        worker = m.group("worker") if m else name
+    return TraceFile(run=run, worker=display(worker), path=entry.url, name=display(name), size=entry.size,
+                     mtime_ns=entry.mtime_ns)
 
 
 def _trace_file(directory: str, name: str, run: str, *, force: bool = False) -> TraceFile | None:
@@ -152,8 +204,15 @@ def _looks_like_trace(path: str) -> bool:
             head = os.read(fd, _SNIFF_BYTES)
         finally:
             os.close(fd)
+    except OSError:
+        return False
+    return _head_looks_like_trace(head)
+
+
+def _head_looks_like_trace(head: bytes) -> bool:
+    try:
         if head[:2] == b"\x1f\x8b":
             head = zlib.decompressobj(wbits=31).decompress(head, _SNIFF_BYTES)
-    except (OSError, zlib.error, gzip.BadGzipFile):
+    except (zlib.error, gzip.BadGzipFile):
         return False
     return b'"traceEvents"' in head or (b'"ph"' in head and head.lstrip()[:1] == b"[")

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 import msgspec
 
+from . import storage
 from .errors import TraceError
 
 _GIB = 1 << 30
@@ -88,7 +89,15 @@ def not_regular(mode: int) -> str | None:
 def trace_bytes(path: str, limits: Limits, deadline: float) -> Iterator[bytearray | mmap.mmap]:
     """The file's decompressed bytes, writable in this process only (the two-process split edits a
     few bytes in place; a UTF-8 byte-order mark is blanked). Plain files are memory-mapped
-    copy-on-write: nothing is copied."""
+    copy-on-write: nothing is copied. A URL (`storage`) is downloaded whole, within the same limits."""
+    if storage.is_remote(path):
+        data = storage.read(path, limits.max_bytes)
+        if data[:2] == b"\x1f\x8b":
+            data = inflate(data, limits.inflate_budget(len(data)), path, deadline)
+        buf = data if isinstance(data, bytearray) else bytearray(data)
+        _blank_bom(buf)
+        yield buf
+        return
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
@@ -129,7 +138,10 @@ def trace_bytes(path: str, limits: Limits, deadline: float) -> Iterator[bytearra
 def read_regular(path: str, limit: int, *, follow_links: bool = True) -> bytes:
     """The whole of ``path`` if it is a regular file of at most ``limit`` bytes (opened non-blocking:
     a FIFO never blocks); `TraceError` otherwise. For small files beside the traces (cached analyses).
-    ``follow_links=False``: a symbolic link at ``path`` is refused, not followed."""
+    ``follow_links=False``: a symbolic link at ``path`` is refused, not followed. A URL (`storage`) is
+    read from its store."""
+    if storage.is_remote(path):
+        return storage.read(path, limit)
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if not follow_links:
         flags |= getattr(os, "O_NOFOLLOW", 0)

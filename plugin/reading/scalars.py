@@ -20,7 +20,12 @@ import numpy as np
 
 from phaseprof.contract import EVENT_FILE_MARKER, SCALAR_PREFIX
 
+from . import storage
+from .errors import TraceError
+
 _HEADER = struct.Struct("<Q")
+#: An event file in an object store larger than this is not downloaded.
+_MAX_EVENT_FILE_BYTES = 4 << 30
 
 
 class Scalars(msgspec.Struct):
@@ -39,6 +44,14 @@ class Scalars(msgspec.Struct):
 def event_files(directory: str) -> list[str]:
     """The TensorBoard event files directly in ``directory``, oldest first (their names start with
     the time they were opened)."""
+    if storage.is_remote(directory):
+        prefix = storage.normalize(directory) + "/"
+        try:
+            entries = storage.listing(directory)
+        except (OSError, ValueError, storage.StorageError):
+            return []
+        return [e.url for e in entries
+                if "/" not in e.url[len(prefix):] and EVENT_FILE_MARKER in storage.basename(e.url)]
     try:
         names = sorted(n for n in os.listdir(directory) if EVENT_FILE_MARKER in n)
     except OSError:
@@ -78,9 +91,12 @@ def _read(path: str, steps: list[int], wall: list[float], cells: dict[str, tuple
     from tensorboard.compat.proto.event_pb2 import Event  # ~20 ms: only where there are scalars to read
 
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError:
+        if storage.is_remote(path):
+            data = storage.read(path, _MAX_EVENT_FILE_BYTES)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read()
+    except (OSError, TraceError):
         return
     event = Event()
     pos, end = 0, len(data)

@@ -52,6 +52,7 @@ from ..answers import (
     TimelineAnswer,
     WorkerInfo,
 )
+from ..reading import storage
 from ..reading.decode import TraceError
 from ..reading.discovery import Run
 from .capture import ASK_HEADER, capture_impl, read_only
@@ -242,6 +243,8 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
 
     def _tb_run(self, directory: str) -> str:
         """TensorBoard's name of the run in ``directory``: its path relative to the logdir."""
+        if storage.is_remote(directory):
+            return storage.relpath(directory, self._store.logdir)
         rel = os.path.relpath(directory, os.path.realpath(self._store.logdir))
         return rel.replace(os.sep, "/")
 

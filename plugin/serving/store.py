@@ -27,6 +27,7 @@ from .. import cache
 from ..analysis.model import SpanAnalysis
 from ..analysis.worker import Worker
 from ..answers import Loading
+from ..reading import storage
 from ..reading.decode import TraceError
 from ..reading.discovery import Run, TraceFile, discover, display
 from ..report import problems_of
@@ -37,6 +38,9 @@ logger = logging.getLogger(__name__)
 PENDING, LOADING, READY, ERROR = "pending", "loading", "ready", "error"
 
 T = TypeVar("T")
+
+#: At most one listing of a logdir in an object store per this many seconds.
+REMOTE_RESCAN_S = 5.0
 
 #: Step trace documents kept (encoded), oldest dropped first; a 50,000-event step is ~10 MB.
 TRACE_CACHE_BYTES = 96 << 20
@@ -74,7 +78,9 @@ class TraceStore:
         self.logdir = logdir
         self._processes = processes or max(1, min(2, os.cpu_count() or 1))
         self._settle_s = settle_s
-        self._rescan_s = rescan_s
+        # a rescan of a store is a listing of its prefix: a few requests per thousand objects
+        self._rescan_s = max(rescan_s, REMOTE_RESCAN_S) if storage.is_remote(logdir) else rescan_s
+        self._scan_error: str | None = None
         self._lock = threading.RLock()
         self._runs: list[Run] = []
         #: Directories the last scan could not list: (real path, why).
@@ -102,12 +108,17 @@ class TraceStore:
                 return
             self._scanned_at = time.monotonic()
         unreadable: list[tuple[str, str]] = []
+        remote = storage.is_remote(self.logdir)
         try:
-            runs = discover(self.logdir, unreadable) if os.path.isdir(self.logdir) else []
-        except OSError as e:
-            logger.warning("phaseprof: cannot scan %s: %s", self.logdir, e)
+            runs = discover(self.logdir, unreadable) if remote or os.path.isdir(self.logdir) else []
+        except (OSError, ValueError, storage.StorageError) as e:
+            if str(e) != self._scan_error:  # once, not at every rescan
+                logger.warning("phaseprof: cannot scan %s: %s", self.logdir, e)
+                self._scan_error = str(e)
             return
-        now_ns = time.time_ns()
+        self._scan_error = None
+        # an object in a store appears whole once uploaded, and its time is the store's clock: no settling
+        now_ns = time.time_ns() if not remote else float("inf")
         due: list[Span] = []
         with self._lock:
             self._runs = runs
@@ -129,8 +140,9 @@ class TraceStore:
                     del self._spans[path]
         # Spans with a cached analysis (beside the run, or written at the source by the training job)
         # load here in a moment each; only the others go to a worker process to be read.
+        prefetched = cache.prefetch([span.file for span in due])  # a store's entries: all at once
         for span in due:
-            analysis = cache.load(span.file)
+            analysis = cache.load(span.file, prefetched)
             with self._lock:
                 if analysis is not None:
                     span.state, span.analysis, span.error = READY, analysis, problems_of(analysis)

@@ -1,0 +1,240 @@
+"""Logdirs on object storage (``s3://``, ``gs://``, ``az://``, any URL fsspec knows), read through fsspec.
+
+Local paths never come here: the readers keep their own file-system code for them (non-blocking
+opens, memory maps, symbolic-link checks). A URL is read through fsspec and the store's own client
+(s3fs, gcsfs, adlfs: the extras ``phaseprof[s3]``, ``[gcs]``, ``[azure]``), with credentials and
+endpoint from the usual places (``AWS_*`` environment variables and ``~/.aws``, Google's application
+default credentials, ``AZURE_STORAGE_*``); phaseprof passes none and logs none.
+
+A listing is one recursive, paginated listing of the logdir's prefix, fresh at each scan (fsspec's
+listing cache is dropped first), so a span uploaded since the last scan is found on the next one.
+Nothing outside the logdir is read: an object whose key does not lie under the logdir's prefix, or
+whose key holds empty, ``.`` or ``..`` segments (an object store takes any key; a path made from
+them could name something else), is left out of the listing, and only listed objects are read.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+
+import msgspec
+
+from .errors import TraceError
+
+#: URL scheme -> the extra that installs its client.
+EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
+          "adl": "azure"}
+
+
+class StorageError(Exception):
+    """A logdir URL that cannot be read at all (its client is not installed, the URL is malformed)."""
+
+
+class Entry(msgspec.Struct, frozen=True):
+    """One object under a logdir: its URL, size and modification time."""
+
+    url: str
+    size: int
+    mtime_ns: int
+
+
+def is_remote(path: str) -> bool:
+    """Whether ``path`` is a URL of a store (``s3://…``), not a local path (``file://`` is local)."""
+    scheme, sep, _ = path.partition("://")
+    return bool(sep) and scheme.isidentifier() and scheme.lower() not in ("file", "local")
+
+
+def scheme(url: str) -> str:
+    return url.partition("://")[0].lower()
+
+
+def normalize(url: str) -> str:
+    """``url`` without trailing slashes (``s3://bucket/p/`` and ``s3://bucket/p`` are one logdir)."""
+    head, _, rest = url.partition("://")
+    return f"{head}://{rest.rstrip('/')}"
+
+
+_filesystems: dict[str, object] = {}
+_lock = threading.Lock()
+
+
+def filesystem(url: str):
+    """The fsspec file system of ``url``'s scheme (one per process); `StorageError` naming the extra
+    to install when its client is missing."""
+    proto = scheme(url)
+    with _lock:
+        fs = _filesystems.get(proto)
+        if fs is not None:
+            return fs
+        extra = EXTRAS.get(proto)
+        hint = f": pip install 'phaseprof[{extra}]'" if extra else " (fsspec and the client of that store)"
+        try:
+            import fsspec
+        except ImportError:
+            raise StorageError(f"{url}: reading {proto}:// logdirs needs phaseprof's "
+                               f"{extra or 'storage'} extra{hint}") from None
+        try:
+            cls = fsspec.get_filesystem_class(proto)
+        except ImportError:
+            raise StorageError(f"{url}: reading {proto}:// logdirs needs phaseprof's "
+                               f"{extra or 'storage'} extra{hint}") from None
+        except ValueError:
+            raise StorageError(f"{url}: no file system is known for {proto}://") from None
+        fs = _filesystems[proto] = cls()
+        return fs
+
+
+def _key(url: str) -> str:
+    """The path fsspec takes for ``url`` (bucket and key, without the scheme)."""
+    return url.partition("://")[2].rstrip("/")
+
+
+def _url(proto: str, key: str) -> str:
+    return f"{proto}://{key}"
+
+
+def _safe(key: str, root: str) -> bool:
+    """Whether ``key`` lies under ``root`` through plain segments only."""
+    if not key.startswith(root + "/"):
+        return False
+    return all(part not in ("", ".", "..") for part in key[len(root) + 1:].split("/"))
+
+
+def mtime_ns(info: dict) -> int:
+    """An object's modification time in ns from fsspec's details of it (each store names it its own way)."""
+    for name in ("LastModified", "last_modified", "mtime", "updated", "modified", "created", "creation_time"):
+        value = info.get(name)
+        if value is None:
+            continue
+        if isinstance(value, str):
+            try:
+                value = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+        if isinstance(value, datetime.datetime):
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=datetime.UTC)
+            return int(value.timestamp() * 1_000_000) * 1000
+        if isinstance(value, (int, float)):
+            return int(value * 1e9)
+    return 0
+
+
+def listing(root: str) -> list[Entry]:
+    """Every object under the logdir ``root`` (recursively, all pages), read fresh from the store."""
+    fs = filesystem(root)
+    proto, prefix = scheme(root), _key(root)
+    fs.invalidate_cache(prefix)
+    found = fs.find(prefix, detail=True, withdirs=False)
+    out = []
+    for key, info in sorted(found.items()):
+        key = key.rstrip("/")
+        if info.get("type") == "directory" or not _safe(key, prefix):
+            continue
+        out.append(Entry(url=_url(proto, key), size=int(info.get("size") or 0), mtime_ns=mtime_ns(info)))
+    return out
+
+
+def info(url: str) -> Entry | None:
+    """The object at ``url`` as it is now, or None if there is none (or it is a prefix)."""
+    fs = filesystem(url)
+    try:
+        fs.invalidate_cache(_key(url))
+        details = fs.info(_key(url))
+    except (FileNotFoundError, OSError, ValueError):
+        return None
+    if details.get("type") == "directory":
+        return None
+    return Entry(url=normalize(url), size=int(details.get("size") or 0), mtime_ns=mtime_ns(details))
+
+
+def is_dir(url: str) -> bool:
+    """Whether ``url`` names a prefix holding objects (a logdir), not one object."""
+    fs = filesystem(url)
+    try:
+        return bool(fs.isdir(_key(url)))
+    except (OSError, ValueError):
+        return False
+
+
+def exists(path: str) -> bool:
+    """Whether ``path`` (a local path or a URL) names something; `StorageError` if its store's client
+    is missing."""
+    if not is_remote(path):
+        return os.path.exists(path)
+    url = path
+    fs = filesystem(url)
+    try:
+        return bool(fs.exists(_key(url)))
+    except (OSError, ValueError):
+        return False
+
+
+def read(url: str, limit: int) -> bytes:
+    """The whole object at ``url`` if it holds at most ``limit`` bytes; `TraceError` otherwise."""
+    from .file_bytes import size_text
+
+    try:
+        fs = filesystem(url)
+    except StorageError as e:
+        raise TraceError(url, str(e).removeprefix(f"{url}: ")) from None
+    try:
+        details = fs.info(_key(url))
+        size = int(details.get("size") or 0)
+        if size > limit:
+            raise TraceError(url, f"the file is larger than {size_text(limit)} "
+                                  "(set PHASEPROF_MAX_TRACE_BYTES to read it)")
+        data = fs.cat_file(_key(url))
+    except FileNotFoundError:
+        raise TraceError(url, "no such object (deleted since the listing?)") from None
+    except (OSError, ValueError) as e:
+        raise TraceError(url, f"cannot read the object ({e})") from None
+    if len(data) > limit:
+        raise TraceError(url, f"the file is larger than {size_text(limit)} (set PHASEPROF_MAX_TRACE_BYTES to read it)")
+    return data
+
+
+def read_many(urls: list[str], limit: int) -> dict[str, bytes]:
+    """The objects at ``urls`` (of one store) that exist and hold at most ``limit`` bytes, fetched
+    concurrently; those missing or larger are left out (their readers read them one by one, and say why)."""
+    try:
+        fs = filesystem(urls[0])
+        found = fs.cat([_key(u) for u in urls], on_error="omit", start=0, end=limit + 1)
+    except (OSError, ValueError, StorageError):
+        return {}
+    proto = scheme(urls[0])
+    return {_url(proto, k): v for k, v in found.items() if isinstance(v, bytes) and len(v) <= limit}
+
+
+def read_head(url: str, n: int) -> bytes:
+    """The first ``n`` bytes of the object at ``url`` (empty if it cannot be read)."""
+    try:
+        return filesystem(url).cat_file(_key(url), start=0, end=n)
+    except (OSError, ValueError, StorageError):
+        return b""
+
+
+# --- URL paths (always "/"-separated, whatever the local system) ----------------------------------
+
+
+def join(url: str, *parts: str) -> str:
+    return "/".join([url.rstrip("/"), *parts])
+
+
+def dirname(url: str) -> str:
+    head, _, rest = url.partition("://")
+    return f"{head}://{rest.rstrip('/').rpartition('/')[0]}"
+
+
+def basename(url: str) -> str:
+    return url.rstrip("/").rpartition("/")[2]
+
+
+def relpath(url: str, root: str) -> str:
+    """``url`` relative to ``root`` ("." for the root itself), "/"-separated."""
+    url, root = normalize(url), normalize(root)
+    if url == root:
+        return "."
+    return url[len(root) + 1:] if url.startswith(root + "/") else url

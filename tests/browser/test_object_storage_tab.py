@@ -1,0 +1,47 @@
+"""The Step Phases tab of a real TensorBoard started with ``--logdir s3://…`` on a real S3 server on the
+loopback (`tests.s3`), in a real headless Chromium."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+from tests.tensorboard_server import TensorBoard
+
+from .tab import ms
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def tensorboard(s3, tmp_path_factory, traces):
+    """TensorBoard on ``s3://tab/p``: a run of a real GPU trace, uploaded as a user would."""
+    local = tmp_path_factory.mktemp("s3-tab")
+    (local / "gpu").mkdir()
+    for f in traces.files("gpu", "hta_ns_resolution"):
+        shutil.copy(f, local / "gpu" / f.name)
+    s3.client().create_bucket(Bucket="tab")
+    s3.upload_tree(local, "tab", "p")
+    tb = TensorBoard("s3://tab/p")
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            loading = tb.json("/data/plugin/phaseprof/runs")["loading"]
+            if loading["files"] and loading["done"] == loading["files"]:
+                break
+            assert time.monotonic() < deadline, f"traces not loaded in time: {loading}"
+            time.sleep(0.2)
+        yield tb
+    finally:
+        tb.close()
+
+
+def test_the_tab_renders_a_run_read_from_a_bucket(tab):
+    tab.open(view="overview", run="gpu")
+    data = tab.api("steps", run="gpu")
+    assert [r["step"] for r in data["steps"]] == [101, 102, 103, 104, 105]
+    assert tab.figure("Mean step") == f"{ms(data['summary']['mean_wall_ms'])} ms"
+    assert [r[0] for r in tab.rows("Every profiled step")] == ["101", "102", "103", "104", "105"]
+    tab.screenshot("s3-overview")

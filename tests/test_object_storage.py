@@ -1,0 +1,154 @@
+"""Logdirs in an object store, read through a real S3 API server on 127.0.0.1 (`tests.s3`): the CLI, the
+analysis and a real TensorBoard reach it as a user's would, through s3fs and boto3 with the endpoint and
+keys in the environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.logdir import write_scalars
+
+
+def _logdir(tmp_path, traces):
+    """A local logdir of real traces: a run of one CPU worker with its scalars, a two-rank GPU job."""
+    root = tmp_path / "local"
+    for run, src in {"cpu": ("cpu", "base"), "ranks": ("gpu", "hta_sampled_2rank")}.items():
+        (root / run).mkdir(parents=True)
+        for f in traces.files(*src):
+            shutil.copy(f, root / run / f.name)
+    write_scalars(root / "cpu", range(12))
+    return root
+
+
+def cli(*args, cache="off"):
+    env = {**os.environ, "COLUMNS": "160", "PHASEPROF_CACHE": cache}
+    return subprocess.run([sys.executable, "-m", "phaseprof.cli", *args], capture_output=True, text=True, env=env)
+
+
+def test_report_of_a_bucket_equals_the_report_of_the_same_files_on_disk(s3, bucket, tmp_path, traces):
+    local = _logdir(tmp_path, traces)
+    s3.upload_tree(local, bucket, "p")
+    remote = cli("report", f"s3://{bucket}/p", "--json")
+    assert remote.returncode == 0, remote.stderr
+    here = cli("report", str(local), "--json")
+    assert json.loads(remote.stdout) == json.loads(here.stdout)
+    data = json.loads(remote.stdout)
+    assert {r["run"] for r in data["runs"]} == {"cpu", "ranks"} and data["errors"] == []
+    assert next(r for r in data["runs"] if r["run"] == "cpu")["whole_run"]  # the scalars were read too
+    # one run, one rank: --run and the trailing slash of a prefix
+    one = cli("report", f"s3://{bucket}/p/", "--run", "ranks", "--json")
+    assert [r["run"] for r in json.loads(one.stdout)["runs"]] == ["ranks"]
+
+
+def test_analyses_beside_the_traces_are_read_instead_of_the_traces(s3, bucket, tmp_path, traces):
+    """A trace whose analysis was written at the source is never downloaded: here each trace object is
+    replaced by bytes of its size that are no trace, and the report still shows the real figures."""
+    local = tmp_path / "local"
+    (local / "ranks").mkdir(parents=True)
+    for i, f in enumerate(traces.files("gpu", "hta_sampled_2rank")):
+        shutil.copy(f, local / "ranks" / f"rank{i}.1.pt.trace.json.gz")  # named as traces: never sniffed
+    expected = json.loads(cli("report", str(local / "ranks"), "--json", cache="on").stdout)  # writes the analyses
+    assert len(list((local / "ranks" / ".phaseprof").glob("*.analysis"))) == 2
+    s3.upload_tree(local / "ranks", bucket, "p/ranks")
+    client = s3.client()
+    for f in (local / "ranks").glob("*.json.gz"):
+        client.put_object(Bucket=bucket, Key=f"p/ranks/{f.name}", Body=b"x" * f.stat().st_size)
+    out = cli("report", f"s3://{bucket}/p/ranks", "--json", cache=str(tmp_path / "user-cache"))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == expected
+    # without the analyses, the traces are read: and these are not traces
+    for f in (local / "ranks" / ".phaseprof").glob("*.analysis"):
+        client.delete_object(Bucket=bucket, Key=f"p/ranks/.phaseprof/{f.name}")
+    errors = json.loads(cli("report", f"s3://{bucket}/p/ranks", "--json", cache=str(tmp_path / "user-cache")).stdout)
+    assert len(errors["errors"]) == 2 and all(e["path"].startswith(f"s3://{bucket}/p/ranks/") for e in errors["errors"])
+
+
+def test_nothing_outside_the_logdir_is_listed(s3, bucket, traces):
+    from phaseprof.plugin.reading.discovery import discover
+
+    client = s3.client()
+    trace = traces.files("cpu", "base")[0].read_bytes()
+    for key in ("p/run/rank0.1.pt.trace.json.gz",  # inside
+                "p-other/rank1.1.pt.trace.json.gz",  # a sibling prefix that begins with the logdir's
+                "p/run/../../q/rank2.1.pt.trace.json.gz",  # a key with '..' segments
+                "p//rank3.1.pt.trace.json.gz", "q/rank4.1.pt.trace.json.gz"):
+        client.put_object(Bucket=bucket, Key=key, Body=trace)
+    runs = discover(f"s3://{bucket}/p")
+    assert [(r.name, [f.path for f in r.files]) for r in runs] == [
+        ("run", [f"s3://{bucket}/p/run/rank0.1.pt.trace.json.gz"])]
+
+
+def test_compare_and_analyze_read_a_bucket(s3, bucket, tmp_path, traces):
+    from phaseprof import analyze
+
+    local = _logdir(tmp_path, traces)
+    s3.upload_tree(local, bucket, "p")
+    report = analyze(f"s3://{bucket}/p", run="cpu")
+    assert report["errors"] == [] and report["runs"][0]["workers"][0]["steps"]
+    out = cli("compare", f"s3://{bucket}/p/cpu", str(local / "cpu"), "--json")
+    assert out.returncode in (0, 1), out.stderr
+    assert json.loads(out.stdout)["base"]["path"] == f"s3://{bucket}/p/cpu"
+
+
+def test_without_the_extra_a_url_gives_one_error_naming_it(tmp_path):
+    blocked = ("import sys; sys.modules['s3fs'] = None; from phaseprof.cli import main; "
+               "sys.exit(main(['report', 's3://bucket/p']))")
+    out = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 1
+    assert "pip install 'phaseprof[s3]'" in out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_without_the_extra_a_profiler_writing_to_a_url_says_which_extra_to_install():
+    blocked = ("import sys; sys.modules['s3fs'] = None; from phaseprof import PhaseProfiler; "
+               "PhaseProfiler(logdir='s3://bucket/p')")
+    out = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1].endswith("needs phaseprof's s3 extra: pip install 'phaseprof[s3]'")
+
+
+@pytest.mark.slow
+def test_real_tensorboard_on_a_bucket_serves_runs_steps_and_a_step_trace(s3, bucket, tmp_path, traces,
+                                                                        tensorboard_server):
+    local = _logdir(tmp_path, traces)
+    s3.upload_tree(local, bucket, "p")
+    tb = tensorboard_server(f"s3://{bucket}/p")
+    deadline = time.monotonic() + 180
+    while True:
+        runs = tb.json("/data/plugin/phaseprof/runs")
+        if runs["loading"]["files"] == 3 and runs["loading"]["done"] == 3:
+            break
+        assert time.monotonic() < deadline, f"not loaded: {runs}"
+        time.sleep(0.3)
+    assert {r["run"] for r in runs["runs"]} == {"cpu", "ranks"} and runs["errors"] == []
+    steps = tb.json("/data/plugin/phaseprof/steps?run=ranks")
+    assert steps["steps"]
+    number = steps["steps"][0]["step"]
+    trace = tb.json(f"/data/plugin/phaseprof/trace?run=ranks&worker={steps['worker']}&step={number}")
+    assert trace["traceEvents"]
+    # the run's own scalars, read by TensorBoard through its S3 reader
+    timeline = tb.json("/data/plugin/phaseprof/timeline?run=cpu")
+    assert timeline["steps"] == list(range(12))
+    # a span uploaded now appears on a later reload
+    extra = traces.files("cpu", "dist")[0]
+    s3.client().upload_file(str(extra), bucket, f"p/later/{extra.name}")
+    while "later" not in {r["run"] for r in tb.json("/data/plugin/phaseprof/runs")["runs"]}:
+        assert time.monotonic() < deadline + 120, "the new span was never listed"
+        time.sleep(0.5)
+
+
+def test_keys_outside_the_prefix_or_through_odd_segments_are_refused():
+    """The check on every listed key, whatever the store's client lists (s3fs lists ``prefix/``; others may not)."""
+    from phaseprof.plugin.reading.storage import _safe
+
+    assert _safe("b/p/run/x.pt.trace.json.gz", "b/p")
+    for key in ("b/p-other/x.pt.trace.json.gz", "b/p", "b/q/x", "b/p/../q/x", "b/p/./x", "b/p//x", "b/p/run/.."):
+        assert not _safe(key, "b/p"), key

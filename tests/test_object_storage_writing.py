@@ -1,0 +1,136 @@
+"""Training with ``logdir="s3://…"``: the run's traces, scalars and analyses end up in the bucket of a real
+S3 server on the loopback (`tests.s3`), staged locally and uploaded off the loop; a store that goes
+away costs one warning, and what is written once it is back is uploaded."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+from phaseprof.contract import TRACE_FILE_RE
+
+TRAIN = textwrap.dedent("""
+    import json, os, sys, time, warnings
+    import torch
+    from phaseprof import PhaseProfiler
+
+    url, markers = sys.argv[1], sys.argv[2]
+
+    def wait_for(name):
+        deadline = time.monotonic() + 300
+        while not os.path.exists(os.path.join(markers, name)):
+            assert time.monotonic() < deadline, name
+            time.sleep(0.05)
+
+    def mark(name):
+        open(os.path.join(markers, name), "w").close()
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 16)
+
+    def train(steps):
+        for _ in range(steps):
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+
+    outage = "--outage" in sys.argv
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prof = PhaseProfiler(logdir=url, run="r", wait=0, warmup=1, active=2, repeat=3 if outage else 1)
+        prof.attach(model, optimizer)
+        train(3)  # one profiled cycle: a trace
+        if outage:
+            mark("first-trace"); wait_for("stopped")  # the test stops the store
+            train(3)  # written while the store is away
+            deadline = time.monotonic() + 300
+            while not any(str(w.message).startswith("phaseprof") for w in caught):
+                assert time.monotonic() < deadline, "no warning"
+                time.sleep(0.1)
+            mark("warned"); wait_for("started")  # the store is back
+            train(3)
+        train(2)
+        prof.close()
+    print(json.dumps([str(w.message) for w in caught if str(w.message).startswith("phaseprof")]))
+""")
+
+
+def _train(tmp_path, url, *flags):
+    work, temp, markers = tmp_path / "work", tmp_path / "staging", tmp_path / "markers"
+    for d in (work, temp, markers):
+        d.mkdir()
+    env = {**os.environ, "PHASEPROF_STAGING": str(temp)}
+    env.pop("PHASEPROF_CACHE")  # the tests' "off": here the analyses are written, as in a user's run
+    proc = subprocess.Popen([sys.executable, "-c", TRAIN, url, str(markers), *flags], cwd=work, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, work, temp, markers
+
+
+def _wait_for(path, proc, deadline_s=300):
+    deadline = time.monotonic() + deadline_s
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path.name} never came"
+        time.sleep(0.05)
+
+
+def _kinds(keys: list[str]) -> dict[str, list[str]]:
+    names = [k.rpartition("/")[2] for k in keys]
+    return {"traces": [n for n in names if TRACE_FILE_RE.match(n)],
+            "analyses": [k for k in keys if "/.phaseprof/" in k and k.endswith(".analysis")],
+            "scalars": [n for n in names if n.startswith("events.out.tfevents.")]}
+
+
+def test_a_run_written_to_a_bucket_leaves_traces_scalars_and_analyses_there_and_nothing_here(s3, bucket, tmp_path):
+    proc, work, temp, _ = _train(tmp_path, f"s3://{bucket}/p")
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == []  # no warning
+    keys = s3.keys(bucket)
+    assert all(k.startswith("p/r/") for k in keys), keys
+    kinds = _kinds(keys)
+    assert len(kinds["traces"]) == 1 and len(kinds["analyses"]) == 1 and len(kinds["scalars"]) == 1, keys
+    assert kinds["analyses"][0].endswith(kinds["traces"][0] + ".analysis")
+    assert list(work.iterdir()) == [] and list(temp.iterdir()) == []  # the staging folder is gone
+    assert f"tensorboard --logdir s3://{bucket}/p" in out
+    # and it reads back: the steps of its trace, and every step of the run from its scalars
+    report = subprocess.run([sys.executable, "-m", "phaseprof.cli", "report", f"s3://{bucket}/p", "--json"],
+                            capture_output=True, text=True, env={**os.environ, "PHASEPROF_CACHE": "off"})
+    data = json.loads(report.stdout)
+    assert data["errors"] == [], data["errors"]
+    (run,) = data["runs"]
+    assert [s["step"] for s in run["workers"][0]["steps"]] == [1, 2]
+    (whole,) = run["whole_run"]
+    assert (whole["first_step"], whole["last_step"]) == (0, 4)  # all five steps trained
+
+
+def test_the_store_going_away_costs_one_warning_and_later_traces_are_uploaded(s3, bucket, tmp_path):
+    proc, work, temp, markers = _train(tmp_path, f"s3://{bucket}/p", "--outage")
+    _wait_for(markers / "first-trace", proc)
+    deadline = time.monotonic() + 300
+    while not _kinds(s3.keys(bucket))["traces"]:  # the first trace reached the store
+        assert time.monotonic() < deadline, "the first trace was never uploaded"
+        time.sleep(0.2)
+    s3.stop()
+    (markers / "stopped").touch()
+    _wait_for(markers / "warned", proc)
+    s3.start()  # back on the same port, empty: the bucket is made again
+    s3.client().create_bucket(Bucket=bucket)
+    (markers / "started").touch()
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    (warning,) = json.loads(out.strip().splitlines()[-1])
+    assert f"could not upload to s3://{bucket}/p/r" in warning and "Training goes on" in warning
+    assert "testing" not in warning  # no credential in it
+    kinds = _kinds(s3.keys(bucket))
+    # the trace written during the outage and the one written after it, with their analyses and the scalars
+    assert len(kinds["traces"]) == 2 and len(kinds["analyses"]) == 2 and len(kinds["scalars"]) == 1, kinds
+    assert list(work.iterdir()) == [] and list(temp.iterdir()) == []
+    assert "not done" not in out  # everything reached the store in the end
