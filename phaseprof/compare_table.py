@@ -21,10 +21,11 @@ OPS_SHOWN = 8
 
 def render(result: GateReport, console: Console) -> None:
     base, new = result.base, result.new
-    console.print(Text(f"base {plain(base.path, LINE_WIDTH)}: {base.steps} steps of {base.workers} worker(s)\n"
-                       f"new  {plain(new.path, LINE_WIDTH)}: {new.steps} steps of {new.workers} worker(s)",
-                       style="dim"))
-    source = "every step (scalars)" if result.source == "scalars" else "the traced steps"
+    for name, side in (("base", base), ("new ", new)):
+        left_out = f", left out: {plain(', '.join(side.left_out), LINE_WIDTH)}" if side.left_out else ""
+        console.print(Text(f"{name} {plain(side.path, LINE_WIDTH)}: {side.steps} steady steps of {side.workers} "
+                           f"worker(s){left_out}", style="dim"))
+    source = "every steady step (scalars)" if result.source == "scalars" else "the steady traced steps"
     table = Table(show_edge=False, pad_edge=False, header_style="bold",
                   caption=Text(f"median ms per step over {source}; interval: {result.confidence:.0%} confidence, "
                                "joint over all rows"))

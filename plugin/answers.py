@@ -661,7 +661,10 @@ class Change(Answer):
 
 
 class GateSide(Answer):
-    """What one side of ``phaseprof compare`` was made of."""
+    """What one side of ``phaseprof compare`` was made of. ``steps`` are its steady steps: ``left_out``
+    says which were not, in words (empty: none) — from the scalars the first step and the compiling
+    ones (`phaseprof.steady`, prefixed with the run or rank when they differ between them), from the
+    traces the compiling and warm-up steps."""
 
     path: str
     runs: list[str]
@@ -669,6 +672,7 @@ class GateSide(Answer):
     steps: int
     has_scalars: bool
     has_traces: bool
+    left_out: list[str] = msgspec.field(default_factory=list)
 
 
 class GateReport(Answer):

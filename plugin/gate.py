@@ -3,7 +3,9 @@ per step (`analysis.regression`), and names the ops that changed most.
 
 A side is a logdir, a run directory or one trace file; all its runs and workers are pooled. Its
 steps come from the every-step scalars when both sides have them (every step of the run), else from
-the traced steps (the profiler's active window). Input that cannot answer the question (a missing
+the traced steps (the profiler's active window). Either way the steps that are not steady are left out,
+as the summaries leave them out, and each side says which: one compiling step can outweigh a thousand
+steady ones. Input that cannot answer the question (a missing
 path, nothing readable, too few steps) raises `UnusableInput`: the gate must never pass for want of data.
 """
 
@@ -11,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from phaseprof.contract import NOT_PHASE_TAGS, PHASES, STEP_GPU_TAG, STEP_TAG, parse_tag
+from phaseprof.contract import COMPILE, NOT_PHASE_TAGS, PHASES, STEP_GPU_TAG, STEP_TAG, cpu_tag, parse_tag
+from phaseprof.steady import steady_steps
 
 from .analysis.compare import changed_ops
 from .analysis.model import SpanAnalysis
@@ -60,8 +63,13 @@ class _Side:
                     self.workers.add((run.name, f.worker))
                 except TraceError as e:
                     self.errors.append(FileError(path=f.path, error=e.reason))
-        self.scalars: list[Scalars] = [s for run in self.runs for _, directory in run.scalar_dirs()
-                                       if (s := read_scalars(directory)) is not None]
+        self.scalars: list[Scalars] = []
+        self.writers: list[str] = []  # who wrote each of `scalars`: the run, or one of its ranks
+        for run in self.runs:
+            for rank, directory in run.scalar_dirs():
+                if (s := read_scalars(directory)) is not None:
+                    self.scalars.append(s)
+                    self.writers.append(run.name if rank is None else f"{run.name} rank {rank}")
 
     def workers_of(self) -> list[Worker]:
         """The spans as workers (a run's worker is not another run's)."""
@@ -70,10 +78,20 @@ class _Side:
             by.setdefault(key, []).append(span)
         return [Worker(name, spans) for (_, name), spans in by.items()]
 
-    def describe(self, steps: int, source: str) -> GateSide:
+    def figures(self, source: str) -> tuple[list[dict[tuple[str, str], np.ndarray]], list[str]]:
+        """Each run's (or rank's, or worker's) figures over its steady steps, and what was left out, in words."""
+        if source == TRACES:
+            workers = self.workers_of()
+            return [_traced_figures(w) for w in workers], _traced_left_out(workers)
+        runs, said = zip(*(_scalar_figures(s) for s in self.scalars))
+        if len({tuple(words) for words in said}) == 1:  # one writer, or all alike: say it once
+            return list(runs), list(said[0])
+        return list(runs), [f"{who}: {w}" for who, words in zip(self.writers, said) for w in words]
+
+    def describe(self, steps: int, source: str, left_out: list[str]) -> GateSide:
         workers = len(self.workers) if source == TRACES else len(self.scalars)
         return GateSide(path=self.path, runs=[r.name for r in self.runs], workers=workers, steps=steps,
-                    has_scalars=bool(self.scalars), has_traces=bool(self.spans))
+                        has_scalars=bool(self.scalars), has_traces=bool(self.spans), left_out=left_out)
 
 
 def compare_paths(base: str, new: str, *, threshold: float = 0.05, confidence: float = 0.95,
@@ -89,8 +107,7 @@ def compare_paths(base: str, new: str, *, threshold: float = 0.05, confidence: f
         if source == TRACES and not side.spans:
             what = "; ".join(f"{e.path}: {e.error}" for e in side.errors[:3])
             raise UnusableInput(side.path, "no readable trace files" + (f" ({what})" if what else ""))
-    runs_a, runs_b = ([_scalar_figures(x) for x in side.scalars] if source == SCALARS
-                      else [_traced_figures(w) for w in side.workers_of()] for side in (a, b))
+    (runs_a, left_a), (runs_b, left_b) = a.figures(source), b.figures(source)
     steps_a, steps_b = (sum(len(r[("step", "host")]) for r in runs) for runs in (runs_a, runs_b))
     for side, steps in ((a, steps_a), (b, steps_b)):
         if steps < MIN_STEPS:
@@ -105,8 +122,8 @@ def compare_paths(base: str, new: str, *, threshold: float = 0.05, confidence: f
     if a.spans and b.spans:
         ops = changed_ops(_op_means(a.workers_of()), _op_means(b.workers_of()))[:TOP_OPS]
     return GateReport(
-        base=a.describe(steps_a, source), new=b.describe(steps_b, source), source=source, threshold=threshold,
-        confidence=confidence, min_share=min_share, changes=changes,
+        base=a.describe(steps_a, source, left_a), new=b.describe(steps_b, source, left_b), source=source,
+        threshold=threshold, confidence=confidence, min_share=min_share, changes=changes,
         slower=[label(c) for c in changes if c.slower], ops=ops, errors=a.errors + b.errors,
     )
 
@@ -128,12 +145,18 @@ def _per_run(runs: list[dict[tuple[str, str], np.ndarray]], key: tuple[str, str]
     return [r.get(key, np.zeros(len(r[("step", "host")])) if key[1] == "host" else empty) for r in runs]
 
 
-def _scalar_figures(s: Scalars) -> dict[tuple[str, str], np.ndarray]:
-    """Per (phase, clock), the per-step ms of every timed step of one run (or rank)."""
+def _scalar_figures(s: Scalars) -> tuple[dict[tuple[str, str], np.ndarray], list[str]]:
+    """Per (phase, clock), the per-step ms of every steady timed step of one run (or rank): the first
+    step and the compiling ones left out, as `whole_run` leaves them (`phaseprof.steady`); and which
+    were, in words."""
     out: dict[tuple[str, str], np.ndarray] = {("step", "host"): np.zeros(0)}
+    left_out: list[str] = []
     timed = s.values.get(STEP_TAG)
     if timed is not None:
         has_step = ~np.isnan(timed)
+        compile_ms = s.values.get(cpu_tag(COMPILE))
+        steady, left_out = steady_steps(s.steps[has_step], compile_ms[has_step] if compile_ms is not None else None)
+        has_step[has_step] = steady
         for tag, column in s.values.items():
             if tag in NOT_PHASE_TAGS:
                 continue
@@ -148,7 +171,7 @@ def _scalar_figures(s: Scalars) -> dict[tuple[str, str], np.ndarray]:
                 out[key] = np.nan_to_num(column[has_step], nan=0.0)
             else:  # GPU times exist only where CUDA events were read
                 out[key] = column[has_step & ~np.isnan(column)]
-    return out
+    return out, left_out
 
 
 def _traced_figures(w: Worker) -> dict[tuple[str, str], np.ndarray]:
@@ -164,6 +187,18 @@ def _traced_figures(w: Worker) -> dict[tuple[str, str], np.ndarray]:
         for j, p in enumerate(w.phases):
             out[(p, "gpu")] = w.gpu_us[on_gpu, j] / 1000.0
     return out
+
+
+def _traced_left_out(workers: list[Worker]) -> list[str]:
+    """What `_traced_figures` left out of all ``workers``' traced steps, in words."""
+    compiling = warmup = 0
+    for w in workers:
+        full = w.full()
+        if len(w.steady()) < len(full):  # `Worker.steady` keeps every step when none is steady
+            compiling += int(w.compiling[full].sum())
+            warmup += int((w.warmup[full] & ~w.compiling[full]).sum())
+    return ([f"{compiling} compiling step(s)"] if compiling else []) + \
+        ([f"{warmup} warm-up step(s)"] if warmup else [])
 
 
 def _op_means(workers: list[Worker]) -> dict[tuple[str, str], np.ndarray]:

@@ -35,6 +35,15 @@ def write_scalars(run_dir, steps, phases=("data", "forward", "backward", "optimi
     writer.close()
 
 
+def write_events(run_dir, rows: list[tuple[int, dict[str, float]]]) -> None:
+    """Scalars as the training hook writes them, one event per step: ``rows`` of (step, tag -> value)."""
+    writer = EventFileWriter(str(run_dir))
+    for s, tags in rows:
+        values = [summary_pb2.Summary.Value(tag=tag, simple_value=float(v)) for tag, v in tags.items()]
+        writer.add_event(event_pb2.Event(step=s, wall_time=time.time(), summary=summary_pb2.Summary(value=values)))
+    writer.close()
+
+
 def settled(path):
     """Backdate a file so the store does not wait for it to finish being written."""
     old = time.time() - 60

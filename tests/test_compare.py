@@ -11,8 +11,9 @@ import textwrap
 import numpy as np
 import pytest
 
+from phaseprof.contract import COMPILE, STEP_TAG, cpu_tag
 from phaseprof.plugin.analysis.regression import compare_figures, median_draws
-from tests.logdir import write_scalars, write_trace
+from tests.logdir import write_events, write_scalars, write_trace
 from tests.tracebuilder import annotation, op, step
 
 
@@ -21,18 +22,22 @@ def compare(*args, cwd=None):
                           text=True, cwd=cwd, env={**os.environ, "COLUMNS": "200"})
 
 
-def traced_run(path, forward_us=2000.0, backward_us=3000.0, seed=0, steps=12, noise=0.05):
+def traced_run(path, forward_us=2000.0, backward_us=3000.0, seed=0, steps=12, noise=0.05, compiling=()):
     """A run's trace with ``steps`` steps of a forward (one aten::mm) and a backward, each
-    jittered by ``noise`` (relative, normal)."""
+    jittered by ``noise`` (relative, normal); the steps in ``compiling`` first compile for 2 s."""
     rng = np.random.default_rng(seed)
     events = []
+    t0 = 0.0
     for s in range(steps):
-        t0 = s * 20_000.0
         f = forward_us * (1 + noise * rng.standard_normal())
         b = backward_us * (1 + noise * rng.standard_normal())
-        events += [step(s, t0, 300 + f + b), annotation("phaseprof::forward", t0 + 100, f),
-                   op("aten::mm", t0 + 110, f - 20), annotation("phaseprof::backward", t0 + 100 + f, b),
-                   op("autograd::engine::evaluate_function: MmBackward0", t0 + 110 + f, b - 20)]
+        c = 2_000_000.0 if s in compiling else 0.0
+        if c:
+            events.append(annotation("phaseprof::compile", t0 + 50, c))
+        events += [step(s, t0, 300 + c + f + b), annotation("phaseprof::forward", t0 + c + 100, f),
+                   op("aten::mm", t0 + c + 110, f - 20), annotation("phaseprof::backward", t0 + c + 100 + f, b),
+                   op("autograd::engine::evaluate_function: MmBackward0", t0 + c + 110 + f, b - 20)]
+        t0 += 20_000.0 + c
     return write_trace(path / "w.1.pt.trace.json", events)
 
 
@@ -202,9 +207,62 @@ def test_scalars_are_preferred_when_both_sides_have_them(tmp_path):
         traced_run(tmp_path / side)
         write_scalars(tmp_path / side, range(40))
     data = json.loads(compare(tmp_path / "base", tmp_path / "new", "--json").stdout)
-    assert data["source"] == "scalars" and data["base"]["steps"] == 40
+    assert data["source"] == "scalars" and data["base"]["steps"] == 39  # the first step left out
+    assert data["base"]["left_out"] == ["step 0 (first)"]
     assert data["slower"] == []
     assert {c["phase"] for c in data["changes"]} >= {"step", "data", "forward", "backward", "optimizer", "other"}
+
+
+def _compiled_run(run_dir, steps: int, compiling: int, seed: int) -> None:
+    """The scalars of a short run whose steps 0 .. ``compiling``-1 each compile for 2 s (torch.compile
+    recompiling as shapes change), every step else a 10 ms forward and backward (±1%)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in range(steps):
+        forward, backward = 4 * (1 + 0.01 * rng.standard_normal()), 6 * (1 + 0.01 * rng.standard_normal())
+        compile_ms = 2000.0 if s < compiling else 0.0
+        values = {cpu_tag("forward"): forward, cpu_tag("backward"): backward, STEP_TAG: forward + backward + compile_ms}
+        if compile_ms:
+            values[cpu_tag(COMPILE)] = compile_ms
+        rows.append((s, values))
+    write_events(run_dir, rows)
+
+
+def test_scalars_leave_the_first_and_compiling_steps_out_and_say_so(tmp_path):
+    """New recompiles in 7 of its 12 steps, base in 3, and their steady steps are alike. With every timed
+    step counted, new's median step is a compiling one (+19,950%) and its interval spans -99% … +20,000%:
+    a gate that cannot tell. Left out, the step is the same on both sides, within a narrow interval."""
+    _compiled_run(tmp_path / "base", steps=12, compiling=3, seed=1)
+    _compiled_run(tmp_path / "new", steps=12, compiling=7, seed=2)
+    out = compare(tmp_path / "base", tmp_path / "new", "--json")
+    data = json.loads(out.stdout)
+    assert out.returncode == 0 and data["source"] == "scalars" and data["slower"] == []
+    assert (data["base"]["steps"], data["new"]["steps"]) == (9, 5)
+    assert data["base"]["left_out"] == ["step 0 (first)", "2 compiling step(s)"]
+    assert data["new"]["left_out"] == ["step 0 (first)", "6 compiling step(s)"]
+    step = next(c for c in data["changes"] if (c["phase"], c["clock"]) == ("step", "host"))
+    assert step["base_ms"] == pytest.approx(10, rel=0.05) and step["new_ms"] == pytest.approx(10, rel=0.05)
+    assert -0.05 < step["low"] < step["high"] < 0.05
+    table = compare(tmp_path / "base", tmp_path / "new").stdout
+    assert "5 steady steps of 1 worker(s), left out: step 0 (first), 6 compiling step(s)" in table
+
+
+def test_traced_steps_leave_the_compiling_ones_out_and_say_so(tmp_path):
+    traced_run(tmp_path / "base", seed=1)
+    traced_run(tmp_path / "new", seed=2, compiling=(1, 2))
+    data = json.loads(compare(tmp_path / "base", tmp_path / "new", "--json").stdout)
+    assert data["source"] == "traces" and data["slower"] == []
+    assert data["new"]["left_out"] == ["2 compiling step(s)"] and data["new"]["steps"] == 10
+    assert data["base"]["left_out"] == [] and data["base"]["steps"] == 12
+
+
+def test_runs_of_a_side_that_left_out_other_steps_are_named(tmp_path):
+    for side in ("base", "new"):
+        _compiled_run(tmp_path / side / "a", steps=12, compiling=3, seed=1)
+        _compiled_run(tmp_path / side / "b", steps=12, compiling=0 if side == "base" else 3, seed=2)
+    data = json.loads(compare(tmp_path / "base", tmp_path / "new", "--json").stdout)
+    assert data["base"]["left_out"] == ["a: step 0 (first)", "a: 2 compiling step(s)", "b: step 0 (first)"]
+    assert data["new"]["left_out"] == ["step 0 (first)", "2 compiling step(s)"]  # both runs alike: once
 
 
 # --- real training runs ----------------------------------------------------------------------------

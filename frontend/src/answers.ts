@@ -174,7 +174,12 @@ export interface GateReport {
   errors: FileError[];
 }
 
-/** What one side of `phaseprof compare` was made of. */
+/**
+ * What one side of `phaseprof compare` was made of. `steps` are its steady steps: `left_out`
+ * says which were not, in words (empty: none) — from the scalars the first step and the compiling
+ * ones (`phaseprof.steady`, prefixed with the run or rank when they differ between them), from the
+ * traces the compiling and warm-up steps.
+ */
 export interface GateSide {
   path: string;
   runs: string[];
@@ -182,6 +187,7 @@ export interface GateSide {
   steps: number;
   has_scalars: boolean;
   has_traces: boolean;
+  left_out?: string[];
 }
 
 /**
