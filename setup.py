@@ -51,7 +51,7 @@ setup(
         "s3": ["fsspec>=2023.1", "s3fs>=2023.1", "boto3"],
         "gcs": ["fsspec>=2023.1", "gcsfs>=2023.1"],
         "azure": ["fsspec>=2023.1", "adlfs>=2023.1"],
-        "test": ["moto[server]>=5", "fsspec>=2023.1", "s3fs>=2023.1", "boto3",
+        "test": ["moto[server]>=5", "fsspec>=2023.1", "s3fs>=2023.1",  # moto brings boto3
                  "pytest>=8", "pytest-timeout>=2.3", "playwright>=1.45", "ruff>=0.6", "hypothesis>=6.100",
                  "lightning>=2.0", "transformers>=4.40", "accelerate>=0.26"],
     },
