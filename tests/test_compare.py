@@ -320,7 +320,8 @@ def test_real_runs_same_code_passes_and_a_sleep_in_forward_fails(tmp_path):
         out = compare(tmp_path / f"base-{s}", tmp_path / f"new-{s}", "--json")
         assert out.returncode == 0, out.stdout + out.stderr
         data = json.loads(out.stdout)
-        assert data["source"] == "scalars" and data["base"]["steps"] >= TURNS * 60 and data["slower"] == []
+        # every run of a side less its first step (left out: not steady)
+        assert data["source"] == "scalars" and data["base"]["steps"] >= TURNS * 59 and data["slower"] == []
 
     out = compare(tmp_path / "ref", tmp_path / "slow", "--json")
     assert out.returncode == 1, out.stdout + out.stderr
