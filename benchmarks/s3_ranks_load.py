@@ -86,6 +86,18 @@ def time_to_ranks(url: str, ranks: int) -> float:
         server.close()
 
 
+def cold_starts(url: str, ranks: int, repeat: int, relay: Relay, user_cache: str) -> tuple[float, float]:
+    """Median seconds from TensorBoard's start to /ranks, and median bytes read from the store, over
+    ``repeat`` starts, each with an empty user cache (nothing analysed earlier is at hand)."""
+    relay.take()
+    runs = []
+    for _ in range(repeat):
+        shutil.rmtree(user_cache, ignore_errors=True)
+        os.environ["PHASEPROF_CACHE"] = user_cache
+        runs.append((time_to_ranks(url, ranks), relay.take()))
+    return median([r[0] for r in runs]), median([r[1] for r in runs])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=64)
@@ -112,15 +124,8 @@ def main() -> None:
         store.client().create_bucket(Bucket="bench")
         store.upload_tree(local, "bench", "ranks")
         shutil.rmtree(local)
-        relay.take()
-        runs = []
-        for _ in range(args.repeat):
-            shutil.rmtree(user_cache, ignore_errors=True)
-            os.environ["PHASEPROF_CACHE"] = user_cache
-            seconds = time_to_ranks("s3://bench/ranks", args.ranks)
-            runs.append((seconds, relay.take()))
-        read = median([r[1] for r in runs])
-        print(f"{args.ranks} ranks with analyses, S3      start->/ranks {median([r[0] for r in runs]):6.2f} s   "
+        seconds, read = cold_starts("s3://bench/ranks", args.ranks, args.repeat, relay, user_cache)
+        print(f"{args.ranks} ranks with analyses, S3      start->/ranks {seconds:6.2f} s   "
               f"read {read / 1e6:.2f} MB of {traces / 1e6:.1f} MB of traces ({100 * read / traces:.1f}%)")
 
         if args.summaries:
@@ -133,15 +138,9 @@ def main() -> None:
             write_summaries(local, linked=True)
             store.upload_tree(local, "bench", "summaries")
             shutil.rmtree(local)
-            relay.take()
-            runs = []
-            for _ in range(args.repeat):
-                shutil.rmtree(user_cache, ignore_errors=True)
-                os.environ["PHASEPROF_CACHE"] = user_cache
-                runs.append((time_to_ranks("s3://bench/summaries", args.summaries), relay.take()))
-            seconds = median([r[0] for r in runs])
+            seconds, read = cold_starts("s3://bench/summaries", args.summaries, args.repeat, relay, user_cache)
             print(f"{args.summaries} ranks of analyses, S3        start->/ranks {seconds:6.2f} s   "
-                  f"read {median([r[1] for r in runs]) / 1e6:.1f} MB")
+                  f"read {read / 1e6:.1f} MB")
     finally:
         store.stop()
         shutil.rmtree(user_cache, ignore_errors=True)
