@@ -19,6 +19,7 @@ setup(
     python_requires=">=3.10",
     packages=[
         "phaseprof",
+        "phaseprof.cli",
         "phaseprof.plugin",
         "phaseprof.plugin.reading",
         "phaseprof.plugin.analysis",

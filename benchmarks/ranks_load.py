@@ -58,7 +58,7 @@ def write_summaries(logdir: str, linked: bool) -> int:
     one file, analysed once."""
     from phaseprof.plugin import cache
     from phaseprof.plugin.reading.discovery import discover
-    from phaseprof.plugin.report import analyze_file
+    from phaseprof.plugin.spans import analyze_file
 
     os.environ["PHASEPROF_CACHE"] = "off"  # analyse without storing; entries are stored below
     (run,) = discover(logdir)

@@ -17,7 +17,7 @@ def __getattr__(name: str):
 
         return PhaseProfiler
     if name == "analyze":
-        from .plugin.report import analyze
+        from .cli.report import analyze
 
         return analyze
     raise AttributeError(f"module 'phaseprof' has no attribute {name!r}")

@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from phaseprof.cli.report import analyze, report
+from phaseprof.cli.terminal import render
 from phaseprof.plugin.analysis.compare import compare
 from phaseprof.plugin.analysis.ranks import ranks
 from phaseprof.plugin.analysis.span import analyze_trace
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.decode import TraceError, read_trace
-from phaseprof.plugin.report import analyze, report
-from phaseprof.terminal import render
 from tests.tracebuilder import MAIN, PID, annotation, kernel, launch, memory, op, step
 
 

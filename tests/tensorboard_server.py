@@ -11,7 +11,8 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 RUNS = "/data/plugin/phaseprof/runs"
 
@@ -66,6 +67,18 @@ class TensorBoard:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait(30)
+
+
+@contextmanager
+def loaded(logdir: os.PathLike | str, *args: str, files: int = 1, **options) -> Iterator[TensorBoard]:
+    """A `TensorBoard` on ``logdir`` once at least ``files`` traces are known and all are loaded;
+    stopped on leaving."""
+    tb = TensorBoard(logdir, *args, **options)
+    try:
+        tb.wait_loaded(files)
+        yield tb
+    finally:
+        tb.close()
 
 
 def wait_loaded(runs: Callable[[], dict], files: int = 1, timeout: float = 300) -> dict:

@@ -125,7 +125,7 @@ print(json.dumps([list(row["phases"]), row["phases"]["loss"]["cpu_ms"]]))
 
 
 def test_findings_are_typed_with_the_figures_their_sentence_uses(tmp_path):
-    from phaseprof.plugin.report import report
+    from phaseprof.cli.report import report
 
     events = []
     for s in range(3):  # data loading takes 3 of each 10 ms step, forward 4

@@ -15,7 +15,7 @@ from phaseprof.contract import TRACE_FILE_RE
 from phaseprof.plugin.analysis.ranks import ranks
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
-from phaseprof.plugin.report import analyze_file
+from phaseprof.plugin.spans import analyze_file
 
 pytestmark = pytest.mark.slow
 

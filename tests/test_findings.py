@@ -7,11 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from phaseprof.cli.report import report
 from phaseprof.contract import CPUS_KEY
 from phaseprof.plugin.analysis.ranks import ranks
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
-from phaseprof.plugin.report import analyze_file, report
+from phaseprof.plugin.spans import analyze_file
 from tests import test_gpu_measures
 from tests.logdir import write_trace
 from tests.tracebuilder import AUTOGRAD, Loop, op, step

@@ -20,11 +20,12 @@ import msgspec
 import pytest
 from rich.console import Console
 
+from phaseprof.cli.report import report
+from phaseprof.cli.terminal import render
 from phaseprof.plugin.analysis.ranks import ranks
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
-from phaseprof.plugin.report import analyze_file, report
-from phaseprof.terminal import render
+from phaseprof.plugin.spans import analyze_file
 from tests.conftest import DATA
 from tests.logdir import write_trace
 from tests.tracebuilder import Loop, annotation, kernel, launch, op, step, thread_names

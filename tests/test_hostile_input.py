@@ -562,7 +562,7 @@ def test_a_directory_that_cannot_be_listed_is_an_error_entry(tmp_path, monkeypat
         assert [r["run"] for r in listing["runs"]] == ["good"]
     finally:
         plugin._store.close()
-    from phaseprof.plugin.gate import _Side
+    from phaseprof.cli.compare import _Side
 
     assert [e.error for e in _Side(str(tmp_path)).errors] == ["cannot read the directory (Permission denied)"]
 

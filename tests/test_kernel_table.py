@@ -14,12 +14,12 @@ import pytest
 from rich.console import Console
 
 from phaseprof import cli
+from phaseprof.cli.report import analyze, report
+from phaseprof.cli.terminal import render
 from phaseprof.plugin import cache
 from phaseprof.plugin.analysis.kernels import SORT_KEYS, uses_tensor_cores
 from phaseprof.plugin.analysis.span import analyze_trace
 from phaseprof.plugin.reading.decode import read_trace
-from phaseprof.plugin.report import analyze, report
-from phaseprof.terminal import render
 from tests.hostile import write
 from tests.tracebuilder import kernel, launch, op, step
 

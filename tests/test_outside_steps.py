@@ -135,8 +135,8 @@ def test_the_timeline_carries_evaluation_and_the_profilers_own_time_apart(evalua
 def test_the_terminal_report_shows_the_outside_time_apart(evaluation, capsys):
     from rich.console import Console
 
-    from phaseprof.plugin.report import report
-    from phaseprof.terminal import render
+    from phaseprof.cli.report import report
+    from phaseprof.cli.terminal import render
 
     render(report(str(evaluation)), Console(width=200, force_terminal=False))
     out = capsys.readouterr().out

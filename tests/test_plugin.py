@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from tensorboard.backend import application
@@ -15,6 +17,7 @@ from tensorboard.backend.event_processing import data_provider, plugin_event_mul
 from tensorboard.plugins import base_plugin
 from werkzeug import test as werkzeug_test
 
+import phaseprof.plugin
 from phaseprof import analyze
 from phaseprof.plugin.serving.plugin import PhaseprofPlugin
 from tests.logdir import settled, two_rank_job, write_scalars
@@ -294,10 +297,38 @@ def test_a_file_still_being_written_waits(tmp_path, traces):
 
 def test_importing_the_plugin_does_not_import_torch():
     code = ("import sys, phaseprof.plugin, phaseprof.plugin.serving.loader, phaseprof.plugin.serving.plugin, "
-            "phaseprof.plugin.report, phaseprof.cli; "
+            "phaseprof.plugin.spans, phaseprof.cli, phaseprof.cli.report; "
             "loaded = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; "
             "assert not loaded, loaded")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_plugin_never_imports_the_cli():
+    """The TensorBoard side serves the analysis; the CLI is a client of it, never the other way round:
+    its modules, loaded as TensorBoard and its loading processes load them, bring in no
+    ``phaseprof.cli``, and no module under plugin/ names it."""
+    code = ("import sys, phaseprof.plugin.serving.loader, phaseprof.plugin.serving.plugin, "
+            "phaseprof.plugin.serving.store, phaseprof.plugin.serving.loading, phaseprof.plugin.serving.capture, "
+            "phaseprof.plugin.spans, phaseprof.plugin.typescript; "
+            "loaded = [m for m in sys.modules if m == 'phaseprof.cli' or m.startswith('phaseprof.cli.')]; "
+            "assert not loaded, loaded")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    plugin_dir = Path(phaseprof.plugin.__file__).parent
+    naming = []
+    for path in sorted(plugin_dir.rglob("*.py")):
+        package = ["phaseprof", "plugin", *path.relative_to(plugin_dir).parent.parts]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):  # relative ones resolved against the file's package
+                base = ".".join([*package[:len(package) - node.level + 1], node.module or ""] if node.level
+                                else [node.module]).strip(".")
+                modules = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            if any(m == "phaseprof.cli" or m.startswith("phaseprof.cli.") for m in modules):
+                naming.append(f"{path.relative_to(plugin_dir)}:{node.lineno}")
+    assert len(list(plugin_dir.rglob("*.py"))) > 20 and not naming, naming
 
 
 def test_entry_point_is_registered():

@@ -13,10 +13,10 @@ import msgspec
 import pytest
 from rich.console import Console
 
-from phaseprof.compare_table import render as render_compare
-from phaseprof.plugin.gate import compare_paths
-from phaseprof.plugin.report import report
-from phaseprof.terminal import NAME_WIDTH, plain, render
+from phaseprof.cli.compare import compare_paths
+from phaseprof.cli.compare_table import render as render_compare
+from phaseprof.cli.report import report
+from phaseprof.cli.terminal import NAME_WIDTH, plain, render
 from tests.hostile import encode, training_trace, write
 from tests.logdir import settled
 from tests.tracebuilder import annotation, op, step

@@ -313,7 +313,7 @@ def test_every_trace_records_the_cpus_the_process_may_use(tmp_path):
 
     from phaseprof.contract import CPUS_KEY
     from phaseprof.plugin.reading.discovery import discover
-    from phaseprof.plugin.report import analyze_file
+    from phaseprof.plugin.spans import analyze_file
 
     run_readme_snippet(tmp_path / "profile", steps=12, wait=1, warmup=1, active=2, repeat=2)
     run_dir = tmp_path / "profile" / "baseline"

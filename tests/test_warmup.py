@@ -12,11 +12,11 @@ import json
 import numpy as np
 import pytest
 
+from phaseprof.cli.compare import compare_paths
 from phaseprof.plugin.analysis.ranks import ranks
 from phaseprof.plugin.analysis.worker import Worker
-from phaseprof.plugin.gate import compare_paths
 from phaseprof.plugin.reading.discovery import discover
-from phaseprof.plugin.report import analyze_file
+from phaseprof.plugin.spans import analyze_file
 from tests.logdir import write_trace
 from tests.test_findings import finding, kinds, loop_summary, summary_of
 from tests.tracebuilder import Loop

@@ -9,7 +9,6 @@ until one of its spans changes.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 
 import msgspec
 import numpy as np
@@ -157,31 +156,27 @@ class Worker:
 
     def op_means(self, rows: np.ndarray) -> dict[tuple[str, str], np.ndarray]:
         """(phase, op name) -> the `OP_COLUMNS` per step, averaged over ``rows``."""
-        totals: dict[tuple[str, str], np.ndarray] = defaultdict(lambda: np.zeros(len(OP_COLUMNS)))
-        for span, _, indices in self.by_span(rows.tolist()):
-            t = span.ops
-            picked = np.isin(t.step, indices)
-            key = t.phase[picked].astype(np.int64) * len(span.names) + t.name[picked]
-            groups, inverse = np.unique(key, return_inverse=True)
-            sums = np.stack([np.bincount(inverse.ravel(), weights=c[picked], minlength=len(groups))
-                             for c in (t.calls, t.self_us, t.total_us, t.self_gpu_us, t.gpu_us)], axis=1)
-            for g, k in enumerate(groups.tolist()):
-                totals[(span.phases[k // len(span.names)], span.names[k % len(span.names)])] += sums[g]
-        n = max(len(rows), 1)
-        return {k: v / n for k, v in totals.items()}
+        return self._means(rows, lambda span: span.ops,
+                           lambda t: (t.calls, t.self_us, t.total_us, t.self_gpu_us, t.gpu_us))
 
     def kernel_means(self, rows: np.ndarray) -> dict[tuple[str, str], np.ndarray]:
         """(phase, kernel name) -> [launches, device µs] per step, averaged over ``rows``."""
-        totals: dict[tuple[str, str], np.ndarray] = defaultdict(lambda: np.zeros(2))
+        return self._means(rows, lambda span: span.kernels, lambda t: (t.calls, t.us))
+
+    def _means(self, rows: np.ndarray, table_of, columns_of) -> dict[tuple[str, str], np.ndarray]:
+        """(phase, name) -> ``columns_of(table)`` per step, averaged over ``rows``, of the per-step
+        table (``table_of(span)``: rows with ``step``, ``phase`` and ``name`` codes) of every span."""
+        totals: dict[tuple[str, str], np.ndarray] = {}
         for span, _, indices in self.by_span(rows.tolist()):
-            t = span.kernels
+            t = table_of(span)
             picked = np.isin(t.step, indices)
             key = t.phase[picked].astype(np.int64) * len(span.names) + t.name[picked]
             groups, inverse = np.unique(key, return_inverse=True)
             sums = np.stack([np.bincount(inverse.ravel(), weights=c[picked], minlength=len(groups))
-                             for c in (t.calls, t.us)], axis=1)
+                             for c in columns_of(t)], axis=1)
             for g, k in enumerate(groups.tolist()):
-                totals[(span.phases[k // len(span.names)], span.names[k % len(span.names)])] += sums[g]
+                name = (span.phases[k // len(span.names)], span.names[k % len(span.names)])
+                totals[name] = totals[name] + sums[g] if name in totals else sums[g].copy()
         n = max(len(rows), 1)
         return {k: v / n for k, v in totals.items()}
 

@@ -35,7 +35,7 @@ _GRACE_S = 30.0
 
 def load(f: TraceFile):
     """What a worker does with one file (a module-level function: the worker imports it)."""
-    from ..report import analyze_file
+    from ..spans import analyze_file
 
     return analyze_file(f)
 

@@ -30,7 +30,7 @@ from ..answers import Loading
 from ..reading import storage
 from ..reading.decode import TraceError
 from ..reading.discovery import Run, TraceFile, discover, display
-from ..report import problems_of
+from ..spans import problems_of
 from .loading import LoaderPool
 
 logger = logging.getLogger(__name__)

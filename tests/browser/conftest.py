@@ -13,17 +13,19 @@ where either is missing these tests fail and say how to install it, rather than 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
 from tests.logdir import evaluation_run, settled, two_rank_job, write_scalars, write_trace
-from tests.tensorboard_server import TensorBoard
+from tests.tensorboard_server import loaded
 from tests.tracebuilder import annotation, op, step, thread_names
 
 from .tab import Tab
@@ -109,22 +111,24 @@ def logdir(tmp_path_factory, traces) -> Path:
 
 @pytest.fixture(scope="module")
 def tensorboard(logdir):
-    tb = TensorBoard(logdir)
-    try:
-        tb.wait_loaded()
+    with loaded(logdir) as tb:
         yield tb
-    finally:
-        tb.close()
 
 
-@pytest.fixture
-def tab(browser, tensorboard, request):
-    """A fresh page on TensorBoard; after the test, no console error and no request off the origin."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1800})
-    page = context.new_page()
-    t = Tab(page, tensorboard, ARTIFACTS, request.node.name)
+@contextlib.contextmanager
+def open_tab(browser, tensorboard, request, **context_options) -> Iterator[Tab]:
+    """A fresh page on TensorBoard in a browser context of its own (``context_options``); after the
+    test, no console error and no request off the origin."""
+    context = browser.new_context(**context_options)
+    t = Tab(context.new_page(), tensorboard, ARTIFACTS, request.node.name)
     try:
         yield t
     finally:
         context.close()
     t.check_clean()
+
+
+@pytest.fixture
+def tab(browser, tensorboard, request):
+    with open_tab(browser, tensorboard, request, viewport={"width": 1400, "height": 1800}) as t:
+        yield t

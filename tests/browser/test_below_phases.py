@@ -12,9 +12,9 @@ import shutil
 import pytest
 
 from tests.logdir import settled, write_scalars
-from tests.tensorboard_server import TensorBoard
+from tests.tensorboard_server import loaded
 
-from .conftest import ARTIFACTS
+from .conftest import open_tab
 from .tab import Tab, count, ms, pct, size
 
 pytestmark = pytest.mark.browser
@@ -40,24 +40,15 @@ def logdir(tmp_path_factory, traces):
 
 @pytest.fixture(scope="module")
 def tensorboard(logdir):
-    tb = TensorBoard(logdir)
-    try:
-        tb.wait_loaded()
+    with loaded(logdir) as tb:
         yield tb
-    finally:
-        tb.close()
 
 
 @pytest.fixture
 def tab(browser, tensorboard, request):
-    context = browser.new_context(viewport={"width": 1440, "height": 1600}, accept_downloads=True)
-    page = context.new_page()
-    t = Tab(page, tensorboard, ARTIFACTS, request.node.name)
-    try:
+    with open_tab(browser, tensorboard, request, viewport={"width": 1440, "height": 1600},
+                  accept_downloads=True) as t:
         yield t
-    finally:
-        context.close()
-    t.check_clean()
 
 
 def frame_of(tab: Tab):

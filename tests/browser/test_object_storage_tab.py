@@ -4,11 +4,10 @@ loopback (`tests.s3`), in a real headless Chromium."""
 from __future__ import annotations
 
 import shutil
-import time
 
 import pytest
 
-from tests.tensorboard_server import TensorBoard
+from tests.tensorboard_server import loaded
 
 from .tab import ms
 
@@ -24,18 +23,8 @@ def tensorboard(s3, tmp_path_factory, traces):
         shutil.copy(f, local / "gpu" / f.name)
     s3.client().create_bucket(Bucket="tab")
     s3.upload_tree(local, "tab", "p")
-    tb = TensorBoard("s3://tab/p")
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            loading = tb.json("/data/plugin/phaseprof/runs")["loading"]
-            if loading["files"] and loading["done"] == loading["files"]:
-                break
-            assert time.monotonic() < deadline, f"traces not loaded in time: {loading}"
-            time.sleep(0.2)
+    with loaded("s3://tab/p") as tb:
         yield tb
-    finally:
-        tb.close()
 
 
 def test_the_tab_renders_a_run_read_from_a_bucket(tab):

@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
-import os
 import sys
 
 #: ``report --sort`` choices; `phaseprof.plugin.analysis.kernels.SORT_KEYS` (checked by a test) maps
@@ -86,9 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "compare":
         return _compare(args)
     if args.command == "cache":
-        return _cache(args)
+        from phaseprof.cli.cache import cache_paths
+
+        return cache_paths(args.paths, background=args.background, compress=args.compress,
+                           analysis=not args.no_analysis)
     if args.command == "capture":
-        from phaseprof.capture_cli import capture
+        from phaseprof.cli.capture import capture
 
         return capture(args.logdir, run=args.run, steps=args.steps, ranks=args.ranks, wait=args.wait,
                        timeout=args.timeout)
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from phaseprof.plugin.report import report as make_report
+    from phaseprof.cli.report import report as make_report
 
     progress = _ProgressBar() if sys.stderr.isatty() else None
     try:
@@ -120,7 +121,7 @@ def _report(args: argparse.Namespace) -> int:
     else:
         from rich.console import Console
 
-        from phaseprof.terminal import render
+        from phaseprof.cli.terminal import render
 
         render(report, Console(), evidence=args.evidence)
     gc.freeze()  # the process ends now: spare the interpreter's final pass over every object
@@ -130,7 +131,7 @@ def _report(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     import msgspec
 
-    from phaseprof.plugin.gate import UnusableInput, compare_paths
+    from phaseprof.cli.compare import UnusableInput, compare_paths
 
     if not 0 < args.confidence < 1:
         print(f"phaseprof compare: --confidence must lie between 0 and 1, not {args.confidence}", file=sys.stderr)
@@ -141,7 +142,9 @@ def _compare(args: argparse.Namespace) -> int:
     except UnusableInput as e:
         if args.json:
             sys.stdout.buffer.write(msgspec.json.encode({"errors": [{"path": e.path, "error": e.reason}]}) + b"\n")
-        print(f"phaseprof compare: {_shown(str(e))}", file=sys.stderr)
+        from phaseprof.cli.terminal import shown
+
+        print(f"phaseprof compare: {shown(str(e))}", file=sys.stderr)
         return 2
     if args.json:
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(result), indent=1) + b"\n")
@@ -149,75 +152,10 @@ def _compare(args: argparse.Namespace) -> int:
     else:
         from rich.console import Console
 
-        from phaseprof.compare_table import render
+        from phaseprof.cli.compare_table import render
 
         render(result, Console())
     return 1 if result.slower else 0
-
-
-def _cache(args: argparse.Namespace) -> int:
-    failed = 0
-    paths = args.paths
-    if args.compress:
-        from phaseprof.trace_files import compress_into_place
-
-        with contextlib.suppress(AttributeError, OSError):
-            os.nice(10)  # below the training loop, yet never starved as at idle priority
-        paths = []
-        for exported in args.paths:
-            try:
-                paths.append(compress_into_place(exported))
-            except (OSError, ValueError) as e:
-                print(f"{exported}: could not compress: {e}", file=sys.stderr)
-                failed += 1
-        if args.no_analysis:
-            return 1 if failed else 0
-    if args.background:
-        _idle_priority()
-    from phaseprof.plugin.reading import storage
-    from phaseprof.plugin.reading.discovery import discover
-    from phaseprof.plugin.reading.errors import TraceError
-    from phaseprof.plugin.report import analyze_file
-
-    for path in paths:
-        try:
-            found = storage.exists(path)
-        except storage.StorageError as e:
-            print(e, file=sys.stderr)
-            failed += 1
-            continue
-        if not found:
-            print(f"{_shown(path)}: no such file or directory", file=sys.stderr)
-            failed += 1
-            continue
-        unreadable: list[tuple[str, str]] = []
-        for run in discover(path, unreadable):
-            for f in run.files:
-                try:
-                    analyze_file(f)
-                except TraceError as e:
-                    print(f"{_shown(f.path)}: {_shown(e.reason)}", file=sys.stderr)
-                    failed += 1
-        for directory, why in unreadable:
-            print(f"{_shown(directory)}: {why}", file=sys.stderr)
-            failed += 1
-    return 1 if failed else 0
-
-
-def _idle_priority() -> None:
-    """Run only when nothing else wants the CPU (Linux SCHED_IDLE), else at the lowest niceness."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        with contextlib.suppress(AttributeError, OSError):
-            os.nice(19)
-
-
-def _shown(text: str) -> str:
-    """A path or message for the terminal: control characters and bytes that are not UTF-8 escaped."""
-    from phaseprof.terminal import LINE_WIDTH, plain
-
-    return plain(text, LINE_WIDTH)
 
 
 def _ranks(text: str) -> list[int] | None:
@@ -274,7 +212,9 @@ class _ProgressBar:
         if self._progress is not None:
             from rich.markup import escape
 
-            self._progress.update(self._task, description=f"reading {escape(_shown(f.name))}")
+            from phaseprof.cli.terminal import shown
+
+            self._progress.update(self._task, description=f"reading {escape(shown(f.name))}")
             self._progress.refresh()
 
     def read(self, f) -> None:
@@ -286,6 +226,3 @@ class _ProgressBar:
         if self._progress is not None:
             self._progress.stop()
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -19,16 +19,15 @@ from typing import Protocol
 
 import msgspec
 
-from . import cache
-from .analysis.kernels import kernels_answer
-from .analysis.model import SpanAnalysis
-from .analysis.steps import step_detail, step_rows
-from .analysis.worker import Worker
-from .analysis.worker_summary import summarize
-from .answers import FileError, Report, RunReport, WholeRun, WorkerReport
-from .reading import storage
-from .reading.discovery import Run, TraceFile, discover, display
-from .reading.errors import TraceError
+from phaseprof.plugin.analysis.kernels import kernels_answer
+from phaseprof.plugin.analysis.steps import step_detail, step_rows
+from phaseprof.plugin.analysis.worker import Worker
+from phaseprof.plugin.analysis.worker_summary import summarize
+from phaseprof.plugin.answers import FileError, Report, RunReport, WholeRun, WorkerReport
+from phaseprof.plugin.reading import storage
+from phaseprof.plugin.reading.discovery import Run, TraceFile, discover, display
+from phaseprof.plugin.reading.errors import TraceError
+from phaseprof.plugin.spans import analyze_file, problems_of
 
 
 class Progress(Protocol):
@@ -39,31 +38,6 @@ class Progress(Protocol):
     def reading(self, f: TraceFile) -> None: ...
 
     def read(self, f: TraceFile) -> None: ...
-
-
-def analyze_file(f: TraceFile, shapes: bool = True) -> SpanAnalysis:
-    """The analysis of one trace file, from the cache (`cache`) when it holds a valid entry, else read,
-    analysed and cached; raises `TraceError` if it cannot be read. ``shapes=False``: op tables
-    without input shapes (cheaper; for reports that do not show them)."""
-    caching = cache.enabled()
-    analysis = cache.load(f) if caching else None
-    if analysis is None:
-        # imported here: a report answered from the cache never loads the decoder
-        from .analysis.span import analyze_trace
-        from .reading.decode import read_trace
-
-        # an entry serves every reader, so what is cached keeps the input shapes
-        analysis = analyze_trace(read_trace(f.path, shapes=shapes or caching), worker=f.worker)
-        if caching:
-            cache.store(f, analysis)
-    return analysis
-
-
-def problems_of(span: SpanAnalysis) -> str | None:
-    """One line on the malformed events a readable file held, if any."""
-    if not span.skipped_events:
-        return None
-    return span.first_problem
 
 
 def analyze(path: str, run: str | None = None, step: int | None = None, *, kernels: bool = False,
@@ -152,8 +126,8 @@ def _whole_run(run: Run) -> list[WholeRun]:
     dirs = run.scalar_dirs()
     if not dirs:
         return []
-    from .analysis.whole_run import whole_run
-    from .reading.scalars import read_scalars
+    from phaseprof.plugin.analysis.whole_run import whole_run
+    from phaseprof.plugin.reading.scalars import read_scalars
 
     out = []
     for rank, directory in dirs:

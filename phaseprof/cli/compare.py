@@ -14,18 +14,17 @@ from __future__ import annotations
 import numpy as np
 
 from phaseprof.contract import COMPILE, NOT_PHASE_TAGS, PHASES, STEP_GPU_TAG, STEP_TAG, cpu_tag, parse_tag
+from phaseprof.plugin.analysis.compare import changed_ops
+from phaseprof.plugin.analysis.model import SpanAnalysis
+from phaseprof.plugin.analysis.regression import MIN_STEPS, compare_figures, side_figure
+from phaseprof.plugin.analysis.worker import Worker
+from phaseprof.plugin.answers import Change, ChangedOp, FileError, GateReport, GateSide
+from phaseprof.plugin.reading import storage
+from phaseprof.plugin.reading.discovery import discover, display
+from phaseprof.plugin.reading.errors import TraceError
+from phaseprof.plugin.reading.scalars import Scalars, read_scalars
+from phaseprof.plugin.spans import analyze_file
 from phaseprof.steady import steady_steps
-
-from .analysis.compare import changed_ops
-from .analysis.model import SpanAnalysis
-from .analysis.regression import MIN_STEPS, compare_figures, side_figure
-from .analysis.worker import Worker
-from .answers import Change, ChangedOp, FileError, GateReport, GateSide
-from .reading import storage
-from .reading.discovery import discover, display
-from .reading.errors import TraceError
-from .reading.scalars import Scalars, read_scalars
-from .report import analyze_file
 
 SCALARS, TRACES = "scalars", "traces"
 #: Changed ops listed.

@@ -58,6 +58,11 @@ def plain(text: str, width: int | None = NAME_WIDTH) -> str:
     return text
 
 
+def shown(text: str) -> str:
+    """A path or message on its own line: control characters and bytes that are not UTF-8 escaped."""
+    return plain(text, LINE_WIDTH)
+
+
 def say(text: str, style: str = "") -> Text:
     """A line of ``text`` (names in it already `plain`) for rich: never read as markup."""
     return Text(text, style=style)

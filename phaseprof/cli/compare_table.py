@@ -1,6 +1,6 @@
 """Render a `phaseprof compare` answer for a terminal: each figure on both sides with its change and
 interval, the ops that changed most, and the verdict in one line. Names are text, never markup
-(`phaseprof.terminal.plain`)."""
+(`phaseprof.cli.terminal.plain`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from phaseprof.terminal import LINE_WIDTH, plain
+from phaseprof.cli.terminal import LINE_WIDTH, plain
 
 if TYPE_CHECKING:
     from phaseprof.plugin.answers import Change, GateReport

@@ -113,7 +113,7 @@ def wait_for_answers(run_dir: str, request: Request, deadline: float) -> dict[in
 def _report(run_dir: str, answers: dict[int, Answer], out) -> int:
     from phaseprof.plugin.reading.discovery import discover
     from phaseprof.plugin.reading.errors import TraceError
-    from phaseprof.plugin.report import analyze_file
+    from phaseprof.plugin.spans import analyze_file
 
     files = {f.name: f for r in discover(run_dir) for f in r.files}
     failed = 0

@@ -1,0 +1,33 @@
+"""One span (trace file) turned into its `SpanAnalysis`: the one way the CLI and TensorBoard's
+loading processes do it, from the analysis cache when it holds a valid entry."""
+
+from __future__ import annotations
+
+from . import cache
+from .analysis.model import SpanAnalysis
+from .reading.discovery import TraceFile
+
+
+def analyze_file(f: TraceFile, shapes: bool = True) -> SpanAnalysis:
+    """The analysis of one trace file, from the cache (`cache`) when it holds a valid entry, else read,
+    analysed and cached; raises `TraceError` if it cannot be read. ``shapes=False``: op tables
+    without input shapes (cheaper; for reports that do not show them)."""
+    caching = cache.enabled()
+    analysis = cache.load(f) if caching else None
+    if analysis is None:
+        # imported here: an analysis answered from the cache never loads the decoder
+        from .analysis.span import analyze_trace
+        from .reading.decode import read_trace
+
+        # an entry serves every reader, so what is cached keeps the input shapes
+        analysis = analyze_trace(read_trace(f.path, shapes=shapes or caching), worker=f.worker)
+        if caching:
+            cache.store(f, analysis)
+    return analysis
+
+
+def problems_of(span: SpanAnalysis) -> str | None:
+    """One line on the malformed events a readable file held, if any."""
+    if not span.skipped_events:
+        return None
+    return span.first_problem
