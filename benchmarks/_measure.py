@@ -122,3 +122,22 @@ class TensorBoardServer(TensorBoard):
     def rss_mib(self) -> float:
         with open(f"/proc/{self.proc.pid}/status") as fh:
             return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
+
+
+def draw_in_tab(browser, url: str, view: str, route: str, viewport: dict, timeout_ms: int, draw_measure: str):
+    """Open the tab at ``url`` on ``view`` (its hash parameters after ``p.phaseprof.view=``) in a fresh
+    page and wait for the frontend's ``draw_measure`` performance entry. Returns the page, the tab's
+    frame, and the seconds of the draw, of the ``/route`` fetch and from opening to drawn."""
+    page = browser.new_page(viewport=viewport)
+    started = time.perf_counter()
+    page.goto(f"{url}/#phaseprof&p.phaseprof.view={view}")
+    frame = None
+    while frame is None:
+        frame = next((f for f in page.frames if "plugin_entry.html" in f.url), None)
+        page.wait_for_timeout(20)
+    frame.wait_for_function(f"performance.getEntriesByName({draw_measure!r}).length > 0", timeout=timeout_ms)
+    whole = time.perf_counter() - started
+    draw = frame.evaluate(f"performance.getEntriesByName({draw_measure!r})[0].duration") / 1000
+    fetch = frame.evaluate(f"performance.getEntriesByType('resource').filter(e => e.name.includes('/{route}?'))"
+                           ".map(e => e.duration)[0]") / 1000
+    return page, frame, {"draw": draw, "fetch": fetch, "whole": whole}

@@ -89,12 +89,17 @@ def time_to_ranks(logdir: str, ranks: int) -> tuple[float, float, float]:
         server.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(doc: str) -> argparse.Namespace:
+    """The options of this benchmark and of its object-store twin (``s3_ranks_load.py``)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--summaries", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments(__doc__)
     print(f"{os.cpu_count()} CPUs; template {os.path.relpath(TEMPLATE, ROOT)}; median of {args.repeat}")
     os.environ.pop("PHASEPROF_CACHE", None)
 

@@ -17,7 +17,6 @@ Targets: 64 ranks < 5 s to /ranks on 2 cores with <= 5% of the traces' bytes rea
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -32,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from _measure import TensorBoardServer, median  # noqa: E402
-from ranks_load import RUN, rank_traces, write_summaries  # noqa: E402
+from ranks_load import RUN, arguments, rank_traces, write_summaries  # noqa: E402
 
 from tests.s3 import S3Server  # noqa: E402
 
@@ -99,11 +98,7 @@ def cold_starts(url: str, ranks: int, repeat: int, relay: Relay, user_cache: str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=64)
-    parser.add_argument("--summaries", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+    args = arguments(__doc__)
     os.environ.pop("PHASEPROF_CACHE", None)
     store = S3Server()
     store.start()

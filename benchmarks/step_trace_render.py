@@ -22,12 +22,11 @@ import random
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _measure import TensorBoardServer  # noqa: E402
+from _measure import TensorBoardServer, draw_in_tab  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -85,21 +84,11 @@ def step_events(total: int) -> list[dict]:
 
 
 def measure(browser, url: str) -> dict:
-    page = browser.new_page(viewport={"width": 1440, "height": 1000})
-    started = time.perf_counter()
-    page.goto(f"{url}/#phaseprof&p.phaseprof.view=step&p.phaseprof.run={RUN}&p.phaseprof.step={STEP}")
-    frame = None
-    while frame is None:
-        frame = next((f for f in page.frames if "plugin_entry.html" in f.url), None)
-        page.wait_for_timeout(20)
-    frame.wait_for_function(f"performance.getEntriesByName({DRAW_MEASURE!r}).length > 0", timeout=300_000)
-    whole = time.perf_counter() - started
-    draw = frame.evaluate(f"performance.getEntriesByName({DRAW_MEASURE!r})[0].duration") / 1000
-    fetch = frame.evaluate("performance.getEntriesByType('resource').filter(e => e.name.includes('/trace?'))"
-                           ".map(e => e.duration)[0]") / 1000
+    page, frame, times = draw_in_tab(browser, url, f"step&p.phaseprof.run={RUN}&p.phaseprof.step={STEP}", "trace",
+                                     {"width": 1440, "height": 1000}, 300_000, DRAW_MEASURE)
     shown = frame.locator(".card", has_text="Trace of the step").locator(".actions .muted").inner_text()
     page.close()
-    return {"draw": draw, "fetch": fetch, "whole": whole, "shown": shown}
+    return {**times, "shown": shown}
 
 
 def main() -> int:

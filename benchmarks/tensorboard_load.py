@@ -15,6 +15,7 @@ Targets: (1) <= 3 s and RSS <= 1.5x the file size; (3) < 1 s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,13 +33,23 @@ from big_trace import CACHE, make  # noqa: E402
 PEER_VENV = os.path.join(CACHE, "tb-profiler-venv")
 
 
+@contextlib.contextmanager
+def serving(python: str, logdir: str) -> Iterator[TensorBoardServer]:
+    """TensorBoard (run by ``python``) on ``logdir``; stopped, and ``logdir`` removed, on leaving."""
+    server = TensorBoardServer(python, logdir)
+    try:
+        yield server
+    finally:
+        server.close()
+        shutil.rmtree(logdir)
+
+
 def phaseprof_load(trace: str) -> None:
     logdir = tempfile.mkdtemp(prefix="tb-phaseprof-")
     os.makedirs(os.path.join(logdir, "big"))
     os.link(trace, os.path.join(logdir, "big", os.path.basename(trace)))
     size = os.path.getsize(trace) / 2**20
-    server = TensorBoardServer(sys.executable, logdir)
-    try:
+    with serving(sys.executable, logdir) as server:
         listed = server.poll("/data/plugins_listing", lambda b: json.loads(b).get("phaseprof", {}).get("enabled"))
         answered = server.poll("/data/plugin/phaseprof/steps?run=big", lambda b: len(json.loads(b)["steps"]) > 0)
         time.sleep(2)  # the loading pool shuts down when idle
@@ -46,9 +58,6 @@ def phaseprof_load(trace: str) -> None:
         print(f"phaseprof          start->listed {listed:6.2f} s   start->steps {answered:6.2f} s   "
               f"TensorBoard RSS {rss:5.0f} MiB = {rss / size:4.2f}x the {size:.0f} MiB file "
               f"(with its data server {tree:.0f} MiB)")
-    finally:
-        server.close()
-        shutil.rmtree(logdir)
 
 
 def peer_python() -> str:
@@ -65,18 +74,14 @@ def peer_load(trace: str) -> None:
     logdir = tempfile.mkdtemp(prefix="tb-peer-")
     os.makedirs(os.path.join(logdir, "big"))
     os.link(trace, os.path.join(logdir, "big", os.path.basename(trace)))
-    server = TensorBoardServer(python, logdir)
     base = "/data/plugin/pytorch_profiler"
-    try:
+    with serving(python, logdir) as server:
         server.poll(f"{base}/runs", lambda b: "big" in json.loads(b).get("runs", []))
         workers = json.loads(server.get(f"{base}/workers?run=big&view=Overview")[1])
         spans = json.loads(server.get(f"{base}/spans?run=big&worker={workers[0]}")[1])
         span = f"&span={spans[0]}" if spans else ""
         answered = server.poll(f"{base}/overview?run=big&worker={workers[0]}{span}", lambda b: len(b) > 100)
         print(f"torch-tb-profiler  start->overview {answered:6.2f} s   TensorBoard RSS {server.rss_mib():5.0f} MiB")
-    finally:
-        server.close()
-        shutil.rmtree(logdir)
 
 
 def many_runs(runs: int = 200, workers: int = 2) -> None:
@@ -86,8 +91,7 @@ def many_runs(runs: int = 200, workers: int = 2) -> None:
         os.makedirs(os.path.join(logdir, f"run{r:03d}"))
         for w in range(workers):
             os.link(small, os.path.join(logdir, f"run{r:03d}", f"rank{w}.host_1.{10**18 + r}.pt.trace.json.gz"))
-    server = TensorBoardServer(sys.executable, logdir)
-    try:
+    with serving(sys.executable, logdir) as server:
         server.poll("/data/plugins_listing", lambda b: True)
         t = time.perf_counter()
         status, body = server.get("/data/plugin/phaseprof/runs")
@@ -100,9 +104,6 @@ def many_runs(runs: int = 200, workers: int = 2) -> None:
         warm = time.perf_counter() - t
         print(f"{runs} runs x {workers} workers: runs route {first * 1000:.0f} ms on first call, "
               f"{warm * 1000:.0f} ms once loaded; all {runs * workers} spans loaded {loaded:.1f} s after start")
-    finally:
-        server.close()
-        shutil.rmtree(logdir)
 
 
 def small_trace() -> str:

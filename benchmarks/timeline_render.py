@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _measure import TensorBoardServer  # noqa: E402
+from _measure import TensorBoardServer, draw_in_tab  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -55,21 +55,11 @@ def write_steps(run_dir: Path, steps: int) -> None:
 
 def measure(browser, url: str) -> dict:
     """One cold page: TensorBoard, the tab, the timeline fetched and drawn."""
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    started = time.perf_counter()
-    page.goto(f"{url}/#phaseprof&p.phaseprof.view=timeline&p.phaseprof.run={RUN}")
-    frame = None
-    while frame is None:
-        frame = next((f for f in page.frames if "plugin_entry.html" in f.url), None)
-        page.wait_for_timeout(20)
-    frame.wait_for_function(f"performance.getEntriesByName({DRAW_MEASURE!r}).length > 0", timeout=120_000)
-    whole = time.perf_counter() - started
-    draw = frame.evaluate(f"performance.getEntriesByName({DRAW_MEASURE!r})[0].duration") / 1000
-    fetch = frame.evaluate("performance.getEntriesByType('resource').filter(e => e.name.includes('/timeline?'))"
-                           ".map(e => e.duration)[0]") / 1000
+    page, frame, times = draw_in_tab(browser, url, f"timeline&p.phaseprof.run={RUN}", "timeline",
+                                     {"width": 1400, "height": 900}, 120_000, DRAW_MEASURE)
     steps = frame.locator(".figure", has_text="Steps recorded").locator(".figure-value").inner_text()
     page.close()
-    return {"draw": draw, "fetch": fetch, "whole": whole, "steps": int(steps.replace(",", ""))}
+    return {**times, "steps": int(steps.replace(",", ""))}
 
 
 def main() -> int:

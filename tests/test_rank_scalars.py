@@ -9,16 +9,11 @@ import shutil
 import subprocess
 import sys
 
-from tensorboard.backend import application
-from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
-from tensorboard.plugins import base_plugin
-from werkzeug import test as werkzeug_test
-
 from phaseprof import analyze
 from phaseprof.contract import STEP_TAG, cpu_tag
 from phaseprof.plugin.reading.discovery import discover
-from phaseprof.plugin.serving.plugin import PhaseprofPlugin
 from tests.logdir import settled
+from tests.test_plugin import make_app
 from tests.test_whole_run import write_events
 
 BASE = "/data/plugin/phaseprof"
@@ -55,13 +50,7 @@ def test_rank_folders_are_the_ranks_of_their_run(tmp_path, traces):
 
 def test_timeline_and_ranks_routes_read_every_rank(tmp_path, traces):
     two_rank_job(tmp_path, traces)
-    multiplexer = plugin_event_multiplexer.EventMultiplexer()
-    multiplexer.AddRunsFromDirectory(str(tmp_path))
-    multiplexer.Reload()
-    context = base_plugin.TBContext(logdir=str(tmp_path), multiplexer=multiplexer,
-                                    data_provider=data_provider.MultiplexerDataProvider(multiplexer, str(tmp_path)))
-    plugin = PhaseprofPlugin(context)
-    client = werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
+    plugin, client = make_app(tmp_path)
     try:
         assert plugin._store.wait(300)
         runs = json.loads(client.get(f"{BASE}/runs").get_data())["runs"]
