@@ -198,7 +198,7 @@ def test_a_request_for_steps_the_schedule_profiles_is_refused(tmp_path):
         request = Request(id="a" * 16, written=time.time(), by="cli", steps=2, start=1)
         with open(os.path.join(folder, request_name(request.id)), "wb") as fh:
             fh.write(msgspec.json.encode(request))
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while request.id not in read_channel(str(job.run_dir)).answers:
             assert time.monotonic() < deadline, job.log()[-2000:]
             time.sleep(0.1)

@@ -132,7 +132,7 @@ def served(tmp_path):
     _publish(tmp_path / "live", _beat(0, step=40), _beat(1, step=41))
     _publish(tmp_path / "ended", _beat(ended=True, step=4))
     plugin, client = make_app(tmp_path)
-    assert plugin._store.wait(60)
+    assert plugin._store.wait(300)
     yield tmp_path, plugin, client
     plugin._store.close()
 
@@ -187,7 +187,7 @@ def test_the_route_never_writes_through_a_link(tmp_path):
     os.makedirs(tmp_path / "logdir" / "run" / ".phaseprof")
     os.symlink(capture_dir(str(elsewhere)), capture_dir(str(tmp_path / "logdir" / "run")))
     plugin, client = make_app(tmp_path / "logdir")
-    assert plugin._store.wait(60)
+    assert plugin._store.wait(300)
     try:
         status, _ = _capture(client, "post", {ASK_HEADER: "ask"}, run="run")
     finally:
@@ -212,7 +212,7 @@ def test_read_only_tensorboard_never_writes(tmp_path, monkeypatch, how):
 
         plugin = PhaseprofPlugin(base_plugin.TBContext(logdir=str(tmp_path), flags=Flags()))
         client = werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
-    assert plugin._store.wait(60)
+    assert plugin._store.wait(300)
     try:
         status, answer = _capture(client, run="live")
         assert status == 200 and not answer.can_ask and "read_only" in answer.reason.lower().replace("-", "_")

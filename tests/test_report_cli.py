@@ -130,7 +130,7 @@ def test_progress_bar_only_when_stderr_is_a_terminal(tmp_path):
                             stdout=subprocess.PIPE, stderr=follower,
                             env={"PATH": "/usr/bin:/bin", "TERM": "xterm", "PHASEPROF_CACHE": "off"})
     os.close(follower)
-    out, _ = proc.communicate(timeout=120)
+    out, _ = proc.communicate(timeout=300)
     drawn = b""
     while True:
         try:

@@ -35,7 +35,7 @@ def test_each_trace_is_analysed_beside_it(tmp_path, monkeypatch):
     monkeypatch.setenv("PHASEPROF_CACHE", "")  # the cache on, for the profiler's analyses and the reader
     prof = train(tmp_path)
     for process in prof._traces.background.running:
-        assert process.wait(120) == 0
+        assert process.wait(300) == 0
     traces = sorted(os.path.basename(p) for p in prof._traces.written)
     assert len(traces) == 2
     entries = tmp_path / "r" / ANALYSIS_DIR

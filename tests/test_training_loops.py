@@ -117,8 +117,9 @@ def test_the_mnist_example_loop_keeps_its_test_pass_out_of_the_training_steps(tm
     for i, (step, reference) in enumerate(zip((6, 12), test_ms)):
         eval_ms = values[EVAL_TAG][step]
         assert sum(eval_forward[2 * i:2 * i + 2]) <= eval_ms <= reference * 1.05 + 5, (step, eval_ms, reference)
-    # The step after the first test pass did not absorb it (it would have landed in its other time).
-    assert values[cpu_tag(OTHER)][6] < 0.25 * test_ms[0], (values[cpu_tag(OTHER)], test_ms)
+    # The step after the first test pass did not absorb it: in its other time the pass's forwards alone
+    # would be more than all of it, however slowly the machine ran them.
+    assert values[cpu_tag(OTHER)][6] < sum(eval_forward[0:2]), (values[cpu_tag(OTHER)], eval_forward)
     assert "evaluation, outside the steps: 2 pass(es)" in out
 
 
@@ -141,7 +142,8 @@ def test_a_trailing_zero_grad_makes_no_step_and_paused_work_is_in_no_step(tmp_pa
         optimizer.zero_grad()  # after the last step: no spurious step
     values = scalars(tmp_path / "r")
     assert sorted(values[STEP_TAG]) == [0, 1, 2, 3]
-    assert all(ms < 250 for ms in values[cpu_tag(OTHER)].values()), values[cpu_tag(OTHER)]  # the sleep is in none
+    # the sleep is in none: in a step's other time it alone would be 500 ms, however slowly the machine ran
+    assert all(ms < 500 for ms in values[cpu_tag(OTHER)].values()), values[cpu_tag(OTHER)]
     assert cpu_tag("mine") not in values and EVAL_TAG not in values
 
 
@@ -544,7 +546,7 @@ def start_child(tmp_path: Path, mode: str) -> subprocess.Popen:
 def test_sigterm_writes_the_active_window_then_the_process_ends_as_it_would_have(tmp_path, mode):
     child = start_child(tmp_path, mode)
     child.send_signal(signal.SIGTERM)
-    out, err = child.communicate(timeout=120)
+    out, err = child.communicate(timeout=300)
     if mode == "default":
         assert child.returncode == -signal.SIGTERM, err
     else:
@@ -567,7 +569,7 @@ def test_a_killed_run_keeps_the_scalars_of_all_but_its_last_seconds(tmp_path):
         assert time.monotonic() < deadline and child.poll() is None, "the scalars of a stuck run were never written"
         time.sleep(0.2)
     child.send_signal(signal.SIGKILL)
-    child.communicate(timeout=60)
+    child.communicate(timeout=300)
     assert sorted(scalars(tmp_path / "r")[STEP_TAG])[:31] == list(range(31))
 
 

@@ -17,7 +17,7 @@ from phaseprof.plugin.analysis.ranks import ranks
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
 from phaseprof.plugin.spans import analyze_file
-from tests.logdir import write_trace
+from tests.logdir import settled, write_trace
 from tests.test_findings import finding, kinds, loop_summary, summary_of
 from tests.tracebuilder import Loop
 
@@ -48,9 +48,17 @@ def _resnet_with_a_warmup_step(traces, tmp_path, name=RESNET):
     return write_trace(tmp_path / name, added + events, **trace)
 
 
-def test_a_warmup_step_of_one_off_setup_is_named_and_left_out(traces, tmp_path):
+@pytest.fixture(scope="module")
+def warm(traces, tmp_path_factory):
+    """`_resnet_with_a_warmup_step`, written once for the tests that only read it: run ``warm``."""
+    path = _resnet_with_a_warmup_step(traces, tmp_path_factory.mktemp("logdir") / "warm")
+    settled(path)
+    return path
+
+
+def test_a_warmup_step_of_one_off_setup_is_named_and_left_out(traces, warm):
     original = summary_of(traces.folder("gpu", "kineto_resnet50_num_workers_0") / RESNET)
-    s = summary_of(_resnet_with_a_warmup_step(traces, tmp_path))
+    s = summary_of(warm)
     assert s.steps == 7 and s.warmup_steps == [4]
     note = finding(s, "warmup-steps")
     assert note.evidence.steps == [4] and note.saving_ms is None
@@ -67,9 +75,8 @@ def test_a_warmup_step_of_one_off_setup_is_named_and_left_out(traces, tmp_path):
     assert [f.text for f in s.findings if f.kind != "warmup-steps"] == [f.text for f in original.findings]
 
 
-def test_the_gate_and_the_rank_table_leave_the_warmup_step_out(traces, tmp_path):
+def test_the_gate_and_the_rank_table_leave_the_warmup_step_out(traces, warm):
     base = traces.folder("gpu", "kineto_resnet50_num_workers_0") / RESNET
-    warm = _resnet_with_a_warmup_step(traces, tmp_path)
     report = compare_paths(str(base), str(warm), source="traces")
     assert report.new.steps == report.base.steps == 6
     assert report.slower == [] and all(abs(c.delta_ms) < 1e-6 for c in report.changes)
@@ -143,14 +150,12 @@ def test_compiling_steps_are_left_out_of_the_gate_and_the_rank_table_too(tmp_pat
     assert row.steps == 6 and row.wall_ms < 20
 
 
-def test_comparing_whole_workers_leaves_the_warmup_step_out(traces, tmp_path):
-    from tests.logdir import settled
+def test_comparing_whole_workers_leaves_the_warmup_step_out(warm):
     from tests.test_plugin import BASE, make_app
 
-    settled(_resnet_with_a_warmup_step(traces, tmp_path / "warm"))
-    plugin, client = make_app(tmp_path)
+    plugin, client = make_app(warm.parent.parent)
     try:
-        assert plugin._store.wait(60)
+        assert plugin._store.wait(300)
         body = json.loads(client.get(f"{BASE}/compare?run_a=warm&run_b=warm").get_data())
         assert body["a"]["steps"] == body["b"]["steps"] == [5, 6, 7, 8, 9, 10]
         step = json.loads(client.get(f"{BASE}/compare?run_a=warm&step_a=4&run_b=warm").get_data())
@@ -159,10 +164,9 @@ def test_comparing_whole_workers_leaves_the_warmup_step_out(traces, tmp_path):
         plugin._store.close()
 
 
-def test_the_terminal_marks_the_warmup_step_left_out_of_the_means(traces, tmp_path):
+def test_the_terminal_marks_the_warmup_step_left_out_of_the_means(warm):
     from tests.test_report_cli import report as run_report
 
-    warm = _resnet_with_a_warmup_step(traces, tmp_path)
     text = run_report(str(warm)).stdout
     assert "w: warm-up (one-off setup), left out of the means" in " ".join(text.split())
     row = next(line for line in text.splitlines() if line.strip().startswith("4 w"))

@@ -60,7 +60,7 @@ def assert_two_ranks(logdir: Path, steps: int) -> None:
     for rank in (0, 1):
         assert sorted(scalars(run / f"rank{rank}")[STEP_TAG]) == list(range(steps))
     out = subprocess.run([sys.executable, "-m", "phaseprof.cli", "report", str(logdir), "--json"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["errors"] == []

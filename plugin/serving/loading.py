@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 
 #: A worker stopped after this long on one file (the reader's own budget, plus a margin).
 _GRACE_S = 30.0
+#: How long a file handed to a worker may wait for it to begin (a process starting: an interpreter
+#: importing numpy and the plugin, minutes on a machine busy enough) before it counts as hung.
+_START_S = 300.0
 
 
 def load(f: TraceFile):
@@ -49,7 +52,7 @@ class _Worker:
         self.process.start()
         child_end.close()
         self.task = None  # (key, TraceFile) being loaded
-        self.started = 0.0
+        self.deadline = 0.0  # monotonic time past which the load is stopped
 
     def kill(self) -> None:
         try:
@@ -185,8 +188,7 @@ class LoaderPool:
             waiting = [w.conn for w in busy] + [w.process.sentinel for w in busy]
         timeout = 1.0
         if busy:
-            oldest = min(w.started for w in busy)
-            timeout = max(0.05, min(timeout, oldest + self._timeout_s - time.monotonic()))
+            timeout = max(0.05, min(timeout, min(w.deadline for w in busy) - time.monotonic()))
         ready = connection.wait([*waiting, self._wake_r], timeout)
         if self._wake_r in ready:
             os.read(self._wake_r, 4096)
@@ -218,7 +220,8 @@ class LoaderPool:
                     worker.kill()
                     self._queue.appendleft((key, f))
                     continue
-                worker.task, worker.started = (key, f), time.monotonic()
+                # the file's own time starts when the worker begins it (``begin``), not while it starts
+                worker.task, worker.deadline = (key, f), time.monotonic() + _START_S + self._timeout_s
             if not self._queue and all(w.task is None for w in self._workers):
                 for w in self._workers:
                     with contextlib.suppress(OSError, ValueError):
@@ -237,7 +240,7 @@ class LoaderPool:
                     outcome = w.conn.recv()
                     if outcome != ("begin",):
                         break
-                    w.started, outcome = time.monotonic(), None
+                    w.deadline, outcome = time.monotonic() + self._timeout_s, None
             except (EOFError, OSError):
                 outcome = None
             except Exception as e:  # noqa: BLE001 - a result that does not unpickle
@@ -250,7 +253,7 @@ class LoaderPool:
                 code = w.process.exitcode
                 how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited ({code})"
                 reason = f"the process loading this file {how} (out of memory?); it was replaced"
-            elif now - w.started > self._timeout_s:
+            elif now > w.deadline:
                 reason = f"loading took longer than {self._timeout_s:.0f} s and was stopped"
             else:
                 continue
