@@ -12,7 +12,6 @@ import shutil
 import pytest
 
 from tests.logdir import settled, write_scalars
-from tests.tensorboard_server import loaded
 
 from .conftest import open_tab
 from .tab import Tab, count, ms, pct, size
@@ -35,13 +34,7 @@ def logdir(tmp_path_factory, traces):
     write_scalars(root / "cpu", range(0, 30))
     for f in root.rglob("*"):
         settled(f)
-    return root
-
-
-@pytest.fixture(scope="module")
-def tensorboard(logdir):
-    with loaded(logdir) as tb:
-        yield tb
+    return root  # the package's `tensorboard` serves this logdir
 
 
 @pytest.fixture
