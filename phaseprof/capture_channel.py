@@ -51,6 +51,10 @@ MARGIN_STEPS = 2
 STALE_BEAT_S = 15.0
 #: A request seen more than this long after it was written is not acted on (the job was stalled).
 STALE_REQUEST_S = 60.0
+#: Why a run whose logdir is in an object store (``s3://…``) takes no capture request: its channel is
+#: files beside the run that the job and whoever asks both read and write, which needs a shared disk.
+IN_A_STORE = ("the logdir is in an object store: on-request capture needs the run's folder on a disk the "
+              "training job and the asker share (a run written to a store is traced only as its schedule says)")
 #: No request, answer or heartbeat is larger (a request is ~200 bytes).
 MAX_FILE_BYTES = 8192
 #: Steps one request may ask for; a rank also clamps it to its configured ``active``.

@@ -10,6 +10,7 @@ import time
 from phaseprof.capture_channel import (
     BEAT_S,
     FINAL,
+    IN_A_STORE,
     LEAD_S,
     REFUSED,
     STALE_BEAT_S,
@@ -24,6 +25,7 @@ from phaseprof.capture_channel import (
     write_request,
 )
 from phaseprof.contract import CAPTURE_DIR
+from phaseprof.plugin.reading import storage
 
 #: Times a request all ranks missed the start of is asked again, each with twice the lead.
 RETRIES = 3
@@ -32,6 +34,9 @@ RETRIES = 3
 def capture(logdir: str, run: str | None = None, steps: int | None = None, ranks: list[int] | None = None,
             wait: bool = False, timeout: float = 600.0, out=None) -> int:
     out = out or sys.stdout
+    if storage.is_remote(logdir):
+        print(f"phaseprof capture: {logdir}: {IN_A_STORE}", file=sys.stderr)
+        return 2
     try:
         run_dir = find_run(logdir, run)
     except ValueError as e:

@@ -14,10 +14,19 @@ import time
 
 from tensorboard import errors
 
-from phaseprof.capture_channel import BY_TAB, capture_dir, plan_request, read_channel, write_request
+from phaseprof.capture_channel import (
+    BY_TAB,
+    IN_A_STORE,
+    Channel,
+    capture_dir,
+    plan_request,
+    read_channel,
+    write_request,
+)
 
 from ..analysis.captures import captures
 from ..answers import CaptureAnswer
+from ..reading import storage
 from ..reading.discovery import Run, within
 
 #: The environment variable that makes the tab read-only, as ``--phaseprof_read_only`` does.
@@ -38,6 +47,12 @@ def read_only(flags) -> str | None:
 
 def capture_impl(logdir: str, run: Run, *, ask: bool, steps: int | None, locked: str | None) -> CaptureAnswer:
     """The run's captures; with ``ask``, after writing a request for the next ``steps`` steps."""
+    if storage.is_remote(logdir):  # no channel there: refused, and said why
+        if ask:
+            raise errors.PermissionDeniedError(IN_A_STORE)
+        answer = captures(run.name, Channel(beats={}, requests=[], answers={}, ignored=[]), time.time())
+        answer.can_ask, answer.reason = False, IN_A_STORE
+        return answer
     asked = None
     if ask:
         if locked:
