@@ -50,6 +50,22 @@ def tree_kib(pid: int, field: str = "Pss:") -> int:
     return total
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used by a process and its descendants, those still running and
+    those it has waited for (Linux /proc): on a shared machine, the work a command did whatever the
+    others took from it."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rpartition(")")[2].split()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        total += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+    return total / tick
+
+
 def _env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)

@@ -11,6 +11,10 @@
 2. ``--summaries`` ranks with their analyses beside them (the traces are links to one file, never read):
    start to ``/ranks`` answering for every rank, and TensorBoard's memory once it has.
 
+Each figure comes with the CPU seconds TensorBoard and its loading processes used by then (the work
+done, whatever other processes took of the cores; TensorBoard's own part beside it) and the
+machine's load average: a wall time measured on a busy machine says little without them.
+
 Targets: 64 ranks < 5 s on 2 cores (with summaries); 1,000 ranks < 10 s and TensorBoard < 1 GiB.
 """
 
@@ -27,7 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _measure import TensorBoardServer, median, tree_kib  # noqa: E402
+from _measure import TensorBoardServer, TreeCpu, median, tree_kib  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEMPLATE = os.path.join(ROOT, "tests", "data", "gpu", "hta_ns_resolution",
@@ -76,16 +80,21 @@ def write_summaries(logdir: str, linked: bool) -> int:
     return len(run.files)
 
 
-def time_to_ranks(logdir: str, ranks: int) -> tuple[float, float, float]:
-    """(seconds from launch to /ranks answering for every rank, TensorBoard RSS MiB, with children MiB)."""
+def time_to_ranks(logdir: str, ranks: int) -> tuple[float, float, float, float, float, float]:
+    """(seconds from launch to /ranks answering for every rank, TensorBoard RSS MiB, with children MiB,
+    CPU seconds of TensorBoard and its loading processes by then, the 1-minute load average then,
+    TensorBoard's own CPU seconds)."""
     server = TensorBoardServer(sys.executable, logdir)
+    cpu_time = TreeCpu(server.proc.pid)
     try:
         answered = server.poll(f"/data/plugin/phaseprof/ranks?run={RUN}",
                                lambda b: len([r for r in json.loads(b)["ranks"] if r["steps"]]) == ranks, timeout=600)
+        cpu, own = cpu_time.seconds(), cpu_time.own_seconds()
         rss = server.rss_mib()
         tree = tree_kib(server.proc.pid, "Rss:") / 1024
-        return answered, rss, tree
+        return answered, rss, tree, cpu, os.getloadavg()[0], own
     finally:
+        cpu_time.close()
         server.close()
 
 
@@ -95,6 +104,8 @@ def arguments(doc: str) -> argparse.Namespace:
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--summaries", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cold-only", action="store_true",
+                        help="ranks_load.py: only the cold start (and the reopening after it)")
     return parser.parse_args()
 
 
@@ -110,16 +121,21 @@ def main() -> None:
             rank_traces(logdir, args.ranks)
             rows["cold"].append(time_to_ranks(logdir, args.ranks))
             rows["reopened"].append(time_to_ranks(logdir, args.ranks))
+            if args.cold_only:
+                continue
             shutil.rmtree(os.path.join(logdir, RUN, ".phaseprof"))
             write_summaries(logdir, linked=False)
             rows["summaries at the source"].append(time_to_ranks(logdir, args.ranks))
         finally:
             shutil.rmtree(logdir)
     for label, runs in rows.items():
-        print(f"{args.ranks} ranks, {label:24} start->/ranks {median([r[0] for r in runs]):6.2f} s   "
-              f"TensorBoard RSS {median([r[1] for r in runs]):5.0f} MiB")
+        if runs:
+            print(f"{args.ranks} ranks, {label:24} start->/ranks {median([r[0] for r in runs]):6.2f} s   "
+                  f"CPU {median([r[3] for r in runs]):6.2f} s (TensorBoard's own {median([r[5] for r in runs]):.2f})   "
+                  f"TensorBoard RSS {median([r[1] for r in runs]):5.0f} MiB"
+                  f"   load average {', '.join(f'{r[4]:.1f}' for r in runs)}")
 
-    if args.summaries:
+    if args.summaries and not args.cold_only:
         logdir = tempfile.mkdtemp(prefix="tb-summaries-")
         try:
             os.makedirs(os.path.join(logdir, RUN))

@@ -42,6 +42,10 @@ T = TypeVar("T")
 #: At most one listing of a logdir in an object store per this many seconds.
 REMOTE_RESCAN_S = 5.0
 
+#: Most worker processes loading trace files at once: one per core this process may use, up to this
+#: many (each may need a few times its file's size in memory for a moment).
+MAX_LOADERS = 8
+
 #: Step trace documents kept (encoded), oldest dropped first; a 50,000-event step is ~10 MB.
 TRACE_CACHE_BYTES = 96 << 20
 
@@ -55,6 +59,15 @@ def cut_step(item: tuple[str, int]) -> bytes | None:
     path, number = item
     doc = step_trace(read_trace(path), number)
     return None if doc is None else msgspec.json.encode(doc)
+
+
+def loaders() -> int:
+    """How many files to read at once: each is read and analysed on a core of its own."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_LOADERS, cores))
 
 
 class Span(msgspec.Struct):
@@ -76,7 +89,7 @@ class TraceStore:
     def __init__(self, logdir: str, *, processes: int | None = None, settle_s: float = 1.0,
                  rescan_s: float = 0.5):
         self.logdir = logdir
-        self._processes = processes or max(1, min(2, os.cpu_count() or 1))
+        self._processes = processes or loaders()
         self._settle_s = settle_s
         # a rescan of a store is a listing of its prefix: a few requests per thousand objects
         self._rescan_s = max(rescan_s, REMOTE_RESCAN_S) if storage.is_remote(logdir) else rescan_s
