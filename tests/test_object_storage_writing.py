@@ -55,6 +55,9 @@ TRAIN = textwrap.dedent("""
                 time.sleep(0.1)
             mark("warned"); wait_for("started")  # the store is back
             train(3)
+        if "--crash" in sys.argv:  # the process ends without close(): what is staged still goes up
+            mark("first-trace"); wait_for("uploaded")
+            os._exit(3)
         train(2)
         prof.close()
     print(json.dumps([str(w.message) for w in caught if str(w.message).startswith("phaseprof")]))
@@ -114,8 +117,10 @@ def test_the_store_going_away_costs_one_warning_and_later_traces_are_uploaded(s3
     proc, work, temp, markers = _train(tmp_path, f"s3://{bucket}/p", "--outage")
     _wait_for(markers / "first-trace", proc)
     deadline = time.monotonic() + 300
-    while not _kinds(s3.keys(bucket))["traces"]:  # the first trace reached the store
-        assert time.monotonic() < deadline, "the first trace was never uploaded"
+    # the first trace and its analysis reached the store (the restarted store is empty: an analysis
+    # uploaded after the restart would have no trace beside it)
+    while not all(_kinds(s3.keys(bucket))[kind] for kind in ("traces", "analyses")):
+        assert time.monotonic() < deadline, "the first trace or its analysis was never uploaded"
         time.sleep(0.2)
     s3.stop()
     (markers / "stopped").touch()
@@ -134,3 +139,37 @@ def test_the_store_going_away_costs_one_warning_and_later_traces_are_uploaded(s3
     assert len(kinds["traces"]) == 2 and len(kinds["analyses"]) == 2 and len(kinds["scalars"]) == 1, kinds
     assert list(work.iterdir()) == [] and list(temp.iterdir()) == []
     assert "not done" not in out  # everything reached the store in the end
+
+
+def _children(pid: int) -> list[str]:
+    """The command lines of a process's children (Linux /proc)."""
+    with open(f"/proc/{pid}/task/{pid}/children") as fh:
+        pids = fh.read().split()
+    out = []
+    for child in pids:
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as fh:
+                out.append(fh.read().replace(b"\0", b" ").decode())
+        except FileNotFoundError:
+            continue
+    return out
+
+
+def test_uploads_run_in_a_process_of_their_own_that_finishes_a_run_that_died(s3, bucket, tmp_path):
+    proc, work, temp, markers = _train(tmp_path, f"s3://{bucket}/p", "--crash")
+    _wait_for(markers / "first-trace", proc)
+    assert any("phaseprof.training_hooks.upload" in c for c in _children(proc.pid)), _children(proc.pid)
+    deadline = time.monotonic() + 300
+    while not all(_kinds(s3.keys(bucket))[kind] for kind in ("traces", "analyses")):
+        assert time.monotonic() < deadline, "the trace or its analysis was never uploaded"
+        time.sleep(0.2)
+    (markers / "uploaded").touch()
+    proc.communicate(timeout=300)
+    assert proc.returncode == 3  # ended without close()
+    # the uploader, left alone, uploads what is staged (the scalars written so far) and removes the staging folder
+    while list(temp.iterdir()):
+        assert time.monotonic() < deadline, f"the staging folder was kept: {list(temp.rglob('*'))}"
+        time.sleep(0.2)
+    kinds = _kinds(s3.keys(bucket))
+    assert len(kinds["traces"]) == 1 and len(kinds["analyses"]) == 1 and len(kinds["scalars"]) == 1, kinds
+    assert list(work.iterdir()) == []
