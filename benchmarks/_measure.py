@@ -31,10 +31,15 @@ def _tree(pid: int) -> list[int]:
         p = stack.pop()
         out.append(p)
         try:
-            with open(f"/proc/{p}/task/{p}/children") as fh:
-                stack += [int(c) for c in fh.read().split()]
+            tasks = os.listdir(f"/proc/{p}/task")
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
+        for task in tasks:  # each thread's children are its own: TensorBoard starts its workers from a thread
+            try:
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    stack += [int(c) for c in fh.read().split()]
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                continue
     return out
 
 
@@ -50,20 +55,39 @@ def tree_kib(pid: int, field: str = "Pss:") -> int:
     return total
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) used by a process and its descendants, those still running and
-    those it has waited for (Linux /proc): on a shared machine, the work a command did whatever the
-    others took from it."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for p in _tree(pid):
-        try:
-            with open(f"/proc/{p}/stat") as fh:
-                fields = fh.read().rpartition(")")[2].split()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        total += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
-    return total / tick
+class TreeCpu:
+    """CPU seconds (user + system) used by a process and every descendant it has had, sampled every
+    ``every`` seconds from a thread (Linux /proc): children that exit unreaped would otherwise leave
+    no trace. On a shared machine, the work a command did whatever the other processes took."""
+
+    def __init__(self, pid: int, every: float = 0.1) -> None:
+        self._pid, self._every = pid, every
+        self._seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        for p in _tree(self._pid):
+            try:
+                with open(f"/proc/{p}/stat") as fh:
+                    fields = fh.read().rpartition(")")[2].split()
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                continue
+            self._seen[p] = max(self._seen.get(p, 0.0), (int(fields[11]) + int(fields[12])) / tick)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self._sample()
+
+    def seconds(self) -> float:
+        self._sample()
+        return sum(self._seen.values())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _env(extra: dict | None = None) -> dict:

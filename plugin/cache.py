@@ -32,6 +32,8 @@ import os
 import struct
 import sys
 import zlib
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
 import numpy as np
@@ -83,6 +85,26 @@ def prefetch(files: list[TraceFile]) -> dict[str, bytes]:
         return {}
     paths = [_places(f)[0][0] for f in files if storage.is_remote(f.path)]
     return storage.read_many(paths, _MAX_ENTRY_BYTES) if paths else {}
+
+
+#: Entries of a store fetched in one batch of concurrent requests (`prefetched_batches`).
+PREFETCH_BATCH = 200
+
+
+def prefetched_batches(files: list[TraceFile]) -> Iterator[tuple[list[TraceFile], dict[str, bytes]]]:
+    """``files`` in batches, each with `prefetch`'s entries: the next batch's requests are in flight
+    while the caller loads this one's, so that waiting for a store and decoding overlap (and the first
+    spans of a large logdir load before the last are fetched)."""
+    batches = [files[i : i + PREFETCH_BATCH] for i in range(0, len(files), PREFETCH_BATCH)]
+    if not batches:
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="phaseprof-prefetch") as pool:
+        ahead = pool.submit(prefetch, batches[0])
+        for i, batch in enumerate(batches):
+            got = ahead.result()
+            if i + 1 < len(batches):
+                ahead = pool.submit(prefetch, batches[i + 1])
+            yield batch, got
 
 
 def load(f: TraceFile, prefetched: dict[str, bytes] | None = None) -> SpanAnalysis | None:

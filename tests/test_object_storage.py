@@ -179,3 +179,30 @@ def test_on_request_capture_of_a_bucket_is_refused_with_the_reason(s3, bucket, t
     finally:
         plugin._store.close()
     assert s3.keys(bucket) == keys  # nothing written
+
+
+def test_tensorboard_loads_a_bucket_s_analyses_batch_after_batch_without_a_trace(s3, bucket, tmp_path, traces,
+                                                                                 monkeypatch):
+    """Entries are fetched a batch at a time (the next while this one is decoded); every span loads from
+    its entry: the trace objects are bytes that are no trace, and no loading process is started."""
+    from phaseprof.plugin import cache
+    from phaseprof.plugin.serving.store import READY, TraceStore
+
+    local = tmp_path / "local"
+    (local / "ranks").mkdir(parents=True)
+    for i, f in enumerate(traces.files("gpu", "hta_sampled_2rank")):
+        shutil.copy(f, local / "ranks" / f"rank{i}.1.pt.trace.json.gz")
+    assert cli("report", str(local / "ranks"), "--json", cache="on").returncode == 0  # writes the analyses
+    s3.upload_tree(local / "ranks", bucket, "p/ranks")
+    for f in (local / "ranks").glob("*.json.gz"):
+        s3.client().put_object(Bucket=bucket, Key=f"p/ranks/{f.name}", Body=b"x" * f.stat().st_size)
+    monkeypatch.setattr(cache, "PREFETCH_BATCH", 1)
+    monkeypatch.setenv("PHASEPROF_CACHE", str(tmp_path / "user-cache"))
+    store = TraceStore(f"s3://{bucket}/p")
+    try:
+        assert store.wait(300)
+        spans = [store.span(f) for run in store.runs() for f in run.files]
+        assert len(spans) == 2 and all(s.state == READY for s in spans), [(s.state, s.error) for s in spans]
+        assert store._pool is None  # no file was handed to a loading process
+    finally:
+        store.close()

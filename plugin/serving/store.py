@@ -153,14 +153,16 @@ class TraceStore:
                     del self._spans[path]
         # Spans with a cached analysis (beside the run, or written at the source by the training job)
         # load here in a moment each; only the others go to a worker process to be read.
-        prefetched = cache.prefetch([span.file for span in due])  # a store's entries: all at once
-        for span in due:
-            analysis = cache.load(span.file, prefetched)
-            with self._lock:
-                if analysis is not None:
-                    span.state, span.analysis, span.error = READY, analysis, problems_of(analysis)
-                elif not self._closed:
-                    self._submit(span)
+        done = 0  # a store's entries: a batch fetched at once while the one before is decoded
+        for batch, prefetched in cache.prefetched_batches([span.file for span in due]):
+            for span in due[done : done + len(batch)]:
+                analysis = cache.load(span.file, prefetched)
+                with self._lock:
+                    if analysis is not None:
+                        span.state, span.analysis, span.error = READY, analysis, problems_of(analysis)
+                    elif not self._closed:
+                        self._submit(span)
+            done += len(batch)
 
     def refresh_soon(self, force: bool = False) -> None:
         """`refresh` on a thread of its own, for callers that must not wait (TensorBoard's plugin
