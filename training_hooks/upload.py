@@ -127,7 +127,10 @@ class Mirror:
 def _serve(root: str, local: str, remote: str, interval_s: float) -> int:
     """The uploader process: passes every ``interval_s`` until told to close (or the training process
     is gone), then the last uploads."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the training process decides
+    # Ctrl-C and a scheduler's SIGTERM reach the whole group: the training process decides (its close()
+    # says "close"), and if it is gone the pipe closes: either way the last uploads are made, then exit
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
     def say(line: str) -> None:
         with contextlib.suppress(OSError, ValueError):
