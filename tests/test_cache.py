@@ -266,3 +266,13 @@ def test_an_entry_that_inflates_past_the_limit_is_ignored(monkeypatch):
     bomb = cache._STORED + zlib.compress(b"\0" * (2 << 20), 9)
     with pytest.raises(ValueError, match="larger than an entry can be"):
         cache._decode(bomb)
+
+
+def test_cold_files_are_read_on_every_core_tensorboard_may_use_up_to_a_limit(tmp_path, monkeypatch):
+    from phaseprof.plugin.serving import store
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+    assert store.loaders() == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert store.loaders() == store.MAX_LOADERS == 8
+    assert TraceStore(str(tmp_path))._processes == 8
