@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 from phaseprof.contract import TRACE_FILE_RE
 
@@ -173,3 +174,27 @@ def test_uploads_run_in_a_process_of_their_own_that_finishes_a_run_that_died(s3,
     kinds = _kinds(s3.keys(bucket))
     assert len(kinds["traces"]) == 1 and len(kinds["analyses"]) == 1 and len(kinds["scalars"]) == 1, kinds
     assert list(work.iterdir()) == []
+
+
+def test_without_an_upload_process_a_thread_uploads_and_the_staging_folder_goes(s3, bucket, tmp_path, monkeypatch):
+    from phaseprof.training_hooks import upload
+    from phaseprof.training_hooks.faults import Faults
+
+    def no_process(*args, **kwargs):
+        raise OSError("no more processes")
+
+    monkeypatch.setattr(upload.subprocess, "Popen", no_process)
+    monkeypatch.setenv("PHASEPROF_STAGING", str(tmp_path / "staging"))
+    root = upload.staging_root()
+    local = os.path.join(root, "r")
+    os.makedirs(os.path.join(local, ".phaseprof"))
+    for name in ("w.1.pt.trace.json.gz", ".phaseprof/w.1.pt.trace.json.gz.analysis", "w.2.pt.trace.json.part"):
+        with open(os.path.join(local, name), "wb") as fh:
+            fh.write(name.encode())
+    faults = Faults(f"s3://{bucket}/p/r")
+    with warnings.catch_warnings(record=True):
+        uploader = upload.Uploader(root, local, f"s3://{bucket}/p/r", faults, interval_s=0.1)
+        assert uploader.close(wait_s=60)
+    assert ["could not start the upload process" in line for line in faults.lines] == [True]
+    assert s3.keys(bucket) == ["p/r/.phaseprof/w.1.pt.trace.json.gz.analysis", "p/r/w.1.pt.trace.json.gz"]
+    assert not os.path.exists(root)  # the unfinished export was never uploaded, and went with the folder
