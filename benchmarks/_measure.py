@@ -85,6 +85,11 @@ class TreeCpu:
         self._sample()
         return sum(self._seen.values())
 
+    def own_seconds(self) -> float:
+        """The process's own part (without its descendants)."""
+        self._sample()
+        return self._seen.get(self._pid, 0.0)
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
