@@ -879,6 +879,109 @@ class CaptureAnswer(Answer):
     captures: list[CaptureInfo]
 
 
+
+# --- collectives and the ranks' GPU time (``/collectives``) ----------------------------------------
+
+
+class CollectiveRow(Answer):
+    """One kind of collective, process group and message size of a worker over the chosen steps.
+
+    A call's time (ms) is its device work's, first start to last end, where it launched any (``on_gpu``),
+    else its host range: on the GPU it includes the time the kernel waited for the other ranks. ``bytes``
+    is the message size as nccl-tests counts it (the larger of the input and output, from the
+    ``record_param_comms`` element counts and type); ``algbw_gbps`` is bytes over time (GB/s, 1e9
+    bytes), ``busbw_gbps`` that times nccl-tests' factor for the kind and group size (all_reduce
+    2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, reduce, send/recv 1); null
+    where the size, the group size or the factor is unknown, or the time is 0."""
+
+    worker: str
+    rank: int | None
+    kind: str
+    group: str
+    group_size: int | None
+    bytes: int | None
+    calls: int
+    time_ms: float
+    mean_ms: float
+    max_ms: float
+    kernel_ms: float  # device time of its work, summed over streams
+    on_gpu: bool
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+
+
+class GpuBreakdown(Answer):
+    """Where a rank's time went, ms. GPU measure: ``compute_ms`` and ``comm_ms`` are `GpuTime`'s
+    compute and communication (each instant counted once), ``overlap_ms`` the communication that ran
+    while compute ran (communication less its exposed part), ``other_ms`` host time with no device
+    work running (GPU idle). Host measure (no GPU): communication is the host time in collective ops,
+    compute the rest of the host time, overlap and other 0."""
+
+    compute_ms: float
+    comm_ms: float
+    overlap_ms: float
+    other_ms: float
+
+
+class BreakdownStep(Answer):
+    step: int
+    total: GpuBreakdown
+    phases: dict[str, GpuBreakdown]
+
+
+class RankBreakdown(Answer):
+    """One rank's breakdown per step and phase (``measure``: ``gpu`` when it ran on a GPU)."""
+
+    worker: str
+    rank: int | None
+    measure: Measure
+    steps: list[BreakdownStep]
+
+
+class CollectiveWait(Answer):
+    """One collective matched across ranks: the rank that arrived last (its work started last) is the
+    one the others waited for. ``arrivals_ms``: per worker, how long after the first arrival it came."""
+
+    step: int
+    kind: str
+    group: str
+    position: int  # its sequence number in the group, or its place among the step's calls of the group
+    last_worker: str
+    last_rank: int | None
+    spread_ms: float  # first to last arrival
+    arrivals_ms: dict[str, float]
+
+
+class WaitedFor(Answer):
+    """How often a rank arrived last at a collective matched across ranks, and the others' waiting for
+    it (the sum over those collectives of each other rank's arrival to its own)."""
+
+    worker: str
+    rank: int | None
+    matched: int
+    last: int
+    caused_ms: float
+
+
+class CollectivesAnswer(Answer):
+    """``GET /collectives``: the collective table of a worker (or of every worker), each rank's time as
+    compute / communication / overlap / other per step and phase, and, with several ranks' traces, the
+    rank everyone waits for. ``matched_by`` says how collectives were matched across ranks: ``seq`` (the
+    traces' sequence numbers in each process group), ``order`` (step number, process group, and place
+    among that step's collectives of the group), or ``none`` (fewer than two ranks)."""
+
+    run: str
+    step: int | None
+    worker: str | None
+    collectives: list[CollectiveRow]
+    ranks: list[RankBreakdown]
+    waited_for: list[WaitedFor]
+    waits: list[CollectiveWait]  # the longest spreads first, at most 100
+    matched_by: Literal["seq", "order", "none"]
+    note: str
+
+
 #: Every answer a client receives, for the generated TypeScript types and the schema checks.
 ANSWERS = (RunsAnswer, StepsAnswer, StepDetail, TimelineAnswer, CompareAnswer, RanksAnswer, Report, GateReport,
-           StepTrace, KernelsAnswer, OpsAnswer, MemoryAnswer, CaptureAnswer)
+           StepTrace, KernelsAnswer, OpsAnswer, MemoryAnswer, CaptureAnswer,
+           CollectivesAnswer)

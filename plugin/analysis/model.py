@@ -95,6 +95,31 @@ class MemoryCurve(msgspec.Struct):
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
 
 
+class CollectiveTable(msgspec.Struct):
+    """Each collective of a span's steps, one row per call, in (step, host start) order: a
+    ``record_param_comms`` op (the range PyTorch wraps every c10d collective in), or a collective kernel
+    launched outside one. Its device work is what was launched under it (`collectives.collective_table`)."""
+
+    kinds: list[str]  # what ``kind`` codes: all_reduce, all_gather, …, as `collectives.kind_of` names them
+    groups: list[str]  # what ``group`` codes: the process group's name or id ("" unknown)
+    step: np.ndarray  # int32 index into SpanAnalysis.steps
+    phase: np.ndarray  # int32 code into SpanAnalysis.phases: the phase at its host start
+    kind: np.ndarray  # int32 into kinds
+    group: np.ndarray  # int32 into groups
+    group_size: np.ndarray  # int64 ranks in the group (-1 unknown)
+    seq: np.ndarray  # int64 the trace's sequence number in its group ("Seq"; -1 not recorded)
+    order: np.ndarray  # int64 its place among the step's collectives of its group (0, 1, …)
+    nbytes: np.ndarray  # int64 message size: nccl-tests' size (`collectives.message_bytes`); -1 unknown
+    host_ts: np.ndarray  # µs its host range starts
+    host_us: np.ndarray  # its host range's duration
+    device_start: np.ndarray  # µs its first device work starts (NaN: none)
+    device_end: np.ndarray  # µs its last device work ends (NaN: none)
+    kernel_us: np.ndarray  # device time of its work, summed over streams
+
+    def rows(self, step: int) -> slice:
+        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+
+
 class Outside(msgspec.Struct):
     """Time kept out of the steps (evaluation passes, ``prof.paused()`` blocks) within the step
     windows, as host intervals in time order; ``kind`` indexes `phaseprof.contract.OUT_OF_STEP`."""
@@ -157,6 +182,7 @@ class SpanAnalysis(msgspec.Struct):
     memory_delta: np.ndarray  # (steps, phases, devices) net allocated bytes
     ops: OpTable
     kernels: KernelTable
+    collectives: CollectiveTable
     memory_curve: MemoryCurve
     lanes: Lanes
     #: Time in the step windows kept out of the steps; its host µs per step and kind are `Step.outside`.

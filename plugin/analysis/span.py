@@ -19,6 +19,7 @@ from phaseprof.contract import OUT_OF_STEP
 
 from ..reading.discovery import display
 from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
+from .collectives import collective_table
 from .kernels import kernel_table
 from .memory import has_baseline, memory_curve, running_allocated
 from .model import GpuMeasures, Lanes, OpTable, Outside, SpanAnalysis
@@ -83,6 +84,7 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
     peak, delta = _memory(trace, part, shape2, allocated)
     ops = _op_table(trace, n, part, launch)
     kernels = kernel_table(trace, launch.op_name(n), dev_step, dev_phase)
+    collectives = collective_table(trace, n, part, launch.runtime, launch.ts, comm)
     lanes = _lanes(trace, n, part, launch, dev_step, dev_phase)
     return SpanAnalysis(
         file=display(os.path.basename(trace.path)),
@@ -105,6 +107,7 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
         memory_delta=delta,
         ops=ops,
         kernels=kernels,
+        collectives=collectives,
         memory_curve=memory_curve(trace, part, allocated),
         memory_baseline=has_baseline(trace, allocated),
         lanes=lanes,

@@ -12,7 +12,7 @@ from operator import attrgetter
 import msgspec
 import numpy as np
 
-from .events import KERNEL, OP, RUNTIME, fits_dims, pack_dims
+from .events import KERNEL, OP, RUNTIME, CommArgs, fits_dims, pack_dims
 from .lenient import to_int
 from .problems import Problems
 from .trace_fields import Event
@@ -29,6 +29,7 @@ class Part:
     def __init__(self) -> None:
         self.names: dict[str, int] = {}
         self.shapes: dict[bytes, int] = {b"": 0}
+        self.comms: dict[CommArgs, int] = {CommArgs(): 0}
         self.threads: dict[tuple, int] = {}
         self.thread_labels: dict[tuple, str] = {}
         self.memory_devices: dict[tuple[int, int], int] = {}
@@ -64,6 +65,9 @@ _REGISTERS = attrgetter("args.registers")
 _SHARED_MEMORY = attrgetter("args.shared_memory")
 _GRID = attrgetter("args.grid")
 _BLOCK = attrgetter("args.block")
+_ADDR = attrgetter("args.addr")
+#: The op PyTorch wraps each c10d collective in, with its message sizes in its args.
+COMM_OP = "record_param_comms"
 
 
 def fill_columns(part: Part, events: list[Event], positions: list[int] | None, shapes: bool = True) -> None:
@@ -137,7 +141,7 @@ def _valid_complete(group: list[Event], problems: Problems) -> tuple[list[Event]
 
 
 _HOST_COLUMNS = {"ts": np.float64, "dur": np.float64, "thread": np.int32, "name": np.int32,
-                 "kind": np.int8, "corr": np.int64, "shapes": np.int32}
+                 "kind": np.int8, "corr": np.int64, "shapes": np.int32, "comm": np.int32}
 _DEVICE_COLUMNS = {"ts": np.float64, "dur": np.float64, "device": np.int32, "stream": np.int64,
                    "name": np.int32, "kind": np.int8, "corr": np.int64, "blocks_per_sm": np.float64,
                    "occupancy": np.float64, "registers": np.int64, "shared_memory": np.int64, "grid": np.int64,
@@ -156,7 +160,32 @@ def _host_columns(group: list[Event], ts, dur, kind: int, part: Part, shapes: bo
                  if kind == RUNTIME else np.full(n, -1, np.int64)),
         "shapes": (_codes(list(map(bytes, map(_INPUT_DIMS, group))), part.shapes) if kind == OP and shapes
                    else np.zeros(n, np.int32)),
+        "comm": _comm_codes(group, part.comms) if kind == OP else np.zeros(n, np.int32),
     }
+
+
+def _comm_codes(group: list[Event], table: dict) -> np.ndarray:
+    """Per event, the code of its collective's args in ``table`` (0: not a ``record_param_comms``)."""
+    out = np.zeros(len(group), np.int32)
+    for i, e in enumerate(group):
+        if e.name == COMM_OP:
+            out[i] = table.setdefault(comm_args(e.args), len(table))
+    return out
+
+
+def comm_args(a) -> CommArgs:
+    """A collective's args, each read leniently (a value of an odd type counts as not recorded)."""
+    def number(v) -> int:
+        v = to_int(v)
+        return v if v is not None and v >= 0 else -1
+
+    def text(v) -> str:
+        return v if isinstance(v, str) else ""
+
+    group = text(a.group_name) or (str(number(a.group_id)) if number(a.group_id) >= 0 else "")
+    return CommArgs(kind=text(a.collective), dtype=text(a.dtype), in_nelems=number(a.in_nelems),
+                    out_nelems=number(a.out_nelems), group_size=number(a.group_size), group=group,
+                    seq=number(a.seq))
 
 
 def _device_columns(group: list[Event], ts, dur, kind: int, part: Part) -> dict[str, np.ndarray]:
@@ -286,12 +315,15 @@ def _memory_columns(events: list[Event], part: Part, problems: Problems) -> dict
     total[~(np.abs(total) < 2.0**62)] = -1
     reserved = np.fromiter(map(_RESERVED, events), np.float64, n)
     reserved[~(np.abs(reserved) < 2.0**62)] = -1
+    addr = np.array([a if (a := to_int(v)) is not None else -1 for v in map(_ADDR, events)], np.int64)
     return {
         "ts": ts,
         "nbytes": nbytes.astype(np.int64),
         "total": total.astype(np.int64),
         "reserved": reserved.astype(np.int64),
         "device": local[codes.ravel()] if n else np.empty(0, np.int32),
+        "addr": addr,
+        "thread": _thread_codes(events, part.threads) if n else np.empty(0, np.int32),
     }
 
 

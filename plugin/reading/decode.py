@@ -198,6 +198,8 @@ def _merge(path: str, parts: list[Part]) -> Trace:
         other.host["name"] = _remap(other.host["name"], other.names, base.names)
         other.device["name"] = _remap(other.device["name"], other.names, base.names)
         other.host["shapes"] = _remap(other.host["shapes"], other.shapes, base.shapes)
+        other.host["comm"] = _remap(other.host["comm"], other.comms, base.comms)
+        other.memory["thread"] = _remap(other.memory["thread"], other.threads, base.threads)
         other.host["thread"] = _remap(other.host["thread"], other.threads, base.threads)
         other.memory["device"] = _remap(other.memory["device"], other.memory_devices, base.memory_devices)
         base.thread_labels.update(other.thread_labels)
@@ -223,6 +225,9 @@ def _merge(path: str, parts: list[Part]) -> Trace:
     names = [""] * len(base.names)
     for name, code in base.names.items():
         names[code] = name
+    comms = [None] * len(base.comms)
+    for args, code in base.comms.items():
+        comms[code] = args
     shapes = [""] * len(base.shapes)
     for raw, code in base.shapes.items():
         shapes[code] = raw.decode("utf-8", "replace")
@@ -235,6 +240,7 @@ def _merge(path: str, parts: list[Part]) -> Trace:
         shapes=shapes,
         threads=threads,
         memory_devices=devices,
+        comms=comms,
         rank=base.rank,
         world_size=base.world_size,
         gpu_names=base.gpu_names,

@@ -44,9 +44,22 @@ class HostEvents(msgspec.Struct):
     kind: np.ndarray  # int8
     corr: np.ndarray  # int64 correlation (runtime calls)
     shapes: np.ndarray  # int32
+    comm: np.ndarray  # int32 index into Trace.comms (0 = not a recorded collective)
 
     def __len__(self) -> int:
         return len(self.ts)
+
+
+class CommArgs(msgspec.Struct, frozen=True):
+    """A collective as ``record_param_comms`` records it in its args ("" / -1: not recorded)."""
+
+    kind: str = ""  # "Collective name": allreduce, _allgather_base, all_to_all, …
+    dtype: str = ""  # the element type ("Float", "BFloat16", …)
+    in_nelems: int = -1  # "In msg nelems"
+    out_nelems: int = -1  # "Out msg nelems"
+    group_size: int = -1  # "Group size"
+    group: str = ""  # "Process Group Name", else "Process Group ID"
+    seq: int = -1  # "Seq": the collective's sequence number in its process group
 
 
 class DeviceEvents(msgspec.Struct):
@@ -103,6 +116,8 @@ class MemoryEvents(msgspec.Struct):
     total: np.ndarray  # int64; -1 when the trace does not record "Total Allocated"
     reserved: np.ndarray  # int64; -1 when the trace does not record "Total Reserved"
     device: np.ndarray  # int32, indexes Trace.memory_devices
+    addr: np.ndarray  # int64 "Addr" of the block (-1: not recorded)
+    thread: np.ndarray  # int32 index into Trace.threads: the thread that allocated or freed
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -127,6 +142,8 @@ class Trace(msgspec.Struct):
     shapes: list[str]  # JSON text of "Input Dims", "" at index 0
     threads: list[Thread]
     memory_devices: list[str]
+    #: the collectives' recorded args, `HostEvents.comm` indexes them (index 0: none)
+    comms: list[CommArgs] = msgspec.field(default_factory=lambda: [CommArgs()])
     rank: int | None = None
     world_size: int | None = None
     gpu_names: list[str] = msgspec.field(default_factory=list)

@@ -151,6 +151,9 @@ def _loose_args(raw, index: int, label: str, problems: Problems) -> Args:
         value = getattr(loose, f.name)
         if value is msgspec.UNSET:
             continue
+        if f.type is Any:  # taken as it comes, checked where used
+            values[f.name] = value
+            continue
         if f.type is int:
             value = to_int(value)
         elif f.type is float:

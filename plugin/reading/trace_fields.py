@@ -35,6 +35,17 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     grid: msgspec.Raw = field(default=msgspec.Raw(b""), name="grid")  # [x, y, z]: parsed once per distinct value
     block: msgspec.Raw = field(default=msgspec.Raw(b""), name="block")
     name: str = ""  # metadata events: process / thread names
+    # a collective as ``record_param_comms`` records it (Any: read leniently where used, never
+    # sending a file down the event-by-event path for an odd value)
+    collective: Any = field(default=None, name="Collective name")
+    dtype: Any = None
+    in_nelems: Any = field(default=None, name="In msg nelems")
+    out_nelems: Any = field(default=None, name="Out msg nelems")
+    group_size: Any = field(default=None, name="Group size")
+    group_name: Any = field(default=None, name="Process Group Name")
+    group_id: Any = field(default=None, name="Process Group ID")
+    seq: Any = field(default=None, name="Seq")
+    addr: Any = field(default=None, name="Addr")  # a [memory] event's address
 
 
 NO_ARGS = Args()

@@ -26,6 +26,7 @@ from werkzeug import wrappers
 
 from phaseprof.contract import PHASE_REGISTRY, SCALAR_PREFIX, USER_PHASE_COLOURS
 
+from ..analysis.collectives import collectives_answer
 from ..analysis.compare import compare
 from ..analysis.kernels import kernels_answer
 from ..analysis.memory import memory_series
@@ -37,6 +38,7 @@ from ..analysis.whole_run import scalars_of, whole_run
 from ..analysis.worker import Worker, phase_names, rank_of, rank_order
 from ..analysis.worker_summary import summarize
 from ..answers import (
+    CollectivesAnswer,
     CompareAnswer,
     FileError,
     KernelsAnswer,
@@ -113,6 +115,7 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
             "/ops": self._serve_ops,
             "/memory": self._serve_memory,
             "/capture": self._serve_capture,
+            "/collectives": self._serve_collectives,
         }
 
     # --- static files -----------------------------------------------------------------------------
@@ -309,6 +312,21 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
                             devices=memory_series(span, i), bands=bands, outside=outside_bands(span, i))
 
     @wrappers.Request.application
+    def _serve_collectives(self, request):
+        target = self._resolve(request.args, step="optional")
+        worker = request.args.get("worker") or None
+        if worker is not None and worker not in target.run.workers:
+            raise errors.NotFoundError(f"run {target.run.name!r} has no worker {worker!r}")
+        return _json(request, self.collectives_impl(target, worker))
+
+    def collectives_impl(self, target: Target, worker: str | None) -> CollectivesAnswer:
+        run = target.run
+        workers = [w for w in (self._store.worker(run, name) for name in run.workers) if w.spans]
+        if target.step is not None and not any(target.step in w.numbers for w in workers):
+            raise errors.NotFoundError(f"no worker of run {run.name!r} has step {target.step}")
+        return collectives_answer(run.name, workers, worker, target.step)
+
+    @wrappers.Request.application
     def _serve_capture(self, request):
         """GET: the run's captures; POST (with the `ASK_HEADER` header): ask for one first."""
         ask = request.method == "POST"
@@ -341,7 +359,7 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         if run is None:
             raise errors.NotFoundError(f"no run named {run_name!r}")
         if not worker:
-            return Target(run)
+            return Target(run, step=number)
         workers = run.workers
         if not workers:
             raise errors.NotFoundError(f"run {run.name!r} has no trace files (yet)")
