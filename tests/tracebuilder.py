@@ -82,3 +82,17 @@ class Loop:
             self.t += host_us
         self.events.append(step(number, start, self.t - start))
         return self
+
+
+def collective(kind: str, ts: float, corr: int, kernel_ts: float, kernel_us: float, *, tid: int = MAIN,
+               host_us: float = 20.0, stream: int = 20, kernel_name: str | None = None, **args) -> list[dict]:
+    """A c10d collective as PyTorch records it: ``record_param_comms`` (its ``args``: "Collective name",
+    "dtype", "In msg nelems", "Out msg nelems", "Group size", "Process Group Name", "Seq", … given as
+    keywords with spaces written as underscores) around ``nccl:<kind>``, whose launch runs the NCCL
+    kernel at ``kernel_ts`` on ``stream``."""
+    recorded = {k.replace("_", " ") if k not in ("dtype",) else k: v for k, v in args.items()}
+    name = kernel_name or f"ncclDevKernel_{kind.title().replace('_', '')}_RING_LL(ncclDevComm*, ncclWork*)"
+    return [op("record_param_comms", ts, host_us, tid, **recorded),
+            op(f"nccl:{kind}", ts + 1.0, host_us - 2.0, tid),
+            launch(ts + 2.0, corr, tid),
+            kernel(name, kernel_ts, kernel_us, corr, stream=stream)]

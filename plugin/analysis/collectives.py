@@ -3,8 +3,9 @@ and bus bandwidth, each rank's time as compute / communication / overlap / other
 others wait for.
 
 A call is a ``record_param_comms`` op (PyTorch wraps every c10d collective in one and records the
-collective's name, element type, element counts and group size in its args), or a collective kernel
-(NCCL/RCCL/gloo by name) launched outside one. Its device work is what its runtime calls launched
+collective's name, element type, element counts and group size in its args), a backend op
+(``nccl:_all_gather_base``) outside one (older PyTorch versions wrap only some collectives), or a
+collective kernel (NCCL/RCCL/gloo by name) launched outside both. Its device work is what its runtime calls launched
 under it (the launching call's outermost ``record_param_comms`` ancestor), as `span.communication`
 counts it. Its kind is the recorded "Collective name", else the name of the backend op inside it
 (``nccl:all_reduce``), else the kernel's (``ncclKernel_AllReduce_…``), spelled one way (`kind_of`).
@@ -100,15 +101,18 @@ def collective_table(trace: Trace, n: Nesting, part: Partition, launch_runtime: 
     ``launch_ts``: each device event's launching runtime call (index into ``n``, -1 unknown) and its
     start; ``comm``: which device events are communication (`span.communication`)."""
     names = trace.names
-    code = {name: k for k, name in enumerate(names)}
-    rpc = code.get(COMM_OP, -1)
-    is_rpc = n.name == rpc if len(n.name) else np.zeros(0, dtype=bool)
-    owner = np.where(is_rpc, np.arange(len(n.name)), -1)
-    for d in range(1, int(n.depth.max(initial=0)) + 1):  # the outermost record_param_comms above each event
+    rpc = {name: k for k, name in enumerate(names)}.get(COMM_OP, -1)
+    backend_name = np.array([bool(_BACKEND_OP.match(name)) for name in names] or [False])
+    is_backend = backend_name[n.name] if len(n.name) else np.zeros(0, dtype=bool)
+    # a call: a record_param_comms op, or a backend op outside one (older PyTorch records no
+    # record_param_comms around some collectives)
+    is_call = (n.name == rpc) | is_backend
+    owner = np.where(is_call, np.arange(len(n.name)), -1)
+    for d in range(1, int(n.depth.max(initial=0)) + 1):  # the outermost call above each event
         at = np.flatnonzero(n.depth == d)
         up = owner[n.parent[at]]
         owner[at] = np.where(up >= 0, up, owner[at])
-    calls = np.flatnonzero(is_rpc & (owner == np.arange(len(owner))))
+    calls = np.flatnonzero(is_call & (owner == np.arange(len(owner))))
     row_of = np.full(len(owner), -1, np.int64)
     row_of[calls] = np.arange(len(calls))
 
@@ -116,9 +120,7 @@ def collective_table(trace: Trace, n: Nesting, part: Partition, launch_runtime: 
     groups: dict[str, int] = {}
     args = [trace.comms[c] for c in trace.host.comm[n.order[calls]].tolist()]
     backend = [""] * len(calls)
-    backend_name = np.array([bool(_BACKEND_OP.match(name)) for name in names] or [False])
-    inside = np.flatnonzero(backend_name[n.name] & (owner >= 0)) if len(n.name) else np.zeros(0, np.int64)
-    for i in inside[::-1].tolist():  # the first backend op inside a call names it
+    for i in np.flatnonzero(is_backend & (owner >= 0))[::-1].tolist():  # the first backend op in a call names it
         backend[row_of[owner[i]]] = _BACKEND_OP.match(names[n.name[i]]).group(1)
     kind = [kinds.setdefault(kind_of(a.kind or b or "collective"), len(kinds)) for a, b in zip(args, backend)]
     group = [groups.setdefault(a.group, len(groups)) for a in args]
@@ -186,7 +188,7 @@ def call_us(t: CollectiveTable) -> np.ndarray:
 
 
 def _gbps(nbytes: float, us: float) -> float:
-    return round(nbytes / us / 1e3, 3)  # bytes per µs is 1e6 bytes/s
+    return round(nbytes / us / 1e3, 6)  # bytes per µs is 1e6 bytes/s
 
 
 def collective_rows(w: Worker, rows: list[int]) -> list[CollectiveRow]:
@@ -212,7 +214,7 @@ def collective_rows(w: Worker, rows: list[int]) -> list[CollectiveRow]:
             worker=w.name, rank=w.rank, kind=kind, group=group, group_size=size if size >= 0 else None,
             bytes=nbytes if nbytes >= 0 else None, calls=calls, time_ms=ms(total), mean_ms=ms(total / calls),
             max_ms=ms(longest), kernel_ms=ms(kernel), on_gpu=on_gpu, algbw_gbps=algbw,
-            busbw_gbps=round(algbw * factor, 3) if algbw is not None and factor is not None else None))
+            busbw_gbps=round(algbw * factor, 6) if algbw is not None and factor is not None else None))
     out.sort(key=lambda r: -r.time_ms)
     return out
 
