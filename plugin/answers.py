@@ -981,7 +981,58 @@ class CollectivesAnswer(Answer):
     note: str
 
 
+
+# --- memory events and memory by op (``/memory_events``) ------------------------------------------
+
+
+class MemoryOpRow(Answer):
+    """One op's memory over one step and device, bytes. ``*_self``: the events in the op itself;
+    ``*_total``: with those of the ops it called. ``peak_*``: the highest its running sum of bytes
+    reached over its events in time order (its largest call's), 0 where it only freed."""
+
+    op: str  # "(no op)": events outside every op
+    events: int
+    allocated_self: int
+    freed_self: int
+    peak_self: int
+    allocated_total: int
+    freed_total: int
+    peak_total: int
+
+
+class MemoryEventRow(Answer):
+    """One allocation (``bytes`` > 0) or free (< 0): ms from the step's start, the block's address
+    (null: not recorded), the op that made it, and the bytes allocated after it."""
+
+    t_ms: float
+    bytes: int
+    addr: int | None
+    op: str
+    allocated: int
+
+
+class MemoryDevice(Answer):
+    """One device's memory events and per-op table over one step; ``left_out``: events not listed
+    (beyond the most kept, the smallest); ``peak_op``: the op at the step's peak."""
+
+    device: str
+    ops: list[MemoryOpRow]
+    events: list[MemoryEventRow]
+    left_out: int
+    peak_bytes: int | None
+    peak_ms: float | None
+    peak_op: str | None
+
+
+class MemoryEventsAnswer(Answer):
+    """``GET /memory_events``: one step's allocation and free events and memory by op, per device."""
+
+    run: str
+    worker: str
+    step: int
+    devices: list[MemoryDevice]
+
 #: Every answer a client receives, for the generated TypeScript types and the schema checks.
 ANSWERS = (RunsAnswer, StepsAnswer, StepDetail, TimelineAnswer, CompareAnswer, RanksAnswer, Report, GateReport,
            StepTrace, KernelsAnswer, OpsAnswer, MemoryAnswer, CaptureAnswer,
-           CollectivesAnswer)
+           CollectivesAnswer, MemoryEventsAnswer)

@@ -33,6 +33,7 @@ ROUTE_ANSWERS = {
     "/memory": answers.MemoryAnswer,
     "/capture": answers.CaptureAnswer,
     "/collectives": answers.CollectivesAnswer,
+    "/memory_events": answers.MemoryEventsAnswer,
 }
 
 

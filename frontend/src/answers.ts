@@ -370,10 +370,60 @@ export interface MemoryAnswer {
   outside: [number, number, string][];
 }
 
+/**
+ * One device's memory events and per-op table over one step; `left_out`: events not listed
+ * (beyond the most kept, the smallest); `peak_op`: the op at the step's peak.
+ */
+export interface MemoryDevice {
+  device: string;
+  ops: MemoryOpRow[];
+  events: MemoryEventRow[];
+  left_out: number;
+  peak_bytes: number | null;
+  peak_ms: number | null;
+  peak_op: string | null;
+}
+
+/**
+ * One allocation (`bytes` > 0) or free (< 0): ms from the step's start, the block's address
+ * (null: not recorded), the op that made it, and the bytes allocated after it.
+ */
+export interface MemoryEventRow {
+  t_ms: number;
+  bytes: number;
+  addr: number | null;
+  op: string;
+  allocated: number;
+}
+
+/** `GET /memory_events`: one step's allocation and free events and memory by op, per device. */
+export interface MemoryEventsAnswer {
+  run: string;
+  worker: string;
+  step: number;
+  devices: MemoryDevice[];
+}
+
 /** Allocated bytes in a phase on one device: the peak seen (null if none) and the net change. */
 export interface MemoryFigures {
   peak_bytes: number | null;
   delta_bytes: number;
+}
+
+/**
+ * One op's memory over one step and device, bytes. `*_self`: the events in the op itself;
+ * `*_total`: with those of the ops it called. `peak_*`: the highest its running sum of bytes
+ * reached over its events in time order (its largest call's), 0 where it only freed.
+ */
+export interface MemoryOpRow {
+  op: string;
+  events: number;
+  allocated_self: number;
+  freed_self: number;
+  peak_self: number;
+  allocated_total: number;
+  freed_total: number;
+  peak_total: number;
 }
 
 /** One memory device's curve over a step; times in ms from the step's start. */

@@ -120,6 +120,43 @@ class CollectiveTable(msgspec.Struct):
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
 
 
+class MemoryOpTable(msgspec.Struct):
+    """Memory per (step, device, op name), in that order (`memory_ops`): events, bytes allocated and
+    freed and the peak delta, self (events in the op itself) and total (with the ops it called)."""
+
+    step: np.ndarray  # int32 index into SpanAnalysis.steps
+    device: np.ndarray  # int32 into SpanAnalysis.memory_devices
+    name: np.ndarray  # int32 into SpanAnalysis.names; -1: events outside every op
+    events: np.ndarray  # int64 its own events
+    allocated_self: np.ndarray  # int64 bytes
+    freed_self: np.ndarray
+    peak_self: np.ndarray
+    allocated_total: np.ndarray
+    freed_total: np.ndarray
+    peak_total: np.ndarray
+
+    def rows(self, step: int) -> slice:
+        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+
+
+class MemoryEventTable(msgspec.Struct):
+    """The memory events of each step, per (step, device) in time order, at most
+    `memory_ops.MAX_EVENTS` per step and device (the largest; ``left_out`` counts the rest)."""
+
+    step: np.ndarray  # int32 index into SpanAnalysis.steps
+    device: np.ndarray  # int32 into SpanAnalysis.memory_devices
+    ts: np.ndarray  # µs, trace clock
+    nbytes: np.ndarray  # int64: + allocated, - freed
+    addr: np.ndarray  # int64 the block's address (-1: not recorded)
+    op: np.ndarray  # int32 into SpanAnalysis.names: the innermost op holding it (-1: none)
+    allocated: np.ndarray  # int64 bytes allocated after it
+    left_out: np.ndarray  # (steps, devices) int64 events not kept
+    peak_op: np.ndarray  # (steps, devices) int32 the op at the step's peak (-1: no op; -2: no event)
+
+    def rows(self, step: int) -> slice:
+        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+
+
 class Outside(msgspec.Struct):
     """Time kept out of the steps (evaluation passes, ``prof.paused()`` blocks) within the step
     windows, as host intervals in time order; ``kind`` indexes `phaseprof.contract.OUT_OF_STEP`."""
@@ -184,6 +221,8 @@ class SpanAnalysis(msgspec.Struct):
     kernels: KernelTable
     collectives: CollectiveTable
     memory_curve: MemoryCurve
+    memory_ops: MemoryOpTable
+    memory_events: MemoryEventTable
     lanes: Lanes
     #: Time in the step windows kept out of the steps; its host µs per step and kind are `Step.outside`.
     outside: Outside

@@ -22,6 +22,7 @@ from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
 from .collectives import collective_table
 from .kernels import kernel_table
 from .memory import has_baseline, memory_curve, running_allocated
+from .memory_ops import memory_tables
 from .model import GpuMeasures, Lanes, OpTable, Outside, SpanAnalysis
 from .nesting import Nesting, nest
 from .partition import Partition, partition
@@ -85,6 +86,7 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
     ops = _op_table(trace, n, part, launch)
     kernels = kernel_table(trace, launch.op_name(n), dev_step, dev_phase)
     collectives = collective_table(trace, n, part, launch.runtime, launch.ts, comm)
+    memory_ops, memory_events = memory_tables(trace, n, part, allocated)
     lanes = _lanes(trace, n, part, launch, dev_step, dev_phase)
     return SpanAnalysis(
         file=display(os.path.basename(trace.path)),
@@ -110,6 +112,8 @@ def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
         collectives=collectives,
         memory_curve=memory_curve(trace, part, allocated),
         memory_baseline=has_baseline(trace, allocated),
+        memory_ops=memory_ops,
+        memory_events=memory_events,
         lanes=lanes,
         outside=Outside(step=part.outside_step, kind=part.outside_kind, start=part.outside_start,
                         end=part.outside_end),

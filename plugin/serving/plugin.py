@@ -30,6 +30,7 @@ from ..analysis.collectives import collectives_answer
 from ..analysis.compare import compare
 from ..analysis.kernels import kernels_answer
 from ..analysis.memory import memory_series
+from ..analysis.memory_ops import memory_devices
 from ..analysis.operators import GROUPS, run_ops
 from ..analysis.ranks import ranks
 from ..analysis.steps import ms, outside_bands, step_detail, step_rows
@@ -43,6 +44,7 @@ from ..answers import (
     FileError,
     KernelsAnswer,
     MemoryAnswer,
+    MemoryEventsAnswer,
     OpsAnswer,
     PhaseStyle,
     RanksAnswer,
@@ -116,6 +118,7 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
             "/memory": self._serve_memory,
             "/capture": self._serve_capture,
             "/collectives": self._serve_collectives,
+            "/memory_events": self._serve_memory_events,
         }
 
     # --- static files -----------------------------------------------------------------------------
@@ -310,6 +313,15 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         return MemoryAnswer(run=target.run.name, worker=w.name, step=target.step, wall_ms=ms(step.wall),
                             recorded=any(len(s.memory_curve.step) for s in w.spans),
                             devices=memory_series(span, i), bands=bands, outside=outside_bands(span, i))
+
+    @wrappers.Request.application
+    def _serve_memory_events(self, request):
+        return _json(request, self.memory_events_impl(self._resolve(request.args, worker=True, step="required")))
+
+    def memory_events_impl(self, target: Target) -> MemoryEventsAnswer:
+        ref = target.worker.refs[target.rows[0]]
+        return MemoryEventsAnswer(run=target.run.name, worker=target.worker.name, step=target.step,
+                                  devices=memory_devices(ref.span, ref.index))
 
     @wrappers.Request.application
     def _serve_collectives(self, request):
