@@ -5,9 +5,11 @@
  */
 
 import type {
+  CollectivesAnswer,
   CompareAnswer,
   KernelsAnswer,
   MemoryAnswer,
+  MemoryEventsAnswer,
   OpsAnswer,
   RanksAnswer,
   RunsAnswer,
@@ -50,6 +52,8 @@ export class Api {
     this.get<KernelsAnswer>('kernels', { run, worker, step, phase });
   ops = (run: string, worker: string, group: string, phase = '') => this.get<OpsAnswer>('ops', { run, worker, group, phase });
   memory = (run: string, worker: string, step: number) => this.get<MemoryAnswer>('memory', { run, worker, step });
+  memoryEvents = (run: string, worker: string, step: number) => this.get<MemoryEventsAnswer>('memory_events', { run, worker, step });
+  collectives = (run: string, step: number | null) => this.get<CollectivesAnswer>('collectives', { run, step });
   /** A step as Chrome-trace JSON, as text: what "Download" saves is exactly what was drawn. */
   trace = (run: string, worker: string, step: number) => this.get<string>('trace', { run, worker, step }, true, true);
 

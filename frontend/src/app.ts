@@ -16,7 +16,9 @@ import { onTensorBoardReload } from './tensorboard';
 import { watchTheme } from './theme';
 import type { RunInfo, RunsAnswer } from './types';
 import { UrlHash } from './url_hash';
+import { collectives } from './views/collectives';
 import { compare } from './views/compare';
+import { memoryEvents } from './views/memory_events';
 import { overview } from './views/overview';
 import { ranks } from './views/ranks';
 import { operators } from './views/operators';
@@ -24,7 +26,7 @@ import { step } from './views/step';
 import { timeline } from './views/timeline';
 import { defaultWorker, findRun, type View } from './views/view';
 
-const VIEW_OF: Record<ViewName, View> = { overview, timeline, step, operators, compare, ranks };
+const VIEW_OF: Record<ViewName, View> = { overview, timeline, step, operators, compare, ranks, collectives, memory: memoryEvents };
 const POLL_MS = 1500;
 
 /** Which toolbar inputs each view reads. */
@@ -35,6 +37,8 @@ const USES: Record<ViewName, { worker: boolean; run: boolean; device: boolean }>
   operators: { run: true, worker: true, device: false },
   compare: { run: false, worker: false, device: true },
   ranks: { run: true, worker: false, device: true },
+  collectives: { run: true, worker: false, device: false },
+  memory: { run: true, worker: true, device: false },
 };
 
 export class App {

@@ -3,7 +3,7 @@
 import type { Device } from './types';
 import type { UrlHash } from './url_hash';
 
-export type View = 'overview' | 'timeline' | 'step' | 'operators' | 'compare' | 'ranks';
+export type View = 'overview' | 'timeline' | 'step' | 'operators' | 'compare' | 'ranks' | 'collectives' | 'memory';
 
 export const VIEWS: { view: View; label: string }[] = [
   { view: 'overview', label: 'Overview' },
@@ -12,6 +12,8 @@ export const VIEWS: { view: View; label: string }[] = [
   { view: 'operators', label: 'Operators' },
   { view: 'compare', label: 'Compare' },
   { view: 'ranks', label: 'Ranks' },
+  { view: 'collectives', label: 'Collectives' },
+  { view: 'memory', label: 'Memory' },
 ];
 
 /** One side of a comparison; `step` null means the mean of all steps of the worker. */

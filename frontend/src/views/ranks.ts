@@ -194,6 +194,7 @@ function tableCard(ctx: ViewContext, data: RanksAnswer, device: Device): HTMLEle
       ];
   return card(
     `Ranks (${gpu ? 'GPU' : 'host'} ms per step)`,
+    el('p', { class: 'hint' }, el('button', { type: 'button', class: 'link', title: 'Each collective’s calls, sizes and bandwidth, each rank’s compute / communication / overlap per step and phase, and the rank the others wait for', onclick: () => ctx.go({ view: 'collectives', step: null }) }, 'Collectives, bandwidth and who waits for whom')),
     table<RankRow>({
       label: 'Ranks',
       rows: data.ranks,

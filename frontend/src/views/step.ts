@@ -254,7 +254,8 @@ function memoryCurveCard(ctx: ViewContext, d: StepDetail): HTMLElement {
           figure(s.baseline ? `Peak ${s.device}` : `Peak ${s.device} (since profiling began)`, bytes(s.peak_bytes),
             `at ${ms(s.peak_ms)} ms from the step's start${s.baseline ? '' : '; not counting what was allocated before profiling began'}`))),
         box,
-        el('p', { class: 'hint' }, 'Allocated bytes after each memory event (dashed: reserved by the caching allocator), the phases shaded beneath.'),
+        el('p', { class: 'hint' }, 'Allocated bytes after each memory event (dashed: reserved by the caching allocator), the phases shaded beneath. ',
+          el('button', { type: 'button', class: 'link', title: 'Every allocation and free of this step, with its op, and memory by op', onclick: () => ctx.go({ view: 'memory', step: d.step }) }, 'Memory events and memory by op')),
       );
       drawMemory(mountChart(box, ctx.scope), answer);
     }

@@ -1,0 +1,82 @@
+/**
+ * One step's memory in detail: per device, memory by op (allocated, freed and peak delta, self and
+ * total) and every allocation and free with its op, address and the bytes allocated after it; the op
+ * at the step's peak called out. Opened from the memory curve of the Step view.
+ */
+
+import { select } from '../components/controls';
+import { card } from '../components/layout';
+import { notice } from '../components/status';
+import { opName } from '../components/ops_table';
+import { table, type Column } from '../components/table';
+import { el, replace } from '../dom';
+import { bytes, ms, thousands } from '../format';
+import type { MemoryDevice, MemoryEventRow, MemoryOpRow } from '../types';
+import { fetchInto, findRun, noSteps, type View, type ViewContext } from './view';
+
+export const memoryEvents: View = {
+  keys: ['run', 'worker', 'step'],
+  async render(ctx) {
+    const { run, worker } = ctx.state;
+    if (!findRun(ctx.runs, run)?.workers.length) {
+      replace(ctx.root, notice(`Run ${run} has no trace files yet: no memory to show.`));
+      return;
+    }
+    const steps = await fetchInto(ctx, `the steps of ${run}`, () => ctx.api.steps(run, worker));
+    if (!steps) return;
+    if (!steps.steps.length) {
+      replace(ctx.root, noSteps(findRun(ctx.runs, run), steps.worker));
+      return;
+    }
+    const numbers = steps.steps.map((s) => s.step);
+    const number = ctx.state.step !== null && numbers.includes(ctx.state.step) ? ctx.state.step : numbers[0];
+    const body = el('div');
+    replace(ctx.root, el('div', { class: 'step-nav' }, stepSelect(ctx, numbers, number)), body);
+    const answer = await fetchInto(ctx, `the memory events of step ${number}`, () => ctx.api.memoryEvents(run, steps.worker, number), body);
+    if (!answer) return;
+    if (!answer.devices.length) {
+      replace(body, notice(`No memory event in step ${number}. Profile with `, el('code', null, 'profile_memory=True'), ' to see them.'));
+      return;
+    }
+    replace(body, ...answer.devices.flatMap((d) => [opsCard(d, number), eventsCard(d, number)]));
+  },
+};
+
+function stepSelect(ctx: ViewContext, numbers: number[], number: number): HTMLElement {
+  return select('Step', numbers.map((n) => ({ value: String(n), label: `step ${n}` })), String(number), (value) =>
+    ctx.go({ step: Number(value) }, { replace: true }),
+  );
+}
+
+function opsCard(d: MemoryDevice, step: number): HTMLElement {
+  const columns: Column<MemoryOpRow>[] = [
+    { label: 'Op', value: (r) => r.op, cell: (r) => opName(r.op) },
+    { label: 'Events', value: (r) => r.events, cell: (r) => thousands(r.events), numeric: true, title: 'Its own allocations and frees' },
+    { label: 'Allocated (self)', value: (r) => r.allocated_self, cell: (r) => bytes(r.allocated_self), numeric: true },
+    { label: 'Freed (self)', value: (r) => r.freed_self, cell: (r) => bytes(r.freed_self), numeric: true },
+    { label: 'Peak Δ (self)', value: (r) => r.peak_self, cell: (r) => bytes(r.peak_self), numeric: true, title: 'The most its own events raised memory (its largest call)' },
+    { label: 'Allocated (total)', value: (r) => r.allocated_total, cell: (r) => bytes(r.allocated_total), numeric: true, title: 'With the ops it called' },
+    { label: 'Freed (total)', value: (r) => r.freed_total, cell: (r) => bytes(r.freed_total), numeric: true },
+    { label: 'Peak Δ (total)', value: (r) => r.peak_total, cell: (r) => bytes(r.peak_total), numeric: true, title: 'The most it raised memory, with the ops it called' },
+  ];
+  const peak = d.peak_op === null ? null
+    : el('p', { class: 'hint peak-op' }, `Peak ${bytes(d.peak_bytes)} at ${ms(d.peak_ms)} ms, in `, el('strong', null, d.peak_op), '.');
+  return card(`Memory by op on ${d.device}, step ${step}`, peak,
+    table<MemoryOpRow>({ label: `Memory by op ${d.device}`, rows: d.ops, columns, sortBy: 7, descending: true, limit: 30 }));
+}
+
+function eventsCard(d: MemoryDevice, step: number): HTMLElement {
+  const columns: Column<MemoryEventRow>[] = [
+    { label: 'Time ms', value: (e) => e.t_ms, cell: (e) => ms(e.t_ms), numeric: true, title: 'From the step’s start' },
+    { label: 'Bytes', value: (e) => e.bytes, cell: (e) => bytes(e.bytes, true), numeric: true, title: '+ allocated, - freed' },
+    { label: 'Address', value: (e) => e.addr, cell: (e) => (e.addr === null ? '–' : `0x${e.addr.toString(16)}`), csv: (e) => e.addr },
+    { label: 'Op', value: (e) => e.op, cell: (e) => opName(e.op) },
+    { label: 'Allocated after', value: (e) => e.allocated, cell: (e) => bytes(e.allocated), numeric: true },
+  ];
+  const atPeak = (e: MemoryEventRow) => e.t_ms === d.peak_ms && e.allocated === d.peak_bytes;
+  return card(
+    `Memory events on ${d.device}, step ${step}`,
+    d.left_out ? el('p', { class: 'hint' }, `${thousands(d.left_out)} smaller events not listed (the per-op table counts them).`) : null,
+    table<MemoryEventRow>({ label: `Memory events ${d.device}`, rows: d.events, columns, sortBy: 0, descending: false, limit: 100, rowClass: (e) => (atPeak(e) ? 'peak' : '') }),
+  );
+}
