@@ -109,3 +109,19 @@ def test_memory_view_from_the_step_lists_ops_and_events_with_the_peak(tab):
         if device["peak_ms"] <= device["events"][min(99, len(device["events"]) - 1)]["t_ms"]:
             assert peak.count() >= 1  # the peak's row, among the first 100 in time order
     tab.screenshot("memory-events")
+
+
+@pytest.mark.parametrize("width", [1440, 1024])
+def test_both_views_fit_their_tables(tab, width):
+    """No table of either view hides a column behind a scroll bar, light and dark."""
+    tab.page.set_viewport_size({"width": width, "height": 1200})
+    for dark in (False, True):
+        for view, run in (("collectives", "ddp"), ("memory", "resnet")):
+            tab.open(dark=dark, view=view, run=run)
+            frame = next(f for f in tab.page.frames if "plugin_entry.html" in f.url)
+            hidden = frame.evaluate("""() => [...document.querySelectorAll('.table-box')]
+                .filter((b) => b.scrollWidth > b.clientWidth + 1)
+                .map((b) => b.querySelector('table').getAttribute('aria-label'))""")
+            assert frame.evaluate("() => document.querySelectorAll('.table-box').length") >= 2
+            assert not hidden, f"{view} at {width} px scrolls {hidden}"
+            tab.screenshot(f"{view}-{width}-{'dark' if dark else 'light'}")
