@@ -117,6 +117,7 @@ def test_the_last_rank_to_arrive_is_the_one_waited_for(tmp_path, seq):
     workers = _two_ranks(tmp_path, seq=seq)
     answer = collectives_answer("job", workers, None, None)
     assert answer.matched_by == ("seq" if seq else "order")
+    assert answer.note.startswith(f"{2 * STEPS} collectives matched across 2 ranks")
     waited = {w.worker: w for w in answer.waited_for}
     # rank 1 is 30 µs late at each all_reduce, rank 0 10 µs late at each all_gather
     assert (waited["rank1"].matched, waited["rank1"].last, waited["rank1"].caused_ms) == (2 * STEPS, STEPS,
@@ -142,6 +143,7 @@ def test_a_collective_one_rank_lacks_is_not_matched(tmp_path):
     waited = {w.worker: w for w in answer.waited_for}
     assert waited["rank0"].matched == waited["rank1"].matched == 2 * STEPS - 1
     assert waited["rank1"].last == STEPS - 1
+    assert answer.note.startswith(f"{2 * STEPS - 1} collectives matched")
 
 
 def test_one_rank_matches_nothing(tmp_path):

@@ -268,10 +268,10 @@ def collectives_answer(run: str, workers: list[Worker], worker: str | None, step
         if worker is None or w.name == worker:
             table += collective_rows(w, rows)
         ranks.append(breakdown(w, rows, phases))
-    waited, waits, matched_by = _waits(workers, chosen)
+    waited, waits, matched, matched_by = _waits(workers, chosen)
     note = ("fewer than two ranks: no collective to match across ranks" if matched_by == "none" else
-            f"{sum(x.matched for x in waited) // max(len(waited), 1)} collectives matched across "
-            f"{len(waited)} ranks by {'sequence number' if matched_by == 'seq' else 'place in the step'}")
+            f"{matched} collectives matched across {len(waited)} ranks by "
+            f"{'sequence number' if matched_by == 'seq' else 'place in the step'}")
     return CollectivesAnswer(run=run, step=step, worker=worker, collectives=table, ranks=ranks,
                              waited_for=waited, waits=waits, matched_by=matched_by, note=note)
 
@@ -288,10 +288,12 @@ def _calls(w: Worker, rows: list[int]) -> list[tuple]:
     return out
 
 
-def _waits(workers: list[Worker], chosen: dict[str, list[int]]) -> tuple[list[WaitedFor], list[CollectiveWait], str]:
+def _waits(workers: list[Worker], chosen: dict[str, list[int]]) -> tuple[list[WaitedFor], list[CollectiveWait], int,
+                                                                      str]:
+    """Who waited for whom: per rank its tally, the longest waits, how many collectives matched, and how."""
     ranks = [w for w in workers if chosen[w.name]]
     if len(ranks) < 2:
-        return [], [], "none"
+        return [], [], 0, "none"
     calls = {w.name: _calls(w, chosen[w.name]) for w in ranks}
     by_seq = all(c[2] >= 0 for cs in calls.values() for c in cs)
     meet: dict[tuple, dict[str, tuple]] = defaultdict(dict)
@@ -319,4 +321,4 @@ def _waits(workers: list[Worker], chosen: dict[str, list[int]]) -> tuple[list[Wa
     waits.sort(key=lambda x: (-x.spread_ms, x.step, x.position))
     waited = [WaitedFor(worker=w.name, rank=w.rank, matched=tally[w.name][0], last=tally[w.name][1],
                         caused_ms=ms(tally[w.name][2])) for w in ranks]
-    return waited, waits[:MAX_WAITS], "seq" if by_seq else "order"
+    return waited, waits[:MAX_WAITS], len(waits), "seq" if by_seq else "order"
