@@ -11,7 +11,6 @@ import csv
 import io
 import re
 import shutil
-from collections import Counter
 
 import pytest
 
@@ -115,23 +114,25 @@ def test_hovering_a_kernel_draws_the_arrow_from_its_launch(tab):
 def test_search_highlights_matches_and_selecting_one_shows_its_launch(tab):
     _, doc = open_trace(tab)
     launches = launch_of(doc)
-    kernels = Counter(e["name"] for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") == "kernel")
-    name = next(n for n, _ in kernels.most_common() if len(n) > 6)
-    query = name[2:14].upper()  # any part of the name, any case
+    query = "LAUNCHKERN"  # any part of the name, in any case: cudaLaunchKernel, cudaLaunchKernelExC
     matching = [e for e in doc["traceEvents"] if e["ph"] == "X" and query.lower() in e["name"].lower()]
+    assert len(matching) == len(launches) > 1
     search = tab.frame.locator(".trace-search")
     search.fill(query)
     found = tab.frame.locator(".trace-matches")
-    assert found.inner_text() == f"{len(matching)} {'match' if len(matching) == 1 else 'matches'}"
+    assert found.inner_text() == f"{len(matching)} matches"
     assert int(canvas_data(tab, "highlighted")) == len(matching)  # all in view: the whole step is shown
     search.press("Enter")  # the first match (earliest) selected and shown
     first = min(matching, key=lambda e: e["ts"])
     selection = tab.frame.locator(".trace-selection")
     assert selection.locator("strong").inner_text() == first["name"]
-    corr = first.get("args", {}).get("correlation")
-    if first.get("cat") in DEVICE_CATEGORIES and corr in launches:
-        assert f"Launched by {launches[corr]['name']}" in selection.inner_text()
-        wait_data(tab, "flows", "1")
+    work = [e for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") in DEVICE_CATEGORIES
+            and e["args"]["correlation"] == first["args"]["correlation"]]
+    assert len(work) == 1 and f"Launches {work[0]['name']} on " in selection.inner_text()
+    wait_data(tab, "flows", "1")
+    tab.frame.locator(".trace-search").press("Enter")  # the next one
+    second = sorted(matching, key=lambda e: e["ts"])[1]
+    assert f"at {round(((second['ts'] - doc['otherData']['start_us']) / 1000), 4):g} ms" in selection.inner_text()
     search.fill("no event has this name")
     assert found.inner_text() == "0 matches" and canvas_data(tab, "highlighted") in ("0", None)
     tab.screenshot("trace-view-search")
@@ -140,15 +141,20 @@ def test_search_highlights_matches_and_selecting_one_shows_its_launch(tab):
 def test_selecting_an_op_draws_arrows_to_every_kernel_it_launched(tab):
     _, doc = open_trace(tab)
     launches = launch_of(doc)
-    work = Counter(e["args"]["correlation"] for e in doc["traceEvents"]
-                   if e["ph"] == "X" and e.get("cat") in DEVICE_CATEGORIES and e["args"]["correlation"] in launches)
-    launch = next(launches[c] for c in work)  # a launch with work in the step
-    tab.frame.locator(".trace-search").fill(launch["name"])
+    ops = sorted((e for e in doc["traceEvents"] if e["ph"] == "X" and e["name"] == "aten::linear"),
+                 key=lambda e: e["ts"])
+    op = ops[0]
+    inside = [c for c, e in launches.items()
+              if e["tid"] == op["tid"] and e["ts"] >= op["ts"] and e["ts"] + e["dur"] <= op["ts"] + op["dur"]]
+    work = [e for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") in DEVICE_CATEGORIES
+            and e["args"]["correlation"] in inside]
+    assert len(work) >= 2  # the op launches several kernels
+    tab.frame.locator(".trace-search").fill("aten::linear")
     tab.frame.locator(".trace-search").press("Enter")
-    # the first launch of that name in time: its kernels
-    first = min((e for e in launches.values() if e["name"] == launch["name"]), key=lambda e: e["ts"])
-    wait_data(tab, "flows", str(work[first["args"]["correlation"]]))
-    assert "Launches " in tab.frame.locator(".trace-selection").inner_text()
+    wait_data(tab, "flows", str(len(work)))
+    assert f"Launches {len(work)} kernels" in tab.frame.locator(".trace-selection").inner_text()
+    tab.frame.locator(".trace-selection").get_by_role("button", name="Clear").click()
+    wait_data(tab, "flows", "0")
 
 
 def expected_stats(doc: dict, start: float, end: float) -> dict[tuple[str, str], tuple[int, float]]:
