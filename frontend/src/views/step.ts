@@ -318,7 +318,7 @@ function kernelsCard(ctx: ViewContext, d: StepDetail): HTMLElement {
 /** Kernels by name: calls, device time, the op and phase that launched them. */
 export function kernelsTable(ctx: ViewContext, kernels: KernelRow[], limit?: number): HTMLElement {
   const shown = kernelLabels(kernels.map((k) => k.name));
-  return table<KernelRow>({
+  const out = table<KernelRow>({
     label: 'Kernels',
     rows: kernels,
     limit,
@@ -341,6 +341,8 @@ export function kernelsTable(ctx: ViewContext, kernels: KernelRow[], limit?: num
       ...launchColumns,
     ],
   });
+  out.classList.add('kernels-table'); // fifteen columns: compact, headers wrap
+  return out;
 }
 
 /** `[x, y, z]` as `x×y×z` (empty where not recorded). */
