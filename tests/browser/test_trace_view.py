@@ -15,10 +15,9 @@ import shutil
 import pytest
 
 from tests.logdir import settled, write_trace
-from tests.tensorboard_server import TensorBoard
 from tests.tracebuilder import Loop
 
-from .conftest import ARTIFACTS
+from .conftest import open_tab
 from .tab import Tab
 
 pytestmark = pytest.mark.browser
@@ -30,7 +29,7 @@ LANE_CATEGORIES = {"phase", "outside"}  # the phase lane, left out of the range'
 
 
 @pytest.fixture(scope="module")
-def tensorboard(tmp_path_factory, traces):
+def logdir(tmp_path_factory, traces):
     root = tmp_path_factory.mktemp("trace-view")
     (root / RUN).mkdir()
     for f in traces.files("gpu", "hta_alexnet_2stream"):
@@ -44,23 +43,14 @@ def tensorboard(tmp_path_factory, traces):
     write_trace(root / LOOP / "worker.1.pt.trace.json.gz", loop.events)
     for f in root.rglob("*"):
         settled(f)
-    tb = TensorBoard(root)
-    try:
-        tb.wait_loaded()
-        yield tb
-    finally:
-        tb.close()
+    return root  # the package's `tensorboard` serves this logdir
 
 
 @pytest.fixture
 def tab(browser, tensorboard, request):
-    context = browser.new_context(viewport={"width": 1440, "height": 1600}, accept_downloads=True)
-    t = Tab(context.new_page(), tensorboard, ARTIFACTS, request.node.name)
-    try:
+    with open_tab(browser, tensorboard, request, viewport={"width": 1440, "height": 1600},
+                  accept_downloads=True) as t:
         yield t
-    finally:
-        context.close()
-    t.check_clean()
 
 
 def open_trace(tab: Tab) -> tuple[int, dict]:
