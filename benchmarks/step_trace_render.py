@@ -9,7 +9,8 @@ on one of two streams, with correlations, input shapes and the phase ranges — 
 ``tensorboard --logdir`` on it, opens the tab's Step view and reads the tab's own User Timing
 measure ``phaseprof:trace-draw``: from the ``/trace`` answer in hand (text) to the trace drawn
 (parsed, laid out in lanes and nested rows, painted). It also prints how long ``/trace`` took to
-answer in the browser (the step cut out of its file on the first ask, kept after) and the whole time
+answer in the browser (on the first ask read from the step index written when the trace was
+analysed, else cut out of its file; kept after) and the whole time
 from opening the page.
 """
 
@@ -117,7 +118,7 @@ def main() -> int:
         finally:
             tb.close()
     print(f"the tab says: {results[0]['shown'].strip()}")
-    print(f"{'/trace answered, first ask':34s} {results[0]['fetch']:.3f} s (the step cut out of its file)")
+    print(f"{'/trace answered, first ask':34s} {results[0]['fetch']:.3f} s (from the step index, else cut out of its file)")
     results = results[1:]  # the first warms up
     for name, label in (("draw", "trace drawn, from data in hand"), ("fetch", "/trace answered (kept)"),
                         ("whole", "page opened to trace drawn")):

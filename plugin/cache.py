@@ -83,7 +83,7 @@ def prefetch(files: list[TraceFile]) -> dict[str, bytes]:
     in flight, not one after the other), by entry path, for `load`; local files are read by `load`."""
     if not enabled():
         return {}
-    paths = [_places(f)[0][0] for f in files if storage.is_remote(f.path)]
+    paths = [places(f)[0][0] for f in files if storage.is_remote(f.path)]
     return storage.read_many(paths, _MAX_ENTRY_BYTES) if paths else {}
 
 
@@ -111,7 +111,7 @@ def load(f: TraceFile, prefetched: dict[str, bytes] | None = None) -> SpanAnalys
     """The cached analysis of ``f``, or None when there is no valid entry (``prefetched``: `prefetch`'s)."""
     if not enabled():
         return None
-    for path, key_path in _places(f):
+    for path, key_path in places(f):
         try:  # the logdir is written by others: a FIFO or a huge file here must not stall a reader
             data = (prefetched[path] if prefetched and path in prefetched
                     else read_regular(path, _MAX_ENTRY_BYTES, follow_links=False))
@@ -129,7 +129,7 @@ def load(f: TraceFile, prefetched: dict[str, bytes] | None = None) -> SpanAnalys
         if (k.path, k.size, k.mtime_ns, k.version) != (key_path, f.size, mtime_ns, version()):
             continue
         # (a trace in a store was just listed: asking the store again would cost a request per trace)
-        if (storage.is_remote(f.path) or _still(f)) and consistent(entry.analysis):
+        if (storage.is_remote(f.path) or unchanged(f)) and consistent(entry.analysis):
             entry.analysis.file = f.name
             entry.analysis.worker = f.worker
             return entry.analysis
@@ -199,16 +199,16 @@ def _codes_within(codes: np.ndarray, n: int) -> bool:
 def store(f: TraceFile, analysis: SpanAnalysis) -> str | None:
     """Write ``analysis`` (read with input shapes) as the entry of ``f``: beside the run when writable,
     else in the user's cache directory. Returns where, or None; never raises (no cache, no harm)."""
-    if not enabled() or not _still(f):
+    if not enabled() or not unchanged(f):
         return None  # changed while it was being analysed: the analysis is of neither version
-    for path, key_path in _places(f):
+    for path, key_path in places(f):
         data = _encode(Entry(Key(key_path, f.size, f.mtime_ns, version()), analysis))
-        if _write(path, data):
+        if write_whole(path, data):
             return path
     return None
 
 
-def _write(path: str, data: bytes) -> bool:
+def write_whole(path: str, data: bytes) -> bool:
     """Write ``path`` whole or not at all (readers never see half an entry). A viewer writes nothing
     into an object store: entries of traces there go to the user's cache directory."""
     if storage.is_remote(path):
@@ -228,19 +228,20 @@ def _write(path: str, data: bytes) -> bool:
         return False
 
 
-def _places(f: TraceFile) -> list[tuple[str, str]]:
-    """(entry path, key path) where ``f``'s entry may be: beside the run, then the user's cache."""
+def places(f: TraceFile, suffix: str = SUFFIX) -> list[tuple[str, str]]:
+    """(entry path, key path) where ``f``'s entry (the analysis, or another file ending in ``suffix``) may
+    be: beside the run, then the user's cache."""
     if storage.is_remote(f.path):
-        out = [(storage.join(storage.dirname(f.path), ANALYSIS_DIR, storage.basename(f.path) + SUFFIX), f.name)]
+        out = [(storage.join(storage.dirname(f.path), ANALYSIS_DIR, storage.basename(f.path) + suffix), f.name)]
     else:
         directory = os.path.dirname(f.path)
         beside = os.path.join(directory, ANALYSIS_DIR)
         # a link in its place may lead anywhere: entries are neither read nor written through it
-        out = [] if os.path.islink(beside) else [(os.path.join(beside, f.name + SUFFIX), f.name)]
+        out = [] if os.path.islink(beside) else [(os.path.join(beside, f.name + suffix), f.name)]
     user = user_cache_dir()
     if user:
         digest = hashlib.blake2b(f.path.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
-        out.append((os.path.join(user, "analyses", digest + SUFFIX), f.path))
+        out.append((os.path.join(user, "analyses", digest + suffix), f.path))
     return out
 
 
@@ -258,7 +259,7 @@ def user_cache_dir() -> str | None:
     return os.path.join(base, "phaseprof") if os.path.isabs(base) else None
 
 
-def _still(f: TraceFile) -> bool:
+def unchanged(f: TraceFile) -> bool:
     """Whether the trace is still the one described by ``f`` (same size and modification time)."""
     if storage.is_remote(f.path):
         now = storage.info(f.path)
@@ -294,7 +295,7 @@ def version() -> str:
 # --- encoding ---------------------------------------------------------------------------------------
 
 
-def _enc_hook(obj):
+def enc_hook(obj):
     if isinstance(obj, np.ndarray):
         array = np.ascontiguousarray(obj)
         if array.dtype.hasobject:
@@ -307,7 +308,7 @@ def _enc_hook(obj):
     raise NotImplementedError(f"cannot cache a {type(obj).__name__}")
 
 
-def _ext_hook(code: int, data: memoryview):
+def ext_hook(code: int, data: memoryview):
     """An array from its extension bytes: dtype length and text, rank, shape (int64s), raw data."""
     if code != _ARRAY:
         raise ValueError(f"unknown extension {code}")
@@ -320,14 +321,14 @@ def _ext_hook(code: int, data: memoryview):
     return np.frombuffer(data[2 + n + 8 * ndim:], dtype=dtype).reshape(shape).copy()
 
 
-def _dec_hook(kind, obj):
+def dec_hook(kind, obj):
     if kind is np.ndarray and isinstance(obj, np.ndarray):
         return obj
     raise NotImplementedError(f"expected {kind}, got {type(obj).__name__}")
 
 
-_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
-_decoder = msgspec.msgpack.Decoder(Entry, ext_hook=_ext_hook, dec_hook=_dec_hook)
+_encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+_decoder = msgspec.msgpack.Decoder(Entry, ext_hook=ext_hook, dec_hook=dec_hook)
 
 
 def _checksum(body) -> bytes:

@@ -3,7 +3,7 @@ loading processes do it, from the analysis cache when it holds a valid entry."""
 
 from __future__ import annotations
 
-from . import cache
+from . import cache, step_index
 from .analysis.model import SpanAnalysis
 from .reading.discovery import TraceFile
 
@@ -17,12 +17,19 @@ def analyze_file(f: TraceFile, shapes: bool = True) -> SpanAnalysis:
     if analysis is None:
         # imported here: an analysis answered from the cache never loads the decoder
         from .analysis.span import analyze_trace
+        from .analysis.step_trace import StepCutter
         from .reading.decode import read_trace
 
         # an entry serves every reader, so what is cached keeps the input shapes
-        analysis = analyze_trace(read_trace(f.path, shapes=shapes or caching), worker=f.worker)
+        trace = read_trace(f.path, shapes=shapes or caching)
         if caching:
+            # while the trace is decoded, every step's trace cut too: any step opens without reading it again
+            cutter = StepCutter(trace)
+            step_index.store(f, cutter)
+            analysis = analyze_trace(trace, worker=f.worker, n=cutter.n, part=cutter.part)
             cache.store(f, analysis)
+        else:
+            analysis = analyze_trace(trace, worker=f.worker)
     return analysis
 
 

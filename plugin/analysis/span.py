@@ -46,10 +46,12 @@ COLLECTIVE_KERNEL = re.compile(r"nccl|rccl|gloo", re.I)
 COLLECTIVE_OP = re.compile(r"^(nccl|gloo|mpi|ucc|c10d)(:|::)|^record_param_comms$")
 
 
-def analyze_trace(trace: Trace, worker: str = "") -> SpanAnalysis:
-    """Everything the reports and the TensorBoard tab show about one trace file."""
-    n = nest(trace.host)
-    part = partition(trace, n)
+def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
+                  part: Partition | None = None) -> SpanAnalysis:
+    """Everything the reports and the TensorBoard tab show about one trace file (``n``, ``part``: its
+    nesting and partition, when the caller has them already)."""
+    n = n if n is not None else nest(trace.host)
+    part = part if part is not None else partition(trace, n)
     steps, phases = part.steps, part.phases
     shape2 = (len(steps), len(phases))
     flat_size = shape2[0] * shape2[1]

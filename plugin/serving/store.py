@@ -8,7 +8,9 @@ scan; a file modified within the last moments may still be being written and wai
 scan. A span whose analysis is on disk already (`phaseprof.plugin.cache`: written by an earlier
 reader, or at the source by the training job) loads from there, with no worker process; the workers
 write what they analyse to that cache. A step's trace (`/trace`), the one answer that needs events,
-is cut out of its file again by a worker process of a pool of its own; the last answers are kept.
+is read from the step index written beside the analysis (`phaseprof.plugin.step_index`: the step's
+range of it alone), or, without a valid index, cut out of its file again by a worker process of a
+pool of its own, which writes the index meanwhile; the last answers are kept.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import TypeVar
 
 import msgspec
 
-from .. import cache
+from .. import cache, step_index
 from ..analysis.model import SpanAnalysis
 from ..analysis.worker import Worker
 from ..answers import Loading
@@ -50,15 +52,19 @@ MAX_LOADERS = 8
 TRACE_CACHE_BYTES = 96 << 20
 
 
-def cut_step(item: tuple[str, int]) -> bytes | None:
-    """What a trace worker does: step ``number`` of the trace file at ``path`` as Chrome-trace JSON
-    (None if the file has no such step); the file is decoded again, only the step comes back."""
-    from ..analysis.step_trace import step_trace
+def cut_step(item: tuple[TraceFile, int]) -> bytes | None:
+    """What a trace worker does: step ``number`` of the trace file ``f`` as Chrome-trace JSON (None if
+    the file has no such step). The file is decoded again, only the step comes back, and the step
+    index is written meanwhile, so that the file's other steps open without decoding it again."""
+    from ..analysis.step_trace import StepCutter, document
     from ..reading.decode import read_trace
 
-    path, number = item
-    doc = step_trace(read_trace(path), number)
-    return None if doc is None else msgspec.json.encode(doc)
+    f, number = item
+    cutter = StepCutter(read_trace(f.path))
+    if cache.enabled():
+        step_index.store(f, cutter)
+    index = cutter.find(number)
+    return None if index is None else msgspec.json.encode(document(cutter.tables, cutter.cut(index)))
 
 
 def loaders() -> int:
@@ -256,12 +262,20 @@ class TraceStore:
             if key in self._traces:
                 self._traces.move_to_end(key)
                 return self._traces[key]
+        try:  # from the step index written when the trace was analysed: a read of the step's range
+            body = step_index.step_trace(f, number)
+        except step_index.Unusable:
+            pass
+        else:
+            self._keep(key, body)
+            return body
+        with self._lock:
             waiting = self._trace_waits.get(key)
             if waiting is None:
                 waiting = self._trace_waits[key] = (threading.Event(), [])
                 if self._trace_pool is None:
                     self._trace_pool = LoaderPool(self._trace_done, 1, target=cut_step)
-                self._trace_pool.submit(key, (f.path, number))
+                self._trace_pool.submit(key, (f, number))
         event, outcome = waiting
         event.wait()
         state, result = outcome
@@ -276,11 +290,16 @@ class TraceStore:
             event, outcome = self._trace_waits.pop(key)
             outcome[:] = [state, result]
             if state == "ready":
-                self._trace_bytes += len(result or b"") - len(self._traces.pop(key, None) or b"")
-                self._traces[key] = result
-                while self._trace_bytes > TRACE_CACHE_BYTES and len(self._traces) > 1:
-                    self._trace_bytes -= len(self._traces.popitem(last=False)[1] or b"")
+                self._keep(key, result)
         event.set()
+
+    def _keep(self, key: tuple, body: bytes | None) -> None:
+        """Keep a step's trace for the next asks, the oldest dropped beyond the budget."""
+        with self._lock:
+            self._trace_bytes += len(body or b"") - len(self._traces.pop(key, None) or b"")
+            self._traces[key] = body
+            while self._trace_bytes > TRACE_CACHE_BYTES and len(self._traces) > 1:
+                self._trace_bytes -= len(self._traces.popitem(last=False)[1] or b"")
 
     def progress(self) -> Loading:
         with self._lock:

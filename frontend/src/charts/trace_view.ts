@@ -2,7 +2,11 @@
  * The step trace view: a step's Chrome-trace document (the `/trace` answer) drawn as lanes — the
  * step's phases, each host thread with its ops nested by depth, each GPU stream with the work the
  * step launched, coloured by the phase that launched it. Wheel zooms around the pointer, drag pans,
- * double-click shows the whole step; hovering an event names it.
+ * double-click shows the whole step; hovering an event names it. Hovering or clicking (selecting) a
+ * launch, a kernel or an op draws an arrow from each launch to the device work it launched (paired by
+ * the `correlation` both carry, as the document's `ac2g` flow events pair them); a search box
+ * highlights the events whose name holds its text; shift-drag brushes a time range, whose events are
+ * counted and timed by name in a table.
  *
  * Drawn on one canvas by hand rather than by ECharts: a step holds up to tens of thousands of
  * events, and a canvas pass that skips what is off screen and merges what falls into one pixel
@@ -25,13 +29,18 @@ const PHASE_CATEGORY = 'phase';
 const OUTSIDE_CATEGORY = 'outside';
 const DEVICE_CATEGORIES = new Set(['kernel', 'gpu_memcpy', 'gpu_memset']);
 
-/** One drawn event: times in µs from the step's start. */
+/** One drawn event: times in µs from the step's start; where it is drawn (lane index, row). */
 interface Box {
   start: number;
   end: number;
   event: TraceEvent;
   colour: string;
+  lane: number;
+  row: number;
 }
+
+/** At most this many flow arrows are drawn at once (an op can launch thousands of kernels). */
+const MAX_FLOWS = 500;
 
 interface Lane {
   label: string;
@@ -42,7 +51,12 @@ interface Lane {
 }
 
 export interface TraceLayout {
+  /** The step's start on the trace's clock (µs): times in the layout are from it. */
+  origin: number;
   lanes: Lane[];
+  /** Launches (runtime calls) and device work by correlation. */
+  launches: Map<number, Box>;
+  work: Map<number, Box[]>;
   height: number;
   /** µs from the step's start to the end of its last event (device work may run past the step). */
   span: number;
@@ -81,7 +95,7 @@ export function layoutTrace(doc: StepTrace): TraceLayout {
       while (open.length && open[open.length - 1] <= start) open.pop();
       const depth = kind === 'host' ? open.length : 0;
       if (kind === 'host') open.push(end);
-      (rows[depth] ??= []).push({ start, end, event: e, colour: colourOf(e) });
+      (rows[depth] ??= []).push({ start, end, event: e, colour: colourOf(e), lane: 0, row: depth });
     }
     const label = names.get(key) ?? `thread ${first.tid}`;
     // a GPU stream is named with its device ("GPU 0 stream 7")
@@ -91,12 +105,81 @@ export function layoutTrace(doc: StepTrace): TraceLayout {
   const order = { phase: 0, host: 1, device: 2 };
   lanes.sort((a, b) => order[a.kind] - order[b.kind] || weight(b) - weight(a) || (a.label < b.label ? -1 : 1));
   let top = AXIS;
-  for (const lane of lanes) {
+  const launches = new Map<number, Box>();
+  const work = new Map<number, Box[]>();
+  lanes.forEach((lane, index) => {
     lane.top = top;
     top += lane.rows.length * ROW + LANE_GAP;
-  }
+    for (const row of lane.rows) {
+      for (const b of row) {
+        b.lane = index;
+        const corr = b.event.args?.correlation;
+        if (typeof corr !== 'number' || lane.kind === 'phase') continue;
+        if (lane.kind === 'device') {
+          const list = work.get(corr);
+          if (list) list.push(b);
+          else work.set(corr, [b]);
+        } else launches.set(corr, b);
+      }
+    }
+  });
   const events = lanes.reduce((n, lane) => n + lane.rows.reduce((m, row) => m + row.length, 0), 0);
-  return { lanes, height: top, span, wall: doc.otherData.end_us - origin, events };
+  return { origin, lanes, launches, work, height: top, span, wall: doc.otherData.end_us - origin, events };
+}
+
+/** The launch -> device work pairs of an event: a kernel's own launch, a launch's work, or the work
+ * of every launch inside an op (on its thread, within its time). */
+export function flowsOf(layout: TraceLayout, b: Box | null): [Box, Box][] {
+  if (!b) return [];
+  const corr = b.event.args?.correlation;
+  const kind = layout.lanes[b.lane]?.kind;
+  if (kind === 'phase') return [];
+  if (typeof corr === 'number') {
+    if (kind === 'device') {
+      const launch = layout.launches.get(corr);
+      return launch ? [[launch, b]] : [];
+    }
+    return (layout.work.get(corr) ?? []).map((w) => [b, w]);
+  }
+  const out: [Box, Box][] = [];
+  for (const row of layout.lanes[b.lane].rows.slice(b.row + 1)) {
+    for (let i = firstEndingAfter(row, b.start); i < row.length && row[i].start < b.end && out.length < MAX_FLOWS; i++) {
+      const c = row[i].event.args?.correlation;
+      if (typeof c === 'number' && row[i].end <= b.end) for (const w of layout.work.get(c) ?? []) out.push([row[i], w]);
+    }
+  }
+  return out;
+}
+
+/** One name's events in a time range: how many, their time inside the range and in all. */
+export interface RangeRow {
+  name: string;
+  where: 'host' | 'GPU';
+  count: number;
+  in_range_us: number;
+  total_us: number;
+}
+
+/** The events of host threads and GPU streams in [a, b) (µs from the step's start), by name: those
+ * that overlap it, and instants inside it. Every event is looked at: work on one stream may overlap. */
+export function rangeStats(layout: TraceLayout, a: number, b: number): RangeRow[] {
+  const rows = new Map<string, RangeRow>();
+  for (const lane of layout.lanes) {
+    if (lane.kind === 'phase') continue;
+    const where = lane.kind === 'device' ? 'GPU' : 'host';
+    for (const row of lane.rows) {
+      for (const box of row) {
+        if (!(box.start < b && (box.end > a || box.start >= a))) continue;
+        const key = `${where}\u0000${box.event.name}`;
+        let r = rows.get(key);
+        if (!r) rows.set(key, (r = { name: box.event.name, where, count: 0, in_range_us: 0, total_us: 0 }));
+        r.count += 1;
+        r.in_range_us += Math.max(Math.min(box.end, b) - Math.max(box.start, a), 0);
+        r.total_us += box.end - box.start;
+      }
+    }
+  }
+  return [...rows.values()];
 }
 
 function colourOf(e: TraceEvent): string {
@@ -118,8 +201,20 @@ function firstEndingAfter(row: Box[], t: number): number {
   return lo;
 }
 
-/** Draw `layout` into `box`; returns the element holding the canvas and its tooltip. */
-export function drawTrace(box: HTMLElement, layout: TraceLayout, scope: Scope): void {
+/** Where the view's controls and what it tells go (outside the canvas's box). */
+export interface TracePanels {
+  /** The search box and its matches. */
+  tools: HTMLElement;
+  /** The selected event and its flows. */
+  selection: HTMLElement;
+  /** The statistics of a brushed range. */
+  range: HTMLElement;
+  /** Draws the range's table (the page's sortable, downloadable table). */
+  rangeTable: (rows: RangeRow[]) => HTMLElement;
+}
+
+/** Draw `layout` into `box`; controls and what is selected go into `panels`. */
+export function drawTrace(box: HTMLElement, layout: TraceLayout, scope: Scope, panels: TracePanels): void {
   const canvas = el('canvas', { class: 'trace-canvas', role: 'img', 'aria-label': `Trace of the step: ${layout.events} events` });
   const tip = el('div', { class: 'trace-tip', role: 'tooltip' });
   tip.hidden = true;
@@ -129,9 +224,18 @@ export function drawTrace(box: HTMLElement, layout: TraceLayout, scope: Scope): 
   let [t0, t1] = full;
   let width = 0;
   let frame = 0;
+  let hovered: Box | null = null;
+  let selected: Box | null = null;
+  let query = '';
+  let matches: Box[] = [];
+  let matchAt = -1;
+  let range: [number, number] | null = null;
+  let brush: { from: number; to: number } | null = null;
+  const all = layout.lanes.flatMap((lane) => lane.rows.flat());
 
   const x = (t: number) => GUTTER + ((t - t0) / (t1 - t0)) * (width - GUTTER);
   const timeAt = (px: number) => t0 + ((px - GUTTER) / (width - GUTTER)) * (t1 - t0);
+  const middle = (b: Box) => layout.lanes[b.lane].top + b.row * ROW + ROW / 2;
 
   const paint = () => {
     frame = 0;
@@ -148,11 +252,19 @@ export function drawTrace(box: HTMLElement, layout: TraceLayout, scope: Scope): 
     ctx.font = '11px Roboto, sans-serif';
     ctx.textBaseline = 'middle';
     axis(ctx, colours.subtle, colours.split);
+    const shown = brush ? [Math.min(brush.from, brush.to), Math.max(brush.from, brush.to)] : range;
+    if (shown) {
+      ctx.fillStyle = colours.split;
+      ctx.globalAlpha = 0.6;
+      ctx.fillRect(Math.max(x(shown[0]), GUTTER), AXIS, Math.max(x(shown[1]) - Math.max(x(shown[0]), GUTTER), 1), layout.height - AXIS);
+      ctx.globalAlpha = 1;
+    }
     for (const lane of layout.lanes) {
       ctx.save();
       ctx.beginPath();
       ctx.rect(GUTTER, lane.top, width - GUTTER, lane.rows.length * ROW);
       ctx.clip();
+      if (query) ctx.globalAlpha = 0.25; // what does not match fades; the matches are drawn again below
       lane.rows.forEach((row, depth) => paintRow(ctx, row, lane.top + depth * ROW));
       ctx.restore();
       ctx.fillStyle = colours.text;
@@ -160,6 +272,33 @@ export function drawTrace(box: HTMLElement, layout: TraceLayout, scope: Scope): 
       ctx.fillStyle = colours.split;
       ctx.fillRect(0, lane.top + lane.rows.length * ROW + LANE_GAP / 2, width, 1);
     }
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(GUTTER, AXIS, width - GUTTER, layout.height - AXIS);
+    ctx.clip();
+    let drawn = 0;
+    for (const b of matches) {
+      if (b.end < t0 || b.start > t1) continue;
+      outline(ctx, b, b.colour, colours.text);
+      drawn++;
+    }
+    if (selected) outline(ctx, selected, selected.colour, colours.danger);
+    const flows = flowsOf(layout, selected ?? hovered).slice(0, MAX_FLOWS);
+    for (const [from, to] of flows) arrow(ctx, x(from.start), middle(from), x(to.start), middle(to), colours.text);
+    ctx.restore();
+    canvas.dataset.flows = String(flows.length);
+    canvas.dataset.highlighted = String(drawn);
+  };
+
+  const outline = (ctx: CanvasRenderingContext2D, b: Box, fill: string, stroke: string) => {
+    const left = Math.max(x(b.start), GUTTER);
+    const w = Math.max(x(b.end) - left, 2);
+    const y = layout.lanes[b.lane].top + b.row * ROW;
+    ctx.fillStyle = fill;
+    ctx.fillRect(left, y + 1, w, ROW - 2);
+    ctx.strokeStyle = stroke;
+    ctx.lineWidth = 1.5;
+    ctx.strokeRect(left, y + 1, w, ROW - 2);
   };
 
   const paintRow = (ctx: CanvasRenderingContext2D, row: Box[], y: number) => {
@@ -216,7 +355,83 @@ export function drawTrace(box: HTMLElement, layout: TraceLayout, scope: Scope): 
     return i < row.length && row[i].start <= t + slack ? row[i] : null;
   };
 
-  let drag: { x: number; t0: number; t1: number } | null = null;
+  /** Select `b` (null: none) and say what it is and what it launched or was launched by. */
+  const select = (b: Box | null) => {
+    selected = b;
+    const flows = flowsOf(layout, b);
+    const when = (box: Box) => `${+(box.start / 1000).toFixed(4)} ms`;
+    replace(
+      panels.selection,
+      b && el('span', null, el('strong', null, b.event.name), ` at ${when(b)}, ${+((b.event.dur ?? 0) / 1000).toFixed(4)} ms. `),
+      b && (flows.length
+        ? el('span', { class: 'trace-flows' }, layout.lanes[b.lane].kind === 'device'
+          ? `Launched by ${flows[0][0].event.name} at ${when(flows[0][0])} on ${layout.lanes[flows[0][0].lane].label}.`
+          : `Launches ${flows.length === 1 ? `${flows[0][1].event.name} on ${layout.lanes[flows[0][1].lane].label}` : `${flows.length} kernels, copies or sets`}.`)
+        : el('span', { class: 'muted' }, 'No launch to or from it in this step.')),
+      b && el('button', { type: 'button', class: 'link', onclick: () => select(null) }, 'Clear'),
+    );
+    redraw();
+  };
+
+  /** Show `b` in the middle of the view, zoomed in enough to see it. */
+  const reveal = (b: Box) => {
+    const span = Math.min(Math.max(t1 - t0, (b.end - b.start) * 4), full[1] - full[0]);
+    t0 = Math.min(Math.max((b.start + b.end) / 2 - span / 2, full[0]), full[1] - span);
+    t1 = t0 + span;
+    select(b);
+  };
+
+  const search = el('input', { type: 'search', class: 'search trace-search', placeholder: 'Search events by name', 'aria-label': 'Search the trace' });
+  const found = el('span', { class: 'muted trace-matches' });
+  const next = el('button', { type: 'button', class: 'link', title: 'Select the next match and show it (Enter)' }, 'Next match');
+  const find = () => {
+    query = search.value.trim().toLowerCase();
+    matches = query ? all.filter((b) => b.event.name.toLowerCase().includes(query)) : [];
+    matches.sort((a, b) => a.start - b.start);
+    matchAt = -1;
+    replace(found, query ? `${matches.length} ${matches.length === 1 ? 'match' : 'matches'}` : '');
+    next.hidden = !matches.length;
+    redraw();
+  };
+  const step = () => {
+    if (!matches.length) return;
+    matchAt = (matchAt + 1) % matches.length;
+    reveal(matches[matchAt]);
+  };
+  search.addEventListener('input', find);
+  search.addEventListener('keydown', (e) => e.key === 'Enter' && step());
+  next.addEventListener('click', step);
+  next.hidden = true;
+  const whole = el('button', { type: 'button', class: 'link', title: 'Count and time the events of the time shown, by name' }, 'Statistics of the view');
+  whole.addEventListener('click', () => setRange([t0, t1]));
+  replace(panels.tools, search, found, next, whole, el('span', { class: 'muted' }, 'Shift-drag to brush a time range.'));
+
+  /** Count and time the events of [a, b) by name, under the trace. */
+  const setRange = (r: [number, number] | null) => {
+    range = r;
+    redraw();
+    if (!r) {
+      replace(panels.range);
+      delete panels.range.dataset.startUs;
+      delete panels.range.dataset.endUs;
+      return;
+    }
+    const [a, b] = r;
+    const origin = layout.origin;
+    panels.range.dataset.startUs = String(origin + a);
+    panels.range.dataset.endUs = String(origin + b);
+    const rows = rangeStats(layout, a, b);
+    replace(
+      panels.range,
+      el('div', { class: 'trace-range-head' },
+        el('strong', null, `From ${+(a / 1000).toFixed(4)} to ${+(b / 1000).toFixed(4)} ms`),
+        ` (${+((b - a) / 1000).toFixed(4)} ms): ${rows.reduce((n, row) => n + row.count, 0)} events of ${rows.length} names. `,
+        el('button', { type: 'button', class: 'link', onclick: () => setRange(null) }, 'Clear')),
+      panels.rangeTable(rows),
+    );
+  };
+
+  let drag: { x: number; t0: number; t1: number; moved: boolean } | null = null;
   canvas.addEventListener('wheel', (e) => {
     e.preventDefault();
     const rect = canvas.getBoundingClientRect();
@@ -228,10 +443,20 @@ export function drawTrace(box: HTMLElement, layout: TraceLayout, scope: Scope): 
     t1 = Math.min(full[1], t0 + span);
     redraw();
   }, { passive: false });
-  canvas.addEventListener('mousedown', (e) => (drag = { x: e.clientX, t0, t1 }));
+  canvas.addEventListener('mousedown', (e) => {
+    const at = timeAt(e.clientX - canvas.getBoundingClientRect().left);
+    if (e.shiftKey) brush = { from: at, to: at };
+    else drag = { x: e.clientX, t0, t1, moved: false };
+  });
   const move = (e: MouseEvent) => {
+    if (brush) {
+      brush.to = Math.min(Math.max(timeAt(e.clientX - canvas.getBoundingClientRect().left), full[0]), full[1]);
+      redraw();
+      return;
+    }
     if (drag) {
       const dt = ((e.clientX - drag.x) / (width - GUTTER)) * (drag.t1 - drag.t0);
+      drag.moved ||= Math.abs(e.clientX - drag.x) > 3;
       const span = drag.t1 - drag.t0;
       t0 = Math.min(Math.max(drag.t0 - dt, full[0]), full[1] - span);
       t1 = t0 + span;
@@ -241,6 +466,10 @@ export function drawTrace(box: HTMLElement, layout: TraceLayout, scope: Scope): 
     }
     if (e.target !== canvas) return;
     const b = hit(e);
+    if (b !== hovered) {
+      hovered = b;
+      redraw();
+    }
     if (!b) {
       tip.hidden = true;
       return;
@@ -251,9 +480,23 @@ export function drawTrace(box: HTMLElement, layout: TraceLayout, scope: Scope): 
     tip.style.left = `${Math.max(left, 0)}px`;
     tip.style.top = `${e.clientY - rect.top + 14}px`;
   };
-  const up = () => (drag = null);
+  const up = (e: MouseEvent) => {
+    if (brush) {
+      const [a, b] = [Math.min(brush.from, brush.to), Math.max(brush.from, brush.to)];
+      brush = null;
+      if (b > a) setRange([a, b]);
+      else redraw();
+    } else if (drag && !drag.moved && e.target === canvas) select(hit(e));
+    drag = null;
+  };
   canvas.addEventListener('mousemove', move);
-  canvas.addEventListener('mouseleave', () => (tip.hidden = true));
+  canvas.addEventListener('mouseleave', () => {
+    tip.hidden = true;
+    if (hovered) {
+      hovered = null;
+      redraw();
+    }
+  });
   window.addEventListener('mousemove', move);
   window.addEventListener('mouseup', up);
   canvas.addEventListener('dblclick', () => {
@@ -269,6 +512,24 @@ export function drawTrace(box: HTMLElement, layout: TraceLayout, scope: Scope): 
     if (frame) cancelAnimationFrame(frame);
   });
   paint();
+}
+
+/** A line from (x0, y0) to (x1, y1) with a head at its end. */
+function arrow(ctx: CanvasRenderingContext2D, x0: number, y0: number, x1: number, y1: number, colour: string): void {
+  const angle = Math.atan2(y1 - y0, x1 - x0);
+  ctx.strokeStyle = colour;
+  ctx.fillStyle = colour;
+  ctx.lineWidth = 1;
+  ctx.beginPath();
+  ctx.moveTo(x0, y0);
+  ctx.lineTo(x1, y1);
+  ctx.stroke();
+  ctx.beginPath();
+  ctx.moveTo(x1, y1);
+  ctx.lineTo(x1 - 7 * Math.cos(angle - 0.4), y1 - 7 * Math.sin(angle - 0.4));
+  ctx.lineTo(x1 - 7 * Math.cos(angle + 0.4), y1 - 7 * Math.sin(angle + 0.4));
+  ctx.closePath();
+  ctx.fill();
 }
 
 function showTip(tip: HTMLElement, b: Box): void {

@@ -8,13 +8,13 @@
 import { mountChart } from '../charts/echarts';
 import { drawMemory } from '../charts/memory_chart';
 import { drawSwimlanes, LANE_HEIGHT } from '../charts/swimlane';
-import { drawTrace, layoutTrace } from '../charts/trace_view';
+import { drawTrace, layoutTrace, type RangeRow } from '../charts/trace_view';
 import { select } from '../components/controls';
 import { badge, button, card, chartBox, figure, figures, legend, phaseName } from '../components/layout';
 import { failure, loading, notice } from '../components/status';
 import { kernelLabels } from '../components/kernel_names';
 import { opName, opsTable } from '../components/ops_table';
-import { saveFile, table } from '../components/table';
+import { saveFile, table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { bytes, ms, pct, thousands } from '../format';
 import { asOutside, outsideLabel, outsideName, outsideOf } from '../outside';
@@ -191,12 +191,21 @@ function lanesCard(ctx: ViewContext, d: StepDetail): HTMLElement {
 function traceCard(ctx: ViewContext, d: StepDetail): HTMLElement {
   const box = el('div', { class: 'trace-box' }, loading('Cutting the step out of its trace file…'));
   const actions = el('div', { class: 'actions' });
+  const panels = {
+    tools: el('div', { class: 'table-tools trace-tools' }),
+    selection: el('div', { class: 'trace-selection', 'aria-live': 'polite' }),
+    range: el('div', { class: 'trace-range' }),
+    rangeTable: (rows: RangeRow[]) => rangeTable(ctx, d, rows),
+  };
   const out = card(
     'Trace of the step',
     outsideLegend(d),
     actions,
+    panels.tools,
     box,
-    el('p', { class: 'hint' }, 'Threads with their ops nested by depth, then GPU streams with the work the step launched, coloured by the phase that launched it. Scroll to zoom, drag to pan, double-click to see the whole step; the red line is the step’s end.'),
+    panels.selection,
+    el('p', { class: 'hint' }, 'Threads with their ops nested by depth, then GPU streams with the work the step launched, coloured by the phase that launched it. Scroll to zoom, drag to pan, double-click to see the whole step; the red line is the step’s end. Hover or click a launch, a kernel or an op for arrows from each launch to the work it launched; shift-drag to count and time the events of a range.'),
+    panels.range,
   );
   void (async () => {
     let text: string;
@@ -218,10 +227,27 @@ function traceCard(ctx: ViewContext, d: StepDetail): HTMLElement {
       button('Download', () => saveFile(`${d.worker}.step${d.step}.pt.trace.json`, text, 'application/json'),
         'Save this step as Chrome-trace JSON (opens in chrome://tracing and Perfetto)'),
     );
-    drawTrace(box, layout, ctx.scope);
+    drawTrace(box, layout, ctx.scope, panels);
     performance.measure(TRACE_DRAW, TRACE_DATA);
   })();
   return out;
+}
+
+/** The events of a brushed range by name: count, time inside the range and in all; sortable, CSV. */
+function rangeTable(ctx: ViewContext, d: StepDetail, rows: RangeRow[]): HTMLElement {
+  return table<RangeRow>({
+    label: `Events of step ${d.step} in the range`,
+    rows,
+    sortBy: 3,
+    empty: 'No event in this range.',
+    columns: [
+      { label: 'Name', value: (r) => r.name, cell: (r) => (r.where === 'host' ? opLink(ctx, r.name) : opName(r.name)) },
+      { label: 'Where', value: (r) => r.where },
+      { label: 'Count', value: (r) => r.count, numeric: true },
+      { label: 'In range ms', value: (r) => r.in_range_us / 1000, cell: (r) => ms(r.in_range_us / 1000), numeric: true, title: 'Their time inside the range (nested ops count in each op that holds them)' },
+      { label: 'Total ms', value: (r) => r.total_us / 1000, cell: (r) => ms(r.total_us / 1000), numeric: true, title: 'Their whole durations, inside the range or not' },
+    ],
+  });
 }
 
 /** The phases' legend, and the time kept out of the step where its window held some. */
@@ -293,7 +319,7 @@ function kernelsCard(ctx: ViewContext, d: StepDetail): HTMLElement {
 /** Kernels by name: calls, device time, the op and phase that launched them. */
 export function kernelsTable(ctx: ViewContext, kernels: KernelRow[], limit?: number): HTMLElement {
   const shown = kernelLabels(kernels.map((k) => k.name));
-  return table<KernelRow>({
+  const out = table<KernelRow>({
     label: 'Kernels',
     rows: kernels,
     limit,
@@ -313,9 +339,29 @@ export function kernelsTable(ctx: ViewContext, kernels: KernelRow[], limit?: num
         title: 'The op that launched most of its time',
       },
       { label: 'Phase', value: (k) => k.phase, cell: (k) => phaseName(k.phase) },
+      ...launchColumns,
     ],
   });
+  out.classList.add('kernels-table'); // fifteen columns: compact, headers wrap
+  return out;
 }
+
+/** `[x, y, z]` as `x×y×z` (empty where not recorded). */
+const dims = (d: number[] | null): string => (d ? d.join('×') : '');
+/** What a grid or block sorts by: how many blocks or threads it holds. */
+const volume = (d: number[] | null): number | null => (d ? d.reduce((a, b) => a * b, 1) : null);
+const orDash = (text: string): string => text || '—';
+
+/** A kernel's launch, where the trace records it (copies, sets and older traces: blank). */
+const launchColumns: Column<KernelRow>[] = [
+  { label: 'Blocks/SM', value: (k) => k.blocks_per_sm, cell: (k) => orDash(k.blocks_per_sm === null ? '' : k.blocks_per_sm.toFixed(2)), numeric: true, title: 'Blocks per SM, mean weighted by each call’s duration (under 1: the kernel leaves SMs idle)' },
+  { label: 'Occupancy', value: (k) => k.occupancy, cell: (k) => orDash(k.occupancy === null ? '' : `${k.occupancy.toFixed(1)}%`), numeric: true, title: 'Estimated achieved occupancy (the profiler’s occupancy calculator), mean weighted by each call’s duration' },
+  { label: 'Grid', value: (k) => volume(k.grid), cell: (k) => orDash(dims(k.grid)), csv: (k) => dims(k.grid), numeric: true, title: 'Blocks in the grid (x×y×z) of the longest call; sorts by their number' },
+  { label: 'Block', value: (k) => volume(k.block), cell: (k) => orDash(dims(k.block)), csv: (k) => dims(k.block), numeric: true, title: 'Threads per block (x×y×z) of the longest call; sorts by their number' },
+  { label: 'Registers', value: (k) => k.registers, cell: (k) => orDash(k.registers === null ? '' : String(k.registers)), numeric: true, title: 'Registers per thread, of the longest call' },
+  { label: 'Shared mem', value: (k) => k.shared_memory, cell: (k) => orDash(k.shared_memory === null ? '' : bytes(k.shared_memory)), numeric: true, title: 'Shared memory per block, of the longest call (bytes in the CSV)' },
+  { label: 'Tensor cores', value: (k) => (k.tensor_cores === null ? null : Number(k.tensor_cores)), cell: (k) => (k.tensor_cores === null ? '—' : k.tensor_cores ? 'yes' : 'no'), csv: (k) => (k.tensor_cores === null ? '' : k.tensor_cores ? 'yes' : 'no'), title: 'Whether it runs on tensor cores, read from its name (the trace records no flag)' },
+];
 
 /** An op name that opens the Operators view on that op. */
 export function opLink(ctx: ViewContext, name: string, text = name): HTMLElement {

@@ -1,0 +1,188 @@
+"""The step index (`plugin/step_index.py`): every step's trace cut written beside the analysis when a
+trace is first analysed, served without decoding the trace again — the same document as a full read,
+event for event, and never used once it no longer matches its trace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from phaseprof.plugin import cache, step_index
+from phaseprof.plugin.analysis.step_trace import StepCutter, step_trace
+from phaseprof.plugin.reading.decode import read_trace
+from phaseprof.plugin.reading.discovery import discover
+from phaseprof.plugin.serving.store import TraceStore
+from phaseprof.plugin.spans import analyze_file
+from tests.logdir import evaluation_run, settled, write_trace
+from tests.tracebuilder import Loop
+
+GPU_FOLDERS = ["hta_alexnet_2stream", "hta_event_sync_3stream", "hta_nccl_16rank", "hta_ns_resolution",
+               "hta_sampled_2rank", "kineto_resnet50_num_workers_0"]
+
+
+@pytest.fixture
+def cached(tmp_path, monkeypatch):
+    """The cache on, in a folder of the test's own (the tests run with it off)."""
+    monkeypatch.setenv("PHASEPROF_CACHE", str(tmp_path / "user-cache"))
+    return tmp_path
+
+
+def trace_files(root) -> list:
+    return [f for run in discover(str(root)) for f in run.files]
+
+
+def full_read(f, number: int, trace=None) -> list[dict] | None:
+    """The step's events as the full read cuts them (decoded afresh, no index involved)."""
+    doc = step_trace(trace or read_trace(f.path), number)
+    return None if doc is None else msgspec.json.decode(msgspec.json.encode(doc))["traceEvents"]
+
+
+def assert_index_equals_full_read(root) -> int:
+    """Every step of every trace under ``root`` from its index equals the full read's; returns how many
+    device events were compared."""
+    device = 0
+    files = trace_files(root)
+    assert files
+    for f in files:
+        steps = [s.number for s in analyze_file(f).steps]  # analysing writes the index
+        assert steps and any(p.endswith(step_index.SUFFIX) and os.path.exists(p)
+                             for p, _ in cache.places(f, step_index.SUFFIX))
+        trace = read_trace(f.path)
+        for number in steps:
+            indexed = msgspec.json.decode(step_index.step_trace(f, number))["traceEvents"]
+            expected = full_read(f, number, trace)
+            assert len(indexed) == len(expected)
+            for a, b in zip(indexed, expected, strict=True):
+                assert a == b
+            device += sum(1 for e in indexed if e.get("cat") == "kernel")
+        assert step_index.step_trace(f, max(steps) + 1000) is None  # no such step: said by the index
+    return device
+
+
+@pytest.mark.parametrize("folder", GPU_FOLDERS)
+def test_the_indexed_cut_equals_the_full_read_on_the_gpu_traces(cached, traces, folder):
+    run = cached / "logdir" / folder
+    run.mkdir(parents=True)
+    for f in traces.files("gpu", folder):
+        shutil.copy(f, run / f.name)
+    assert assert_index_equals_full_read(cached / "logdir") > 0
+
+
+def test_the_indexed_cut_equals_the_full_read_on_built_traces(cached):
+    root = cached / "logdir"
+    evaluation_run(root / "eval")  # time kept out of steps, device work launched from it
+    loop = Loop()
+    for number in (1, 2, 3):  # ops nested in ranges, kernels on two streams, a launch through another call
+        loop.step(number, ("## forward ##", 300, [("fwd", 40), ("fwd", 30, 9)], [("aten::linear", 10, 50)]),
+                  ("## backward ##", 500, [("bwd", 80, 7, "cudaLaunchKernelExC", 3.0)]),
+                  ("Optimizer.step#SGD.step", 100, [("Memcpy HtoD (Pageable -> Device)", 5)]))
+    write_trace(root / "loop" / "worker.1.pt.trace.json.gz", loop.events)
+    assert assert_index_equals_full_read(root) > 0
+
+
+def indexed(cached):
+    root = cached / "logdir"
+    evaluation_run(root / "eval")
+    (f,) = trace_files(root)
+    analyze_file(f)
+    (path, _), *_ = cache.places(f, step_index.SUFFIX)
+    assert os.path.exists(path)
+    return f, path
+
+
+def test_an_index_of_a_trace_rewritten_since_is_not_used(cached):
+    f, _ = indexed(cached)
+    before = step_index.step_trace(f, 2)
+    assert before is not None
+    os.utime(f.path, ns=(f.mtime_ns + 10**9, f.mtime_ns + 10**9))  # the same bytes, but touched: another trace
+    (changed,) = trace_files(cached / "logdir")
+    with pytest.raises(step_index.Unusable):
+        step_index.step_trace(changed, 2)
+    with pytest.raises(step_index.Unusable):  # the description it was made for no longer holds either
+        step_index.step_trace(f, 2)
+
+
+def test_an_index_made_for_another_trace_is_not_used(cached):
+    f, path = indexed(cached)
+    loop = Loop().step(1, ("## forward ##", 300, [("fwd", 40)])).step(2, ("## forward ##", 200, [("fwd", 30)]))
+    other = write_trace(cached / "other" / "worker.1.pt.trace.json.gz", loop.events)
+    (g,) = trace_files(cached / "other")
+    analyze_file(g)
+    (other_index, _), *_ = cache.places(g, step_index.SUFFIX)
+    shutil.copy(other_index, path)  # another trace's index under this trace's name
+    with pytest.raises(step_index.Unusable):
+        step_index.step_trace(f, 2)
+    assert other.exists() and step_index.step_trace(g, 2) is not None
+
+
+@pytest.mark.parametrize("where", ["magic", "header", "step", "truncated", "empty"])
+def test_a_damaged_index_is_not_used_and_the_step_is_cut_from_the_trace(cached, where):
+    f, path = indexed(cached)
+    data = bytearray(Path(path).read_bytes())
+    if where == "magic":
+        data[0] ^= 1
+    elif where == "header":
+        data[len(step_index._MAGIC) + 16 + 8 + 5] ^= 1
+    elif where == "step":
+        data[-20] ^= 1  # in the last step's deflated columns
+    elif where == "truncated":
+        data = data[:-100]
+    else:
+        data = bytearray()
+    Path(path).write_bytes(bytes(data))
+    number = 5 if where in ("step", "truncated") else 2  # the last step lies at the end of the file
+    with pytest.raises(step_index.Unusable):
+        step_index.step_trace(f, number)
+    store = TraceStore(os.path.dirname(os.path.dirname(f.path)))
+    try:
+        body = store.step_trace(f, number)  # cut from the trace by a worker process instead
+        assert store._trace_pool is not None
+    finally:
+        store.close()
+    assert msgspec.json.decode(body)["traceEvents"] == full_read(f, number)
+    assert step_index.step_trace(f, number) == body  # and the index written again meanwhile
+
+
+def test_an_index_whose_columns_do_not_hold_together_is_not_used(cached):
+    f, path = indexed(cached)
+    cutter = StepCutter(read_trace(f.path))
+    cut = cutter.cut(1)
+    cut.host_name[0] = len(cutter.tables.names) + 5  # a name that is not in the table
+    cutter.cut = lambda i, real=cutter.cut: cut if i == 1 else real(i)
+    with open(path, "wb") as fh:  # checksums right: only the columns are wrong
+        fh.write(step_index.encode(cache.Key(f.name, f.size, f.mtime_ns, cache.version()), cutter))
+    assert step_index.step_trace(f, 1) is not None
+    with pytest.raises(step_index.Unusable):
+        step_index.step_trace(f, 2)
+
+
+def test_tensorboard_serves_any_step_from_the_index_without_decoding_the_trace(cached):
+    root = cached / "logdir"
+    evaluation_run(root / "eval")
+    for p in root.rglob("*"):
+        settled(p)
+    store = TraceStore(str(root))
+    try:
+        assert store.wait(120)
+        (f,) = store.run("eval").files
+        for number in (1, 2, 3, 4, 5):
+            body = store.step_trace(f, number)
+            assert msgspec.json.decode(body)["traceEvents"] == full_read(f, number)
+        assert store.step_trace(f, 99) is None
+        assert store._trace_pool is None  # no step needed the trace decoded again
+    finally:
+        store.close()
+
+
+def test_without_the_cache_no_index_is_written_or_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("PHASEPROF_CACHE", "off")
+    evaluation_run(tmp_path / "eval")
+    (f,) = trace_files(tmp_path)
+    analyze_file(f)
+    assert not (tmp_path / "eval" / ".phaseprof").exists()
+    with pytest.raises(step_index.Unusable):
+        step_index.step_trace(f, 2)
