@@ -35,6 +35,8 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     grid: msgspec.Raw = field(default=msgspec.Raw(b""), name="grid")  # [x, y, z]: parsed once per distinct value
     block: msgspec.Raw = field(default=msgspec.Raw(b""), name="block")
     name: str = ""  # metadata events: process / thread names
+    #: an op's autograd sequence number: a backward op carries its forward op's (the module view's link)
+    sequence: int = field(default=-1, name="Sequence number")
 
 
 NO_ARGS = Args()
