@@ -96,6 +96,8 @@ def enclosing(outer: Nesting, thread: np.ndarray, ts: np.ndarray) -> np.ndarray:
 def op_paths(python: HostEvents, n: Nesting) -> tuple[CallPaths, np.ndarray]:
     """The call-path tree and, for each host event of ``n`` (in its order), its stack's node (-1:
     no frame covers it, e.g. a trace recorded without ``with_stack``)."""
+    if not len(python.ts):
+        return no_call_paths(), np.full(len(n.ts), -1, np.int64)
     paths, pn, node = call_paths(python)
     inner = enclosing(pn, n.thread, n.ts)
     return paths, np.where(inner >= 0, node[np.maximum(inner, 0)], -1)
