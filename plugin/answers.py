@@ -177,7 +177,7 @@ class StepRow(Answer):
     gpu_time: GpuTime | None
 
 
-class OpRow(Answer):
+class OpRow(Answer, omit_defaults=True):
     """An op of one step and phase, aggregated by name and input shapes. ``self_*``: without its
     children (host) or of the work it launched itself (GPU)."""
 
@@ -189,7 +189,7 @@ class OpRow(Answer):
     self_gpu_ms: float
     gpu_ms: float
     #: with ``with_stack=True``: the call stack of most of its host time, innermost frame first, and its
-    #: innermost frame in the user's code (`analysis.stacks.is_user_frame`); empty / null without stacks
+    #: innermost frame in the user's code (`analysis.stacks.is_user_frame`); left out without stacks
     stack: list[str] = msgspec.field(default_factory=list)
     frame: str | None = None
 
@@ -818,7 +818,7 @@ class KernelsAnswer(Answer):
     kernels: list[KernelRow]
 
 
-class RunOpRow(Answer):
+class RunOpRow(Answer, omit_defaults=True):
     """One op (or op and input shapes) summed over a worker's profiled steps."""
 
     name: str

@@ -32,6 +32,7 @@ ROUTE_ANSWERS = {
     "/ops": answers.OpsAnswer,
     "/memory": answers.MemoryAnswer,
     "/capture": answers.CaptureAnswer,
+    "/modules": answers.ModulesAnswer,
 }
 
 

@@ -204,3 +204,17 @@ def test_report_modules_in_the_terminal_and_as_json(ranges_run, capsys):
     assert "MLP.blocks.1" in text and "backward" in text.lower()
     assert text.index("MLP.blocks.1") < text.index("MLP.blocks.0")
     msgspec.json.encode(r)
+
+
+def test_the_step_trace_carries_each_events_stack(stack_run, ranges_run):
+    from phaseprof.plugin.analysis.step_trace import step_trace
+    from phaseprof.plugin.reading.decode import read_trace
+
+    (with_stack,) = (stack_run / "mlp").glob("*.pt.trace.json")
+    events = step_trace(read_trace(str(with_stack)), 2).traceEvents
+    relu = [e for e in events if e.name == "aten::relu"]
+    assert len(relu) == 3
+    assert all(e.args["frame"].endswith(f"test_modules.py({BLOCK_LINE}): forward") for e in relu)
+    assert all(e.args["stack"][0].startswith("<built-in method relu") for e in relu)
+    (without,) = (ranges_run / "mlp").glob("*.pt.trace.json")
+    assert not any(e.args and "stack" in e.args for e in step_trace(read_trace(str(without)), 2).traceEvents)

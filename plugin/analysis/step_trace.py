@@ -23,6 +23,7 @@ from ..reading.events import ANNOTATION, KERNEL, MEMCPY, OP, RUNTIME, Trace
 from .nesting import nest
 from .partition import partition
 from .span import launches
+from .stacks import op_paths, stack, user_frame
 
 #: Event categories as today's traces write them.
 _HOST_CATEGORY = {OP: "cpu_op", ANNOTATION: "user_annotation", RUNTIME: "cuda_runtime"}
@@ -57,6 +58,7 @@ def step_trace(trace: Trace, number: int) -> StepTrace | None:
         events.append(TraceEvent(ph="M", name="thread_name", pid=threads[t].pid, tid=threads[t].tid,
                                  args={"name": threads[t].label}))
     dur = n.end - n.ts
+    paths, op_stack = op_paths(trace.python, n)  # with_stack: each event's Python call stack
     for k, p, o in zip(host.tolist(), host_phase.tolist(), np.where(host_out_step == index, host_out, -1).tolist()):
         t = threads[n.thread[k]]
         kind = int(n.kind[k])
@@ -66,6 +68,9 @@ def step_trace(trace: Trace, number: int) -> StepTrace | None:
             args["Input Dims"] = msgspec.Raw(shapes.encode())
         if kind == RUNTIME:
             args["correlation"] = int(trace.host.corr[n.order[k]])
+        if op_stack[k] >= 0:
+            args["stack"] = stack(paths, trace.names, int(op_stack[k]))
+            args["frame"] = user_frame(args["stack"])
         events.append(TraceEvent(ph="X", name=trace.names[n.name[k]], cat=_HOST_CATEGORY[kind], pid=t.pid, tid=t.tid,
                                  ts=float(n.ts[k]), dur=float(dur[k]), args=args))
 
