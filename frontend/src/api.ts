@@ -8,6 +8,7 @@ import type {
   CompareAnswer,
   KernelsAnswer,
   MemoryAnswer,
+  ModulesAnswer,
   OpsAnswer,
   RanksAnswer,
   RunsAnswer,
@@ -50,6 +51,7 @@ export class Api {
     this.get<KernelsAnswer>('kernels', { run, worker, step, phase });
   ops = (run: string, worker: string, group: string, phase = '') => this.get<OpsAnswer>('ops', { run, worker, group, phase });
   memory = (run: string, worker: string, step: number) => this.get<MemoryAnswer>('memory', { run, worker, step });
+  modules = (run: string, worker: string, step: number | null) => this.get<ModulesAnswer>('modules', { run, worker, step });
   /** A step as Chrome-trace JSON, as text: what "Download" saves is exactly what was drawn. */
   trace = (run: string, worker: string, step: number) => this.get<string>('trace', { run, worker, step }, true, true);
 
