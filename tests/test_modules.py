@@ -21,7 +21,7 @@ from phaseprof.cli.terminal import render
 from phaseprof.plugin.analysis import stacks
 from phaseprof.training_hooks import module_ranges
 
-SLEEP_S = 0.03
+SLEEP_S = 0.25  # far beyond the noise of a loaded machine (a backward op alone has taken 0.2 s)
 STEPS = 5  # 1 warm-up + 3 active + 1 after
 
 
