@@ -42,17 +42,16 @@ def run(blocks: int, *, recording: bool, **options) -> tuple[list[float], int]:
     schedule = dict(wait=0, warmup=1, active=24) if recording else dict(wait=30, warmup=1, active=1)
     measured = range(3, 23) if recording else range(5, 25)
     times = []
-    with tempfile.TemporaryDirectory() as logdir, contextlib.redirect_stdout(io.StringIO()):
-        with PhaseProfiler(logdir=logdir, run="bench", gzip=False, analyze_traces=False, **schedule,
-                           **options) as prof:
-            prof.attach(net, optimizer)
-            for i in range(max(measured) + 1):
-                t = time.thread_time_ns()
-                net(x).square().mean().backward()
-                optimizer.step()
-                optimizer.zero_grad()
-                if i in measured:
-                    times.append((time.thread_time_ns() - t) / 1e6)
+    with (tempfile.TemporaryDirectory() as logdir, contextlib.redirect_stdout(io.StringIO()),
+          PhaseProfiler(logdir=logdir, run="bench", gzip=False, analyze_traces=False, **schedule, **options) as prof):
+        prof.attach(net, optimizer)
+        for i in range(max(measured) + 1):
+            t = time.thread_time_ns()
+            net(x).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            if i in measured:
+                times.append((time.thread_time_ns() - t) / 1e6)
     return times, sum(1 for _ in net.modules())
 
 
