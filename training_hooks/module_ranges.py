@@ -3,9 +3,12 @@ named by its path (``phaseprof.module::Net.encoder.layers.3``, `phaseprof.contra
 from which the TensorBoard side builds its module view.
 
 torch.profiler's own module records (``with_modules=True``) name modules by class and count
-(``Linear_3``) and need Python stack tracing, which costs far more; these ranges cost two hook calls
-and one ``record_function`` per module call, and only while the profiler records (a flag read
-otherwise). The path is the attached model's class name, then the module's qualified name in it.
+(``Linear_3``) and need Python stack tracing; these ranges cost two hook calls and one range per
+module call, and only while the profiler records (a flag read otherwise). The range is torch's
+``_RecordFunctionFast`` (written as a ``cpu_op`` event), a fifth of ``record_function``'s cost under
+the profiler (whose operator calls the profiler records too); `benchmarks/module_ranges.py`. Under
+``torch.compile`` the hooks return at once (``is_compiling``: no graph break, no range). The path is
+the attached model's class name, then the module's qualified name in it.
 
 Per-module hooks rather than the global ones (``register_module_forward_pre_hook``): global hooks
 run before a module's own, so the attached model's range would open before its forward phase range
@@ -25,14 +28,24 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.autograd.profiler import record_function
 
 from phaseprof.contract import module_range_name
 
 from .faults import Faults
 
-_disable = getattr(torch.compiler, "disable", lambda f: f)  # torch < 2.1 has no torch.compiler
-_enter = torch.ops.profiler._record_function_enter_new
-_exit = torch.ops.profiler._record_function_exit._RecordFunction
+_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+_Range = getattr(torch._C._profiler, "_RecordFunctionFast", None) or record_function
+
+
+def _enter(name: str) -> Any:
+    span = _Range(name)
+    span.__enter__()
+    return span
+
+
+def _exit(span: Any) -> None:
+    span.__exit__(None, None, None)
 
 
 class ModuleRanges:
@@ -64,19 +77,17 @@ class ModuleRanges:
             self._close(self._open.pop()[1])
 
     def _pre(self, name: str) -> Callable[[nn.Module, Any], None]:
-        @_disable
         def pre(module: nn.Module, args: Any) -> None:
-            if self._failed or not self._recording() or threading.get_ident() != self._thread:
+            if _compiling() or self._failed or not self._recording() or threading.get_ident() != self._thread:
                 return
             try:
-                self._open.append((module, _enter(name, None)))
+                self._open.append((module, _enter(name)))
             except Exception as e:  # noqa: BLE001 - the loop goes on without module ranges
                 self._fail(e)
         return pre
 
-    @_disable
     def _post(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self._open and self._open[-1][0] is module:
+        if not _compiling() and self._open and self._open[-1][0] is module:
             self._close(self._open.pop()[1])
 
     def _close(self, span: Any) -> None:

@@ -46,7 +46,8 @@ def module_table(trace: Trace, n: Nesting, part: Partition, launch_runtime: np.n
     children launched."""
     names = trace.names
     is_range = np.array([s.startswith(MODULE_RANGE_PREFIX) for s in names] or [False])
-    ranges = (n.kind == ANNOTATION) & is_range[n.name] if len(n.name) else np.zeros(0, bool)
+    # written as a user annotation or (torch's fast range) as an op
+    ranges = ((n.kind == ANNOTATION) | (n.kind == OP)) & is_range[n.name] if len(n.name) else np.zeros(0, bool)
     if ranges.any():
         calls = trace.host.take(n.order[ranges])
         source, prefix, chained = FROM_RANGES, MODULE_RANGE_PREFIX, False
