@@ -218,3 +218,37 @@ def test_the_step_trace_carries_each_events_stack(stack_run, ranges_run):
     assert all(e.args["stack"][0].startswith("<built-in method relu") for e in relu)
     (without,) = (ranges_run / "mlp").glob("*.pt.trace.json")
     assert not any(e.args and "stack" in e.args for e in step_trace(read_trace(str(without)), 2).traceEvents)
+
+
+def test_gpu_time_of_a_modules_forward_and_backward_is_the_work_each_launched(tmp_path):
+    """A built GPU trace: two modules in a model, each launching one kernel in forward; their gradient
+    functions run on autograd's own thread and launch one kernel each, linked to the forward ops by
+    their sequence numbers only."""
+    from tests.logdir import write_trace
+    from tests.tracebuilder import AUTOGRAD, annotation, kernel, launch, op, step, thread_names
+
+    events = thread_names() + [
+        step(1, 0, 2000), annotation("phaseprof::forward", 50, 900),
+        op("phaseprof.module::Net", 100, 800), op("phaseprof.module::Net.a", 150, 250),
+        op("phaseprof.module::Net.b", 450, 400),
+        op("aten::mm", 160, 100, **{"Sequence number": 1}), launch(170, corr=1), kernel("k_a", 300, 50, corr=1),
+        op("aten::mm", 460, 100, **{"Sequence number": 2}), launch(470, corr=2), kernel("k_b", 500, 80, corr=2),
+        annotation("phaseprof::backward", 1000, 600),
+        op("autograd::engine::evaluate_function: MmBackward0", 1100, 100, tid=AUTOGRAD, **{"Sequence number": 2}),
+        launch(1110, corr=3, tid=AUTOGRAD), kernel("k_b_grad", 1150, 30, corr=3),
+        op("autograd::engine::evaluate_function: MmBackward0", 1250, 120, tid=AUTOGRAD, **{"Sequence number": 1}),
+        launch(1260, corr=4, tid=AUTOGRAD), kernel("k_a_grad", 1300, 40, corr=4),
+    ]
+    write_trace(tmp_path / "w.1.pt.trace.json", events)
+    m = _worker(tmp_path)["modules"]
+    assert m["has_gpu"] and m["source"] == "phaseprof ranges"
+    rows = {r["path"]: r for r in m["modules"]}
+    expected = {  # forward ms, forward GPU ms, backward ms, backward GPU ms
+        "Net": (0.8, 0.13, 0.22, 0.07), "Net.a": (0.25, 0.05, 0.12, 0.04), "Net.b": (0.4, 0.08, 0.1, 0.03)}
+    for path, (fwd, fwd_gpu, bwd, bwd_gpu) in expected.items():
+        r = rows[path]
+        assert (r["forward_ms"], r["forward_gpu_ms"], r["backward_ms"], r["backward_gpu_ms"]) == pytest.approx(
+            (fwd, fwd_gpu, bwd, bwd_gpu), abs=1e-6), path
+    assert rows["Net.b"]["parent"] == "Net" and rows["Net"]["forward_self_ms"] == pytest.approx(0.15)
+    assert {(o["name"], o["backward"], o["gpu_ms"]) for o in rows["Net.a"]["ops"]} == {
+        ("aten::mm", False, 0.05), ("autograd::engine::evaluate_function: MmBackward0", True, 0.04)}

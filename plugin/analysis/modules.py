@@ -39,13 +39,18 @@ FROM_RECORDS = "trace module records"
 _BACKWARD_OP = "autograd::engine::evaluate_function: "
 
 
+def module_range_names(names: list[str]) -> np.ndarray:
+    """Per name code: whether it names a module range (`phaseprof.contract.MODULE_RANGE_PREFIX`)."""
+    return np.array([s.startswith(MODULE_RANGE_PREFIX) for s in names] or [False])
+
+
 def module_table(trace: Trace, n: Nesting, part: Partition, launch_runtime: np.ndarray,
                  gpu_us: np.ndarray) -> ModuleTable:
     """The module table of one span. ``launch_runtime``: per device event, the runtime call (index into
     ``n``) that launched it, -1 unknown; ``gpu_us``: per host event of ``n``, the device time it and its
     children launched."""
     names = trace.names
-    is_range = np.array([s.startswith(MODULE_RANGE_PREFIX) for s in names] or [False])
+    is_range = module_range_names(names)
     # written as a user annotation or (torch's fast range) as an op
     ranges = ((n.kind == ANNOTATION) | (n.kind == OP)) & is_range[n.name] if len(n.name) else np.zeros(0, bool)
     if ranges.any():

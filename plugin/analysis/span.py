@@ -15,14 +15,14 @@ import re
 
 import numpy as np
 
-from phaseprof.contract import MODULE_RANGE_PREFIX, OUT_OF_STEP
+from phaseprof.contract import OUT_OF_STEP
 
 from ..reading.discovery import display
 from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
 from .kernels import kernel_table
 from .memory import has_baseline, memory_curve, running_allocated
 from .model import GpuMeasures, Lanes, OpTable, Outside, SpanAnalysis
-from .modules import module_table
+from .modules import module_range_names, module_table
 from .nesting import Nesting, nest
 from .partition import Partition, partition
 from .stacks import op_paths
@@ -372,7 +372,7 @@ def _op_table(trace: Trace, n: Nesting, part: Partition, self_gpu: np.ndarray, g
     step, phase = part.locate(n.ts)
     # phase ranges and step markers are not ops: they *are* the phases and steps; nor are module ranges
     keep = (step >= 0) & ((kind == OP) | (kind == ANNOTATION) | (kind == RUNTIME)) & ~part.marker_names[name]
-    keep &= ~_module_ranges(trace.names)[name] if len(name) else keep
+    keep &= ~module_range_names(trace.names)[name] if len(name) else keep
     if len(n.thread):
         keep &= part.process_threads[n.thread]
     # Group by (step, op) where an op is (phase, name, input shapes): both through dense counts,
@@ -396,10 +396,6 @@ def _op_table(trace: Trace, n: Nesting, part: Partition, self_gpu: np.ndarray, g
         stack=row_stack,
         stack_us=row_stack_us,
     )
-
-
-def _module_ranges(names: list[str]) -> np.ndarray:
-    return np.array([s.startswith(MODULE_RANGE_PREFIX) for s in names] or [False])
 
 
 def _main_stacks(row: np.ndarray, stack: np.ndarray, dur: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:

@@ -83,3 +83,21 @@ def test_op_tables_show_the_user_frame_and_the_whole_stack_on_hover(tab):
     cell = tab.frame.locator("tr", has=tab.frame.locator("td .op", has_text="aten::relu")).locator(".code-frame").first
     assert cell.inner_text().endswith(f"test_modules.py({BLOCK_LINE}): forward")
     tab.screenshot("op-stack-column")
+
+
+def test_the_trace_views_tooltip_shows_an_events_user_frame_and_stack(tab):
+    from .test_below_phases import AXIS, GAP, ROW, hover_names
+
+    tab.open(view="step", run="stacks_run/mlp", step=2)
+    tab.frame.locator(".trace-canvas").wait_for()
+    doc = tab.api("trace", run="stacks_run/mlp", step=2)
+    framed = {e["name"]: e["args"] for e in doc["traceEvents"] if e["ph"] == "X" and "frame" in e.get("args", {})}
+    seen = {}
+    for depth in range(1, 7):
+        seen |= hover_names(tab, AXIS + ROW + GAP + depth * ROW + ROW / 2, columns=40)
+    shown = {n: t for n, t in seen.items() if n in framed and framed[n]["frame"]}
+    assert shown, f"no tooltip of an event with a stack among {sorted(seen)}"
+    for name, tip in shown.items():
+        assert f"code {framed[name]['frame']}" in tip
+        assert framed[name]["stack"][0] in tip  # the stack, innermost frame first
+    tab.screenshot("trace-tooltip-stack")
