@@ -118,7 +118,8 @@ def main() -> int:
         finally:
             tb.close()
     print(f"the tab says: {results[0]['shown'].strip()}")
-    print(f"{'/trace answered, first ask':34s} {results[0]['fetch']:.3f} s (from the step index, else cut out of its file)")
+    first = results[0]["fetch"]
+    print(f"{'/trace answered, first ask':34s} {first:.3f} s (from the step index, else cut out of its file)")
     results = results[1:]  # the first warms up
     for name, label in (("draw", "trace drawn, from data in hand"), ("fetch", "/trace answered (kept)"),
                         ("whole", "page opened to trace drawn")):

@@ -92,6 +92,16 @@ def range_name(phase: str) -> str:
     return RANGE_PREFIX + phase
 
 
+#: ``MODULE_RANGE_PREFIX + path`` marks one call of the module at ``path`` (``PhaseProfiler(modules=True)``):
+#: the attached model's class name, then the module's qualified name in it (``Net.encoder.layers.3``).
+#: Not under `RANGE_PREFIX`: a module is no phase.
+MODULE_RANGE_PREFIX = "phaseprof.module::"
+
+
+def module_range_name(path: str) -> str:
+    return MODULE_RANGE_PREFIX + path
+
+
 #: Scalar tags written every step under the run's event file. CPU figures are host-clock times; GPU
 #: figures are CUDA-event times resolved a few steps later.
 SCALAR_PREFIX = "phaseprof/"

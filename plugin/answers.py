@@ -177,7 +177,7 @@ class StepRow(Answer):
     gpu_time: GpuTime | None
 
 
-class OpRow(Answer):
+class OpRow(Answer, omit_defaults=True):
     """An op of one step and phase, aggregated by name and input shapes. ``self_*``: without its
     children (host) or of the work it launched itself (GPU)."""
 
@@ -188,6 +188,10 @@ class OpRow(Answer):
     cpu_ms: float
     self_gpu_ms: float
     gpu_ms: float
+    #: with ``with_stack=True``: the call stack of most of its host time, innermost frame first, and its
+    #: innermost frame in the user's code (`analysis.stacks.is_user_frame`); left out without stacks
+    stack: list[str] = msgspec.field(default_factory=list)
+    frame: str | None = None
 
 
 class MeanOp(Answer):
@@ -606,6 +610,55 @@ class TimelineAnswer(Answer):
     downsampled: bool
 
 
+# --- where in the code: modules ----------------------------------------------------------------------
+
+
+class ModuleOp(Answer):
+    """An op of a module: a forward op no other op of the module encloses, or (``backward``) a gradient
+    function of one of its forward ops; host time with its children ops, GPU time it launched."""
+
+    name: str
+    backward: bool
+    calls: int
+    cpu_ms: float
+    gpu_ms: float
+
+
+class ModuleRow(Answer):
+    """One ``nn.Module`` (by path, e.g. ``Net.encoder.layers.3``) over the chosen steps: its calls'
+    forward time (host: the calls' wall time; GPU: device time of the work launched inside them),
+    backward time (its gradient functions', found through the autograd link), both with its children's
+    (``forward_self_ms``: without); its ops, most time first."""
+
+    path: str
+    parent: str | None  # the module around its first call; None at top level
+    depth: int
+    calls: int
+    forward_ms: float
+    forward_self_ms: float
+    forward_gpu_ms: float
+    backward_ms: float
+    backward_gpu_ms: float
+    forward_ms_per_step: float
+    backward_ms_per_step: float
+    ops: list[ModuleOp]
+
+
+class ModulesAnswer(Answer):
+    """Modules over one step or every profiled step (``/modules``), most forward plus backward host time
+    first. ``source``: where the module calls came from (phaseprof's ranges with
+    ``PhaseProfiler(modules=True)``, or torch's ``with_modules`` records), "" when none was recorded."""
+
+    run: str
+    worker: str
+    step: int | None  # None: every profiled step
+    steps: int
+    source: str
+    forward_phase_ms: float  # the steps' forward phase host time, what the top-level modules' forward is part of
+    has_gpu: bool
+    modules: list[ModuleRow]
+
+
 # --- the report (CLI and `analyze()`) -------------------------------------------------------------
 
 
@@ -622,6 +675,7 @@ class WorkerReport(Answer, omit_defaults=True):
     summary: Summary
     detail: StepDetail | None = None
     kernels: KernelsAnswer | None = None  # with ``--kernels``: over the step asked for, or every step
+    modules: ModulesAnswer | None = None  # with ``--modules``: over the step asked for, or every step
 
 
 class RunReport(Answer):
@@ -764,7 +818,7 @@ class KernelsAnswer(Answer):
     kernels: list[KernelRow]
 
 
-class RunOpRow(Answer):
+class RunOpRow(Answer, omit_defaults=True):
     """One op (or op and input shapes) summed over a worker's profiled steps."""
 
     name: str
@@ -781,6 +835,8 @@ class RunOpRow(Answer):
     self_gpu_share: float | None  # of the steps' GPU time; None without GPU activity
     steps: list[int]  # step numbers it ran in
     phases: list[str]  # phases it ran in, most self host time first
+    stack: list[str] = msgspec.field(default_factory=list)  # as `OpRow.stack`
+    frame: str | None = None
 
 
 class OpsAnswer(Answer):
@@ -1035,4 +1091,4 @@ class MemoryEventsAnswer(Answer):
 #: Every answer a client receives, for the generated TypeScript types and the schema checks.
 ANSWERS = (RunsAnswer, StepsAnswer, StepDetail, TimelineAnswer, CompareAnswer, RanksAnswer, Report, GateReport,
            StepTrace, KernelsAnswer, OpsAnswer, MemoryAnswer, CaptureAnswer,
-           CollectivesAnswer, MemoryEventsAnswer)
+           CollectivesAnswer, MemoryEventsAnswer, ModulesAnswer)

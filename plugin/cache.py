@@ -174,7 +174,34 @@ def consistent(a: SpanAnalysis) -> bool:
             return False
         if rows and not all(_codes_within(getattr(table, k), n) for k, n in codes):
             return False
-    return all((t.calls >= 1).all() for t in (a.ops, a.kernels)) and _launches_hold(a.kernels)
+    return (all((t.calls >= 1).all() for t in (a.ops, a.kernels)) and _launches_hold(a.kernels)
+            and _code_holds(a))
+
+
+def _code_holds(a: SpanAnalysis) -> bool:
+    """The call paths and the module table: codes within what they index (a path's parent earlier
+    than itself, so walking up a stack ends), columns of one length, calls that are counts."""
+    p, m = a.call_paths, a.modules
+    nodes, modules, names = len(p.parent), len(m.paths), len(a.names)
+    if len(p.name) != nodes or (nodes and not (_codes_within(p.name, names)
+                                               and ((p.parent >= -1) & (p.parent < np.arange(nodes))).all())):
+        return False
+    if len(a.ops.step) and not ((a.ops.stack >= -1) & (a.ops.stack < nodes)).all():
+        return False
+    if len(m.parent) != modules or (modules and not ((m.parent >= -1) & (m.parent < np.arange(modules))).all()):
+        return False
+    for columns in ((m.step, m.module, m.calls, m.forward_us, m.forward_self_us, m.forward_gpu_us, m.backward_us,
+                     m.backward_gpu_us),
+                    (m.op_step, m.op_module, m.op_name, m.op_backward, m.op_calls, m.op_us, m.op_gpu_us)):
+        if any(c.ndim != 1 or len(c) != len(columns[0]) or c.dtype.kind not in "iufb" or not _finite(c)
+               for c in columns):
+            return False
+    steps = len(a.steps)
+    if len(m.step) and not (_codes_within(m.step, steps) and _codes_within(m.module, modules)
+                            and (m.calls >= 1).all()):
+        return False
+    return not len(m.op_step) or bool(_codes_within(m.op_step, steps) and _codes_within(m.op_module, modules)
+                                      and _codes_within(m.op_name, names) and (m.op_calls >= 1).all())
 
 
 def _launches_hold(k) -> bool:

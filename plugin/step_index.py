@@ -192,6 +192,7 @@ def holds(tables: StepTables, cut: StepCut) -> bool:
             and within(cut.host_thread, 0, threads) and within(cut.launch_thread, 0, threads)
             and within(cut.host_name, 0, names) and within(cut.dev_name, 0, names)
             and within(cut.dev_owner, -1, names) and within(cut.host_shapes, 0, len(tables.shapes))
+            and within(cut.host_stack, -1, len(cut.stacks))
             and within(cut.host_kind, 0, RUNTIME + 1) and within(cut.dev_kind, 0, 3)
             and within(cut.host_label, lowest, phases) and within(cut.dev_label, lowest, phases)
             and not (cut.dev_label == NO_LABEL).any()

@@ -34,6 +34,7 @@ ROUTE_ANSWERS = {
     "/capture": answers.CaptureAnswer,
     "/collectives": answers.CollectivesAnswer,
     "/memory_events": answers.MemoryEventsAnswer,
+    "/modules": answers.ModulesAnswer,
 }
 
 

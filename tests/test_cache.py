@@ -109,24 +109,34 @@ def _forge(analysis, how: str) -> None:
         analysis.cpu_us = np.full_like(analysis.cpu_us, -np.inf)
     elif how == "a step with no end":
         analysis.steps[1].end = float("nan")
+    elif how == "a call path that calls itself":
+        analysis.call_paths = type(analysis.call_paths)(parent=np.zeros(1, np.int32), name=np.zeros(1, np.int32))
+        analysis.ops.stack = np.zeros_like(analysis.ops.stack)
+    elif how == "a module call of no module":
+        m = analysis.modules
+        m.paths, m.parent = ["Net"], np.full(1, -1, np.int32)
+        m.step, m.module, m.calls = np.zeros(1, np.int32), np.full(1, 3, np.int32), np.ones(1, np.int64)
+        for column in ("forward_us", "forward_self_us", "forward_gpu_us", "backward_us", "backward_gpu_us"):
+            setattr(m, column, np.ones(1))
 
 
 @pytest.mark.parametrize("how", ["op name out of range", "grid of another shape", "columns of two lengths",
                                  "steps out of order", "text where numbers go", "time outside the steps of no kind",
                                  "GPU time outside the steps of another shape", "ops called no times",
-                                 "infinite op time", "infinite host time", "a step with no end"])
+                                 "infinite op time", "infinite host time", "a step with no end",
+                                 "a call path that calls itself", "a module call of no module"])
 def test_a_forged_entry_with_a_valid_key_is_not_trusted(tmp_path, how):
     """An entry whose key matches its trace but whose analysis does not hold together (written by
     someone who can write the logdir) is read again from the trace, never served."""
     trace = _trace(tmp_path / "w.1.pt.trace.json")
-    first = analyze(str(trace), step=0)  # with a step's detail, which reads every table of the span
+    first = analyze(str(trace), step=0, modules=True)  # a step's detail and modules read every table of the span
     entry = _entry(trace)
     with open(entry, "rb") as fh:
         forged = cache._decode(fh.read())
     _forge(forged.analysis, how)
     with open(entry, "wb") as fh:
         fh.write(cache._encode(forged))
-    assert analyze(str(trace), step=0) == first
+    assert analyze(str(trace), step=0, modules=True) == first
 
 
 def test_a_single_flipped_bit_anywhere_in_an_entry_is_caught(tmp_path):

@@ -58,6 +58,7 @@ from .capture import CaptureWatcher, Slowdown
 from .cuda_timing import CudaPhaseTimer
 from .faults import Faults
 from .hooks import Attachment
+from .module_ranges import ModuleRanges
 from .ranges import Ranges
 from .recorder import StepRecorder
 from .records import StepTimes
@@ -96,6 +97,9 @@ class PhaseProfiler:
         record_shapes, profile_memory, with_stack, activities: passed to ``torch.profiler.profile``.
         gzip: write ``.pt.trace.json.gz`` traces (default) rather than plain JSON; they are
             compressed in a background process, not in the loop (``close()`` waits for them).
+        modules: a range around each call of each module of the attached models while the profiler
+            records, named by the module's path (``Net.encoder.layers.3``), for the module view: each
+            module's forward and backward time (`module_ranges`; its cost is in docs/performance.md).
         analyze_traces: after each trace is written, analyse it in a background process at idle
             priority and store the analysis beside it (``<run>/.phaseprof/``), so that TensorBoard
             and ``phaseprof report`` read that instead of the trace (default True).
@@ -105,7 +109,7 @@ class PhaseProfiler:
                  active: int = 10, repeat: int = 1, record_shapes: bool = False, profile_memory: bool = False,
                  with_stack: bool = False, activities: Iterable[torch.profiler.ProfilerActivity] | None = None,
                  gzip: bool = True, analyze_traces: bool = True,
-                 capture_on_slowdown: bool | Slowdown = False) -> None:
+                 capture_on_slowdown: bool | Slowdown = False, modules: bool = False) -> None:
         if min(wait, warmup, repeat) < 0 or active < 1:
             raise ValueError(f"the schedule needs wait, warmup, repeat >= 0 and active >= 1, got wait={wait}, "
                              f"warmup={warmup}, active={active}, repeat={repeat}")
@@ -125,6 +129,8 @@ class PhaseProfiler:
         self.step_num = 0
         self._state = _NEW
         self._attachment: Attachment | None = None
+        self._modules = modules
+        self._module_ranges: ModuleRanges | None = None
         self._steps_with_optimizer = False
         self._valid_names: set[str] = set()
 
@@ -158,6 +164,11 @@ class PhaseProfiler:
                                       watch_eval=bool(optimizers) if watch_eval is None else watch_eval,
                                       on_optimizer_step=self._end_step, optimizers_end_steps=optimizers_end_steps)
         self._steps_with_optimizer = bool(optimizers) and optimizers_end_steps
+        if self._modules:
+            try:
+                self._module_ranges = ModuleRanges(models, lambda: self._recording, self._faults)
+            except Exception as e:  # noqa: BLE001
+                self._faults.report("could not hook the modules (modules=True)", e)
         return self
 
     def _name_run(self, run: str) -> None:
@@ -212,6 +223,8 @@ class PhaseProfiler:
         _running = None
         if self._attachment is not None:
             self._attachment.remove()
+        if self._module_ranges is not None:
+            self._module_ranges.remove()
         now = time.perf_counter_ns()
         gpu = self._phases.gpu
         last = StepTimes(self.step_num, time.time(), self._phases.stop(now))

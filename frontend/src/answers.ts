@@ -438,6 +438,55 @@ export interface MemorySeries {
 }
 
 /**
+ * An op of a module: a forward op no other op of the module encloses, or (`backward`) a gradient
+ * function of one of its forward ops; host time with its children ops, GPU time it launched.
+ */
+export interface ModuleOp {
+  name: string;
+  backward: boolean;
+  calls: number;
+  cpu_ms: number;
+  gpu_ms: number;
+}
+
+/**
+ * One `nn.Module` (by path, e.g. `Net.encoder.layers.3`) over the chosen steps: its calls'
+ * forward time (host: the calls' wall time; GPU: device time of the work launched inside them),
+ * backward time (its gradient functions', found through the autograd link), both with its children's
+ * (`forward_self_ms`: without); its ops, most time first.
+ */
+export interface ModuleRow {
+  path: string;
+  parent: string | null;
+  depth: number;
+  calls: number;
+  forward_ms: number;
+  forward_self_ms: number;
+  forward_gpu_ms: number;
+  backward_ms: number;
+  backward_gpu_ms: number;
+  forward_ms_per_step: number;
+  backward_ms_per_step: number;
+  ops: ModuleOp[];
+}
+
+/**
+ * Modules over one step or every profiled step (`/modules`), most forward plus backward host time
+ * first. `source`: where the module calls came from (phaseprof's ranges with
+ * `PhaseProfiler(modules=True)`, or torch's `with_modules` records), "" when none was recorded.
+ */
+export interface ModulesAnswer {
+  run: string;
+  worker: string;
+  step: number | null;
+  steps: number;
+  source: string;
+  forward_phase_ms: number;
+  has_gpu: boolean;
+  modules: ModuleRow[];
+}
+
+/**
  * An op of one step and phase, aggregated by name and input shapes. `self_*`: without its
  * children (host) or of the work it launched itself (GPU).
  */
@@ -449,6 +498,8 @@ export interface OpRow {
   cpu_ms: number;
   self_gpu_ms: number;
   gpu_ms: number;
+  stack?: string[];
+  frame?: string;
 }
 
 /** Every op of a worker over its profiled steps (`/ops`), most self host time first. */
@@ -626,6 +677,8 @@ export interface RunOpRow {
   self_gpu_share: number | null;
   steps: number[];
   phases: string[];
+  stack?: string[];
+  frame?: string;
 }
 
 export interface RunReport {
@@ -958,4 +1011,5 @@ export interface WorkerReport {
   summary: Summary;
   detail?: StepDetail;
   kernels?: KernelsAnswer;
+  modules?: ModulesAnswer;
 }

@@ -10,6 +10,7 @@ import type {
   KernelsAnswer,
   MemoryAnswer,
   MemoryEventsAnswer,
+  ModulesAnswer,
   OpsAnswer,
   RanksAnswer,
   RunsAnswer,
@@ -54,6 +55,7 @@ export class Api {
   memory = (run: string, worker: string, step: number) => this.get<MemoryAnswer>('memory', { run, worker, step });
   memoryEvents = (run: string, worker: string, step: number) => this.get<MemoryEventsAnswer>('memory_events', { run, worker, step });
   collectives = (run: string, step: number | null) => this.get<CollectivesAnswer>('collectives', { run, step });
+  modules = (run: string, worker: string, step: number | null) => this.get<ModulesAnswer>('modules', { run, worker, step });
   /** A step as Chrome-trace JSON, as text: what "Download" saves is exactly what was drawn. */
   trace = (run: string, worker: string, step: number) => this.get<string>('trace', { run, worker, step }, true, true);
 

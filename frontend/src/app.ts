@@ -22,11 +22,14 @@ import { memoryEvents } from './views/memory_events';
 import { overview } from './views/overview';
 import { ranks } from './views/ranks';
 import { operators } from './views/operators';
+import { modules } from './views/modules';
 import { step } from './views/step';
 import { timeline } from './views/timeline';
 import { defaultWorker, findRun, type View } from './views/view';
 
-const VIEW_OF: Record<ViewName, View> = { overview, timeline, step, operators, compare, ranks, collectives, memory: memoryEvents };
+const VIEW_OF: Record<ViewName, View> = {
+  overview, timeline, step, operators, modules, compare, ranks, collectives, memory: memoryEvents,
+};
 const POLL_MS = 1500;
 
 /** Which toolbar inputs each view reads. */
@@ -35,6 +38,7 @@ const USES: Record<ViewName, { worker: boolean; run: boolean; device: boolean }>
   timeline: { run: true, worker: false, device: true },
   step: { run: true, worker: true, device: false },
   operators: { run: true, worker: true, device: false },
+  modules: { run: true, worker: true, device: false },
   compare: { run: false, worker: false, device: true },
   ranks: { run: true, worker: false, device: true },
   collectives: { run: true, worker: false, device: false },

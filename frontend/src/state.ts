@@ -3,13 +3,14 @@
 import type { Device } from './types';
 import type { UrlHash } from './url_hash';
 
-export type View = 'overview' | 'timeline' | 'step' | 'operators' | 'compare' | 'ranks' | 'collectives' | 'memory';
+export type View = 'overview' | 'timeline' | 'step' | 'operators' | 'modules' | 'compare' | 'ranks' | 'collectives' | 'memory';
 
 export const VIEWS: { view: View; label: string }[] = [
   { view: 'overview', label: 'Overview' },
   { view: 'timeline', label: 'Timeline' },
   { view: 'step', label: 'Step' },
   { view: 'operators', label: 'Operators' },
+  { view: 'modules', label: 'Modules' },
   { view: 'compare', label: 'Compare' },
   { view: 'ranks', label: 'Ranks' },
   { view: 'collectives', label: 'Collectives' },

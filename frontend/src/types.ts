@@ -20,5 +20,6 @@ export type OutsideBand = StepDetail['outside'][number];
 /** A value per step of the timeline; null where a step has none. */
 export type Series = TimelineAnswer['wall'];
 
-/** An op as the ops tables show it: mean per step (`MeanOp`) or within one step (`OpRow`, with shapes). */
-export type OpFigures = MeanOp & { shapes?: string | null };
+/** An op as the ops tables show it: mean per step (`MeanOp`) or within one step (`OpRow`, with shapes
+ * and, recorded with stacks, where in the code it was called). */
+export type OpFigures = MeanOp & { shapes?: string | null; stack?: string[]; frame?: string };

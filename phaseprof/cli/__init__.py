@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--kernels", action="store_true",
                         help="add each worker's kernels (over --step, or every step): time, occupancy, blocks per SM, "
                              "grid and block, registers, shared memory, tensor cores, launching op and phase")
+    report.add_argument("--modules", action="store_true",
+                        help="add each worker's nn.Modules (over --step, or every step): forward and backward time, "
+                             "host and GPU, calls, ops (from PhaseProfiler(modules=True) or with_stack=True traces)")
     report.add_argument("--sort", choices=KERNEL_SORT_KEYS, default="total",
                         help="order of the --kernels table, largest first (default: total time)")
 
@@ -103,7 +106,8 @@ def _report(args: argparse.Namespace) -> int:
 
     progress = _ProgressBar() if sys.stderr.isatty() else None
     try:
-        report = make_report(args.path, run=args.run, step=args.step, kernels=args.kernels, progress=progress)
+        report = make_report(args.path, run=args.run, step=args.step, kernels=args.kernels,
+                             modules=args.modules, progress=progress)
     finally:
         if progress is not None:
             progress.close()

@@ -20,6 +20,7 @@ from typing import Protocol
 import msgspec
 
 from phaseprof.plugin.analysis.kernels import kernels_answer
+from phaseprof.plugin.analysis.modules import modules_answer
 from phaseprof.plugin.analysis.steps import step_detail, step_rows
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.analysis.worker_summary import summarize
@@ -41,19 +42,21 @@ class Progress(Protocol):
 
 
 def analyze(path: str, run: str | None = None, step: int | None = None, *, kernels: bool = False,
-            progress: Progress | None = None) -> dict:
+            modules: bool = False, progress: Progress | None = None) -> dict:
     """The report on ``path`` (see `report`) as plain dicts and lists, exactly as ``--json`` prints it."""
-    return msgspec.json.decode(msgspec.json.encode(report(path, run, step, kernels=kernels, progress=progress)))
+    return msgspec.json.decode(msgspec.json.encode(report(path, run, step, kernels=kernels, modules=modules,
+                                                          progress=progress)))
 
 
 def report(path: str, run: str | None = None, step: int | None = None, *, kernels: bool = False,
-           progress: Progress | None = None) -> Report:
+           modules: bool = False, progress: Progress | None = None) -> Report:
     """The report on ``path``: runs, workers (ranks), their steps and summaries, every timed step of
     each run from its scalars (``whole_run``), and errors.
 
     ``run`` keeps one run (its name relative to ``path``); ``step`` keeps one step and adds its
     detail (ops per phase, memory, swimlanes) as the worker's ``detail``. ``kernels`` adds each
-    worker's kernel table (``/kernels``' answer) over that step, or over every step holding work.
+    worker's kernel table (``/kernels``' answer) over that step, or over every step holding work;
+    ``modules`` its module table (``/modules``' answer) likewise.
     """
     errors: list[FileError] = []
     try:
@@ -72,14 +75,14 @@ def report(path: str, run: str | None = None, step: int | None = None, *, kernel
                                     error=f"no run named {display(run)!r} under {display(path)}"))
     if progress:
         progress.start([f for r in runs for f in r.files])
-    out_runs = [_run_report(path, r, step, errors, progress, kernels) for r in runs]
+    out_runs = [_run_report(path, r, step, errors, progress, kernels, modules) for r in runs]
     if not any(r.workers or r.whole_run for r in out_runs) and not errors:
         errors.append(FileError(path=display(path), error="no trace files found (*.pt.trace.json[.gz])"))
     return Report(runs=out_runs, errors=errors)
 
 
 def _run_report(root: str, run: Run, step: int | None, errors: list[FileError],
-                progress: Progress | None, kernels: bool) -> RunReport:
+                progress: Progress | None, kernels: bool, modules: bool = False) -> RunReport:
     workers = []
     for worker, files in run.workers.items():
         spans = []
@@ -117,6 +120,8 @@ def _run_report(root: str, run: Run, step: int | None, errors: list[FileError],
                 entry.detail = step_detail(w, row, run.name)
         if kernels and (step is None or row is not None):
             entry.kernels = kernels_answer(run.name, w, w.full().tolist() if step is None else [row], step, None)
+        if modules and (step is None or row is not None):
+            entry.modules = modules_answer(run.name, w, w.full().tolist() if step is None else [row], step)
         workers.append(entry)
     return RunReport(run=run.name, workers=workers, whole_run=_whole_run(run))
 

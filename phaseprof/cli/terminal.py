@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from phaseprof.plugin.answers import (
         GpuTime,
         KernelsAnswer,
+        ModulesAnswer,
         PhaseMean,
         PhaseTimes,
         Report,
@@ -194,7 +195,36 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
     _findings(summary, console, evidence)
     if w.kernels is not None:
         _kernels(w.kernels, console)
+    if w.modules is not None:
+        _modules(w.modules, console)
     console.print()
+
+
+#: The module table shows this many rows (``--json`` has them all).
+MODULE_ROWS = 40
+
+
+def _modules(m: ModulesAnswer, console: Console) -> None:
+    """The module table (``report --modules``): most forward plus backward host time first."""
+    steps = f"step {m.step}" if m.step is not None else f"{m.steps} step(s)"
+    if not m.modules:
+        console.print(say(f"modules · {steps}: none recorded (PhaseProfiler(modules=True), or with_stack=True)",
+                          "dim"))
+        return
+    t = _table(title=f"modules · {steps}, from {m.source}: forward phase {m.forward_phase_ms:,.2f} ms; a module's "
+                     "time holds its children's", title_justify="left")
+    columns = ["module", "calls", "forward ms", "self ms", "backward ms"]
+    columns += ["fwd GPU ms", "bwd GPU ms"] if m.has_gpu else []
+    columns += ["top op"]
+    for col in columns:
+        t.add_column(col, justify="left" if col in ("module", "top op") else "right")
+    for r in m.modules[:MODULE_ROWS]:
+        gpu = [_fmt(r.forward_gpu_ms), _fmt(r.backward_gpu_ms)] if m.has_gpu else []
+        _row(t, plain(r.path, _KERNEL_NAME_WIDTH), f"{r.calls:,}", _fmt(r.forward_ms), _fmt(r.forward_self_ms),
+             _fmt(r.backward_ms), *gpu, plain(r.ops[0].name, _OP_WIDTH) if r.ops else "-")
+    console.print(t)
+    if len(m.modules) > MODULE_ROWS:
+        console.print(say(f"  … {len(m.modules) - MODULE_ROWS:,} more modules (--json lists them all)", "dim"))
 
 
 #: The kernel table shows this many rows (``--json`` has them all) and names cut to these widths.

@@ -10,6 +10,7 @@ import msgspec
 import numpy as np
 
 from .partition import Step
+from .stacks import CallPaths
 
 
 class OpTable(msgspec.Struct):
@@ -29,6 +30,10 @@ class OpTable(msgspec.Struct):
     total_us: np.ndarray
     self_gpu_us: np.ndarray
     gpu_us: np.ndarray
+    #: the call path (into ``SpanAnalysis.call_paths``) of most of the row's host time, -1 where the
+    #: trace holds no stacks; and that host time
+    stack: np.ndarray  # int32
+    stack_us: np.ndarray
 
     def rows(self, step: int) -> slice:
         """The rows of one step."""
@@ -78,6 +83,38 @@ class KernelTable(msgspec.Struct):
 
     def rows(self, step: int) -> slice:
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+
+
+class ModuleTable(msgspec.Struct):
+    """Per (step, module): its calls' figures (µs); per (step, module, op, forward or backward): its ops.
+    ``paths[m]`` names module m, ``parent[m]`` its enclosing module (-1: top level)."""
+
+    source: str  # `modules.FROM_RANGES`, `modules.FROM_RECORDS`, or "" (none recorded)
+    paths: list[str]
+    parent: np.ndarray  # int32
+    step: np.ndarray  # int32 index into SpanAnalysis.steps
+    module: np.ndarray  # int32 into paths
+    calls: np.ndarray  # int64
+    forward_us: np.ndarray
+    forward_self_us: np.ndarray
+    forward_gpu_us: np.ndarray
+    backward_us: np.ndarray
+    backward_gpu_us: np.ndarray
+    op_step: np.ndarray  # int32
+    op_module: np.ndarray  # int32
+    op_name: np.ndarray  # int32 into SpanAnalysis.names
+    op_backward: np.ndarray  # bool
+    op_calls: np.ndarray  # int64
+    op_us: np.ndarray  # host time, children ops included
+    op_gpu_us: np.ndarray  # device time launched by it and its children
+
+
+def no_modules() -> ModuleTable:
+    i32, f = np.zeros(0, np.int32), np.zeros(0)
+    return ModuleTable(source="", paths=[], parent=i32, step=i32, module=i32, calls=np.zeros(0, np.int64),
+                       forward_us=f, forward_self_us=f, forward_gpu_us=f, backward_us=f, backward_gpu_us=f,
+                       op_step=i32, op_module=i32, op_name=i32, op_backward=np.zeros(0, bool),
+                       op_calls=np.zeros(0, np.int64), op_us=f, op_gpu_us=f)
 
 
 class MemoryCurve(msgspec.Struct):
@@ -218,6 +255,8 @@ class SpanAnalysis(msgspec.Struct):
     memory_peak: np.ndarray  # (steps, phases, devices) peak allocated bytes, -1 where no event
     memory_delta: np.ndarray  # (steps, phases, devices) net allocated bytes
     ops: OpTable
+    call_paths: CallPaths  # Python call stacks of the ops (``with_stack=True``; empty without)
+    modules: ModuleTable  # per nn.Module, where recorded (`modules`)
     kernels: KernelTable
     collectives: CollectiveTable
     memory_curve: MemoryCurve

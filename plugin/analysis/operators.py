@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..answers import OpsAnswer, RunOpRow
-from .steps import ms
+from .steps import ms, op_stack
 from .worker import Worker
 
 GROUPS = ("name", "shapes")
@@ -43,6 +43,13 @@ def run_ops(w: Worker, phase: str | None = None, group: str = "name") -> OpsAnsw
         inverse = inverse.ravel()
         sums = [np.bincount(inverse, weights=c[picked], minlength=len(keys))
                 for c in (t.calls, t.self_us, t.total_us, t.self_gpu_us, t.gpu_us)]
+        # per group, the call path of the row with most host time on one path
+        main = np.full(len(keys), -1, np.int64)
+        main_us = np.zeros(len(keys))
+        order = np.lexsort((-t.stack_us[picked], inverse))
+        first = order[np.r_[True, inverse[order][1:] != inverse[order][:-1]]] if len(order) else order
+        main[inverse[first]] = t.stack[picked][first]
+        main_us[inverse[first]] = t.stack_us[picked][first]
         numbers = np.array([s.number for s in span.steps], dtype=np.int64)[t.step[picked]]
         # (group, step number) pairs, each once; step numbers may lie anywhere in 64 bits
         by_step = np.unique(np.column_stack([inverse.astype(np.int64), numbers]), axis=0)
@@ -58,9 +65,11 @@ def run_ops(w: Worker, phase: str | None = None, group: str = "name") -> OpsAnsw
                 name, shapes = span.names[k // max(len(span.shapes), 1)], span.shapes[k % max(len(span.shapes), 1)]
             else:
                 name, shapes = span.names[k], None
-            entry = acc.setdefault((name, shapes), [0.0, 0.0, 0.0, 0.0, 0.0, set(), {}])
+            entry = acc.setdefault((name, shapes), [0.0, 0.0, 0.0, 0.0, 0.0, set(), {}, 0.0, {}])
             for f in range(5):
                 entry[f] += float(sums[f][g])
+            if main[g] >= 0 and main_us[g] > entry[7]:
+                entry[7], entry[8] = float(main_us[g]), op_stack(span, int(main[g]))
             entry[5].update(step_lists[g])
             for j in np.flatnonzero(present[g]).tolist():
                 p = span.phases[j]
@@ -73,9 +82,9 @@ def run_ops(w: Worker, phase: str | None = None, group: str = "name") -> OpsAnsw
             self_cpu_ms_per_step=ms(self_cpu / n), self_gpu_ms_per_step=ms(self_gpu / n),
             self_cpu_share=round(self_cpu / wall_us, 4) if wall_us else 0.0,
             self_gpu_share=(round(self_gpu / gpu_us, 4) if gpu_us else 0.0) if w.has_gpu else None,
-            steps=sorted(ran), phases=sorted(phases, key=lambda p: -phases[p]),
+            steps=sorted(ran), phases=sorted(phases, key=lambda p: -phases[p]), **stack,
         )
-        for (name, shapes), (calls, self_cpu, cpu, self_gpu, gpu, ran, phases) in acc.items()
+        for (name, shapes), (calls, self_cpu, cpu, self_gpu, gpu, ran, phases, _, stack) in acc.items()
     ]
     out.sort(key=lambda r: (-r.self_cpu_ms, r.name))
     return OpsAnswer(run="", worker=w.name, phase=phase, group=group, steps=len(steps), wall_ms=ms(wall_us),

@@ -24,8 +24,10 @@ from .kernels import kernel_table
 from .memory import has_baseline, memory_curve, running_allocated
 from .memory_ops import memory_tables
 from .model import GpuMeasures, Lanes, OpTable, Outside, SpanAnalysis
+from .modules import module_range_names, module_table
 from .nesting import Nesting, nest
 from .partition import Partition, partition
+from .stacks import op_paths
 from .untraced import untraced_us
 
 #: Swimlane bands of one phase parted by less than this share of the step's wall time (a pixel or less
@@ -85,7 +87,9 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
     gpu = gpu_measures(trace, part, dev_step, dev_phase, comm, shape2)
     allocated = running_allocated(trace)
     peak, delta = _memory(trace, part, shape2, allocated)
-    ops = _op_table(trace, n, part, launch)
+    self_gpu, op_gpu = _op_gpu(trace, n, launch)
+    paths, op_stack = op_paths(trace.python, n)
+    ops = _op_table(trace, n, part, self_gpu, op_gpu, op_stack)
     kernels = kernel_table(trace, launch.op_name(n), dev_step, dev_phase)
     collectives = collective_table(trace, n, part, launch.runtime, launch.ts, comm)
     memory_ops, memory_events = memory_tables(trace, n, part, allocated)
@@ -110,6 +114,8 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
         memory_peak=peak,
         memory_delta=delta,
         ops=ops,
+        call_paths=paths,
+        modules=module_table(trace, n, part, launch.runtime, op_gpu),
         kernels=kernels,
         collectives=collectives,
         memory_curve=memory_curve(trace, part, allocated),
@@ -353,8 +359,8 @@ def _memory(trace: Trace, part: Partition, shape2: tuple[int, int],
     return peak, delta
 
 
-def _op_table(trace: Trace, n: Nesting, part: Partition, launch: Launch) -> OpTable:
-    name, kind, shapes = n.name, n.kind, n.shapes
+def _op_gpu(trace: Trace, n: Nesting, launch: Launch) -> tuple[np.ndarray, np.ndarray]:
+    """Per host event of ``n``: the device time it launched itself, and with its children's."""
     # Device time belongs to the op that made the runtime call launching it ("self"), and through
     # it to that op's ancestors. A runtime call outside any op keeps it itself.
     self_gpu = np.zeros(len(n.ts))
@@ -366,9 +372,16 @@ def _op_table(trace: Trace, n: Nesting, part: Partition, launch: Launch) -> OpTa
         for d in range(int(n.depth.max()), 0, -1):
             at = np.flatnonzero((n.depth == d) & (gpu > 0))
             np.add.at(gpu, n.parent[at], gpu[at])
+    return self_gpu, gpu
+
+
+def _op_table(trace: Trace, n: Nesting, part: Partition, self_gpu: np.ndarray, gpu: np.ndarray,
+              stack: np.ndarray) -> OpTable:
+    name, kind, shapes = n.name, n.kind, n.shapes
     step, phase = part.locate(n.ts)
-    # phase ranges and step markers are not ops: they *are* the phases and steps
+    # phase ranges and step markers are not ops: they *are* the phases and steps; nor are module ranges
     keep = (step >= 0) & ((kind == OP) | (kind == ANNOTATION) | (kind == RUNTIME)) & ~part.marker_names[name]
+    keep &= ~module_range_names(trace.names)[name] if len(name) else keep
     if len(n.thread):
         keep &= part.process_threads[n.thread]
     # Group by (step, op) where an op is (phase, name, input shapes): both through dense counts,
@@ -378,6 +391,7 @@ def _op_table(trace: Trace, n: Nesting, part: Partition, launch: Launch) -> OpTa
     unique, inverse = _dense(step[keep].astype(np.int64) * max(len(combos), 1) + combo)
     count = len(unique)
     u_combo = combos[unique % max(len(combos), 1)]
+    row_stack, row_stack_us = _main_stacks(inverse, stack[keep], n.dur[keep], count)
     return OpTable(
         step=(unique // max(len(combos), 1)).astype(np.int32),
         phase=(u_combo // (nn * ns)).astype(np.int32),
@@ -388,7 +402,26 @@ def _op_table(trace: Trace, n: Nesting, part: Partition, launch: Launch) -> OpTa
         total_us=np.bincount(inverse, weights=n.dur[keep], minlength=count),
         self_gpu_us=np.bincount(inverse, weights=self_gpu[keep], minlength=count),
         gpu_us=np.bincount(inverse, weights=gpu[keep], minlength=count),
+        stack=row_stack,
+        stack_us=row_stack_us,
     )
+
+
+def _main_stacks(row: np.ndarray, stack: np.ndarray, dur: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the call path (node) of most of its host time, and that time; -1 and 0 without one."""
+    main, main_us = np.full(rows, -1, np.int32), np.zeros(rows)
+    known = stack >= 0
+    if not known.any():
+        return main, main_us
+    pairs, inverse = np.unique(row[known].astype(np.int64) * (int(stack.max()) + 1) + stack[known],
+                               return_inverse=True)
+    us = np.bincount(inverse.ravel(), weights=dur[known], minlength=len(pairs))
+    pair_row, pair_stack = pairs // (int(stack.max()) + 1), pairs % (int(stack.max()) + 1)
+    order = np.lexsort((-us, pair_row))  # per row, most time first
+    first = order[np.r_[True, pair_row[order][1:] != pair_row[order][:-1]]]
+    main[pair_row[first]] = pair_stack[first]
+    main_us[pair_row[first]] = us[first]
+    return main, main_us
 
 
 def _dense(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

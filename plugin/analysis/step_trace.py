@@ -28,6 +28,7 @@ from ..reading.events import ANNOTATION, KERNEL, MEMCPY, OP, RUNTIME, Thread, Tr
 from .nesting import Nesting, nest
 from .partition import Partition, partition
 from .span import launches
+from .stacks import op_paths, stack, user_frame
 
 #: Event categories as today's traces write them.
 _HOST_CATEGORY = {OP: "cpu_op", ANNOTATION: "user_annotation", RUNTIME: "cuda_runtime"}
@@ -70,6 +71,7 @@ class StepCut(msgspec.Struct):
     host_shapes: np.ndarray  # int32 codes into StepTables.shapes (0: none)
     host_corr: np.ndarray  # int64
     host_label: np.ndarray  # int32 (NO_LABEL, a phase code, or OUTSIDE - kind)
+    host_stack: np.ndarray  # int32 index into `stacks` (-1: no Python frame covers the event)
     dev_ts: np.ndarray
     dev_dur: np.ndarray
     dev_device: np.ndarray  # int32
@@ -87,6 +89,7 @@ class StepCut(msgspec.Struct):
     out_start: np.ndarray  # time kept out of the step
     out_end: np.ndarray
     out_kind: np.ndarray  # int32 index into OUT_OF_STEP
+    stacks: list[list[str]]  # with_stack: the step's distinct Python call stacks, innermost frame first
 
 
 class StepCutter:
@@ -109,6 +112,7 @@ class StepCutter:
         self._dev_step, self._dev_phase = part.locate(launch.ts)
         self._dev_out_step, self._dev_out = part.locate_outside(launch.ts)
         self._owner = launch.op_name(n)
+        self._paths, self._op_stack = op_paths(trace.python, n)  # with_stack: each event's call path
 
     def find(self, number: int) -> int | None:
         """The index of the first step numbered ``number``, None if there is none."""
@@ -130,12 +134,17 @@ class StepCutter:
         dev = trace.device
         seg = np.flatnonzero(part.step == index)
         out = np.flatnonzero(part.outside_step == index)
+        nodes = self._op_stack[host]
+        distinct, host_stack = np.unique(nodes, return_inverse=True)
+        if len(distinct) and distinct[0] < 0:  # events no frame covers
+            host_stack = host_stack - 1
+            distinct = distinct[1:]
         return StepCut(
             number=step.number, start=step.start, end=step.end, inferred=sorted(step.inferred),
             host_ts=n.ts[host], host_dur=self._dur[host], host_thread=n.thread[host].astype(np.int32),
             host_name=n.name[host].astype(np.int32), host_kind=n.kind[host].astype(np.int8),
             host_shapes=n.shapes[host].astype(np.int32), host_corr=trace.host.corr[n.order[host]].astype(np.int64),
-            host_label=host_label.astype(np.int32),
+            host_label=host_label.astype(np.int32), host_stack=host_stack.astype(np.int32).reshape(-1),
             dev_ts=dev.ts[device], dev_dur=dev.dur[device], dev_device=dev.device[device].astype(np.int32),
             dev_stream=dev.stream[device].astype(np.int64), dev_name=dev.name[device].astype(np.int32),
             dev_kind=dev.kind[device].astype(np.int8), dev_corr=dev.corr[device].astype(np.int64),
@@ -143,7 +152,8 @@ class StepCutter:
             launch_thread=n.thread[call].astype(np.int32), launch_ts=n.ts[call],
             seg_start=part.start[seg], seg_end=part.end[seg], seg_phase=part.phase[seg].astype(np.int32),
             out_start=part.outside_start[out], out_end=part.outside_end[out],
-            out_kind=part.outside_kind[out].astype(np.int32))
+            out_kind=part.outside_kind[out].astype(np.int32),
+            stacks=[stack(self._paths, trace.names, int(node)) for node in distinct.tolist()])
 
 
 def step_trace(trace: Trace, number: int) -> StepTrace | None:
@@ -166,15 +176,19 @@ def document(tables: StepTables, cut: StepCut) -> StepTrace:
     for t in sorted(set(cut.host_thread.tolist())):
         events.append(TraceEvent(ph="M", name="thread_name", pid=threads[t].pid, tid=threads[t].tid,
                                  args={"name": threads[t].label}))
-    for ts, dur, th, name, kind, shapes, corr, code in zip(
+    for ts, dur, th, name, kind, shapes, corr, code, at in zip(
             cut.host_ts.tolist(), cut.host_dur.tolist(), cut.host_thread.tolist(), cut.host_name.tolist(),
-            cut.host_kind.tolist(), cut.host_shapes.tolist(), cut.host_corr.tolist(), cut.host_label.tolist()):
+            cut.host_kind.tolist(), cut.host_shapes.tolist(), cut.host_corr.tolist(), cut.host_label.tolist(),
+            cut.host_stack.tolist()):
         t = threads[th]
         args = label(code)
         if shapes > 0 and tables.shapes[shapes]:
             args["Input Dims"] = msgspec.Raw(tables.shapes[shapes].encode())
         if kind == RUNTIME:
             args["correlation"] = corr
+        if at >= 0:
+            args["stack"] = cut.stacks[at]
+            args["frame"] = user_frame(cut.stacks[at])
         events.append(TraceEvent(ph="X", name=names[name], cat=_HOST_CATEGORY[kind], pid=t.pid, tid=t.tid,
                                  ts=ts, dur=dur, args=args))
 

@@ -13,6 +13,7 @@ from phaseprof.contract import EVAL, OUT_OF_STEP, PAUSED
 
 from ..answers import GpuTime, Lanes, MemoryFigures, OpRow, PhaseTimes, StepDetail, StepRow
 from .model import SpanAnalysis
+from .stacks import stack, user_frame
 from .worker import Worker, ms
 
 #: A phase whose GPU is idle at least this share of its host time is CPU-bound; at most the lower
@@ -138,9 +139,18 @@ def op_rows(span: SpanAnalysis, rows: slice | np.ndarray, limit: int | None = No
             cpu_ms=ms(t.total_us[k]),
             self_gpu_ms=ms(t.self_gpu_us[k]),
             gpu_ms=ms(t.gpu_us[k]),
+            **op_stack(span, int(t.stack[k])),
         )
         for k in idx.tolist()
     ]
+
+
+def op_stack(span: SpanAnalysis, node: int) -> dict:
+    """An op row's ``stack`` and ``frame`` (`answers.OpRow`) for call path ``node`` of ``span``."""
+    if node < 0:
+        return {}
+    frames = stack(span.call_paths, span.names, node)
+    return {"stack": frames, "frame": user_frame(frames)}
 
 
 def step_detail(w: Worker, row: int, run: str, op_limit: int | None = None) -> StepDetail:

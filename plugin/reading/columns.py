@@ -53,6 +53,7 @@ _PID = attrgetter("pid")
 _TID = attrgetter("tid")
 _CORRELATION = attrgetter("args.correlation")
 _INPUT_DIMS = attrgetter("args.input_dims")
+_SEQUENCE = attrgetter("args.sequence")
 _NBYTES = attrgetter("args.nbytes")
 _TOTAL = attrgetter("args.total_allocated")
 _RESERVED = attrgetter("args.total_reserved")
@@ -141,7 +142,8 @@ def _valid_complete(group: list[Event], problems: Problems) -> tuple[list[Event]
 
 
 _HOST_COLUMNS = {"ts": np.float64, "dur": np.float64, "thread": np.int32, "name": np.int32,
-                 "kind": np.int8, "corr": np.int64, "shapes": np.int32, "comm": np.int32}
+                 "kind": np.int8, "corr": np.int64, "shapes": np.int32, "comm": np.int32,
+                 "seq": np.int64}
 _DEVICE_COLUMNS = {"ts": np.float64, "dur": np.float64, "device": np.int32, "stream": np.int64,
                    "name": np.int32, "kind": np.int8, "corr": np.int64, "blocks_per_sm": np.float64,
                    "occupancy": np.float64, "registers": np.int64, "shared_memory": np.int64, "grid": np.int64,
@@ -161,6 +163,8 @@ def _host_columns(group: list[Event], ts, dur, kind: int, part: Part, shapes: bo
         "shapes": (_codes(list(map(bytes, map(_INPUT_DIMS, group))), part.shapes) if kind == OP and shapes
                    else np.zeros(n, np.int32)),
         "comm": _comm_codes(group, part.comms) if kind == OP else np.zeros(n, np.int32),
+        "seq": (_int_column(group, _SEQUENCE, -1, 0, _INT64_MAX, part.problems, "sequence number")
+                if kind == OP else np.full(n, -1, np.int64)),
     }
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import split
 from .columns import Part, fill_columns
-from .events import DeviceEvents, HostEvents, MemoryEvents, Thread, Trace, memory_device_label
+from .events import PYTHON, DeviceEvents, HostEvents, MemoryEvents, Thread, Trace, memory_device_label
 from .file_bytes import Limits, TraceError, trace_bytes
 from .lenient import capability, decode_leniently, small_int, usable_cpus
 from .trace_fields import LIST_DECODER, OBJECT_DECODER, Event
@@ -231,9 +231,12 @@ def _merge(path: str, parts: list[Part]) -> Trace:
     shapes = [""] * len(base.shapes)
     for raw, code in base.shapes.items():
         shapes[code] = raw.decode("utf-8", "replace")
+    host = HostEvents(**columns("host"))
+    python = host.kind == PYTHON
     return Trace(
         path=path,
-        host=HostEvents(**columns("host")),
+        host=host.take(~python) if python.any() else host,
+        python=host.take(python),
         device=DeviceEvents(**columns("device")),
         memory=MemoryEvents(**columns("memory")),
         names=names,

@@ -14,6 +14,9 @@ import numpy as np
 OP = 0  #: an operator (`cpu_op`, 2021 `Operator`, or a legacy event without category)
 ANNOTATION = 1  #: a `record_function` / user range (`user_annotation`)
 RUNTIME = 2  #: a CUDA/HIP runtime or driver call (`cuda_runtime`, `cuda_driver`, 2021 `Runtime`)
+#: a Python frame (`python_function`, ``with_stack=True``), or a module's call (``nn.Module: <Class>_<n>``,
+#: ``with_modules=True``); kept apart from the others in ``Trace.python``
+PYTHON = 3
 
 # Device event kinds (DeviceEvents.kind).
 KERNEL = 0
@@ -34,7 +37,8 @@ class HostEvents(msgspec.Struct):
     """Complete (`X`) host events: operators, annotations and runtime calls.
 
     ``thread`` indexes ``Trace.threads``; ``name`` indexes ``Trace.names``; ``shapes`` indexes
-    ``Trace.shapes`` (0 = none recorded); ``corr`` is -1 except on runtime calls.
+    ``Trace.shapes`` (0 = none recorded); ``corr`` is -1 except on runtime calls; ``seq`` is an op's
+    autograd sequence number (-1: none), shared by a forward op and the backward op of its gradient.
     """
 
     ts: np.ndarray  # float64 µs
@@ -45,9 +49,20 @@ class HostEvents(msgspec.Struct):
     corr: np.ndarray  # int64 correlation (runtime calls)
     shapes: np.ndarray  # int32
     comm: np.ndarray  # int32 index into Trace.comms (0 = not a recorded collective)
+    seq: np.ndarray  # int64
 
     def __len__(self) -> int:
         return len(self.ts)
+
+    def take(self, rows: np.ndarray) -> HostEvents:
+        """These events at ``rows`` (a mask or indices)."""
+        return HostEvents(**{f: getattr(self, f)[rows] for f in self.__struct_fields__})
+
+
+def no_host_events() -> HostEvents:
+    return HostEvents(ts=np.zeros(0), dur=np.zeros(0), thread=np.zeros(0, np.int32), name=np.zeros(0, np.int32),
+                      kind=np.zeros(0, np.int8), corr=np.zeros(0, np.int64), shapes=np.zeros(0, np.int32),
+                      seq=np.zeros(0, np.int64))
 
 
 class CommArgs(msgspec.Struct, frozen=True):
@@ -152,3 +167,5 @@ class Trace(msgspec.Struct):
     #: Events skipped (or read without a field) as malformed, and one line saying how many, why, and which first.
     skipped: int = 0
     first_problem: str = ""
+    #: Python frames and module calls (kind PYTHON), written with ``with_stack`` / ``with_modules``
+    python: HostEvents = msgspec.field(default_factory=no_host_events)

@@ -46,6 +46,8 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     group_id: Any = field(default=None, name="Process Group ID")
     seq: Any = field(default=None, name="Seq")
     addr: Any = field(default=None, name="Addr")  # a [memory] event's address
+    #: an op's autograd sequence number: a backward op carries its forward op's (the module view's link)
+    sequence: int = field(default=-1, name="Sequence number")
 
 
 NO_ARGS = Args()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .events import ANNOTATION, KERNEL, MEMCPY, MEMSET, OP, RUNTIME
+from .events import ANNOTATION, KERNEL, MEMCPY, MEMSET, OP, PYTHON, RUNTIME
 
 
 class Variant(NamedTuple):
@@ -19,9 +19,11 @@ class Variant(NamedTuple):
 
 
 VARIANTS = (
-    Variant("today", {"cpu_op": OP, "user_annotation": ANNOTATION, "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME},
+    Variant("today", {"cpu_op": OP, "user_annotation": ANNOTATION, "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME,
+                      "python_function": PYTHON},
             {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET},
-            "torch >= 1.10 (CUDA): flows `ac2g`/`fwdbwd`, `External id`, `[memory]` instant events"),
+            "torch >= 1.10 (CUDA): flows `ac2g`/`fwdbwd`, `External id`, `[memory]` instant events; "
+            "`python_function` frames with `with_stack`, `nn.Module: …` with `with_modules`"),
     Variant("2021", {"Operator": OP, "Runtime": RUNTIME}, {"Kernel": KERNEL, "Memcpy": MEMCPY, "Memset": MEMSET},
             "torch 1.8-1.9: capitalised categories, `tid` may be a string (`\"stream 7\"`), `external id`"),
     Variant("legacy export", {"": OP}, {},

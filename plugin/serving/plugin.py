@@ -31,6 +31,7 @@ from ..analysis.compare import compare
 from ..analysis.kernels import kernels_answer
 from ..analysis.memory import memory_series
 from ..analysis.memory_ops import memory_devices
+from ..analysis.modules import modules_answer
 from ..analysis.operators import GROUPS, run_ops
 from ..analysis.ranks import ranks
 from ..analysis.steps import ms, outside_bands, step_detail, step_rows
@@ -45,6 +46,7 @@ from ..answers import (
     KernelsAnswer,
     MemoryAnswer,
     MemoryEventsAnswer,
+    ModulesAnswer,
     OpsAnswer,
     PhaseStyle,
     RanksAnswer,
@@ -114,6 +116,7 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
             "/ranks": self._serve_ranks,
             "/trace": self._serve_trace,
             "/kernels": self._serve_kernels,
+            "/modules": self._serve_modules,
             "/ops": self._serve_ops,
             "/memory": self._serve_memory,
             "/capture": self._serve_capture,
@@ -280,6 +283,15 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         w = target.worker
         rows = target.rows[:1] if target.rows is not None else w.full().tolist()
         return kernels_answer(target.run.name, w, rows, target.step, phase)
+
+    @wrappers.Request.application
+    def _serve_modules(self, request):
+        return _json(request, self.modules_impl(self._resolve(request.args, worker=True, step="optional")))
+
+    def modules_impl(self, target: Target) -> ModulesAnswer:
+        w = target.worker
+        rows = target.rows[:1] if target.rows is not None else w.full().tolist()
+        return modules_answer(target.run.name, w, rows, target.step)
 
     @wrappers.Request.application
     def _serve_ops(self, request):

@@ -547,6 +547,8 @@ function showTip(tip: HTMLElement, b: Box): void {
     line('shapes', args['Input Dims'] !== undefined ? JSON.stringify(args['Input Dims']) : undefined),
     line('launched by', args['launched by']),
     line('category', e.cat),
+    line('code', args.frame),
+    Array.isArray(args.stack) ? el('div', { class: 'tip-stack' }, ...args.stack.slice(0, 16).map((f: unknown) => el('div', null, String(f)))) : null,
   );
   tip.hidden = false;
 }

@@ -37,6 +37,25 @@ export function opName(name: string, shown = name): HTMLElement {
   );
 }
 
+/** Where in the user's code an op was called (`with_stack=True`): its innermost user frame, the whole
+ * call stack (innermost first) on hover. */
+export function codeCell(op: { frame?: string; stack?: string[] }): HTMLElement {
+  if (!op.stack?.length) return el('span', { class: 'muted', title: 'No call stack: record with with_stack=True' }, '–');
+  const shown = op.frame ?? op.stack[0];
+  return el('span', { class: 'code-frame', title: op.stack.join('\n'), 'data-stack': String(op.stack.length) }, shown);
+}
+
+/** The column of `codeCell`, for tables whose rows carry a stack. */
+export function codeColumn<T extends { frame?: string; stack?: string[] }>(): Column<T> {
+  return {
+    label: 'Code',
+    value: (o) => o.frame ?? o.stack?.[0] ?? '',
+    csv: (o) => (o.stack ?? []).join(' <- '),
+    cell: (o) => codeCell(o),
+    title: 'Where in your code it was called (the innermost frame of your own); the whole stack on hover',
+  };
+}
+
 /** Ops of the same name added up (their shapes set aside). */
 function byName(ops: OpFigures[]): OpFigures[] {
   const out = new Map<string, OpFigures>();
@@ -99,5 +118,6 @@ function opsGrid(ops: OpFigures[], options: OpsTableOptions, shapes: boolean): H
       { label: 'GPU ms', value: (o) => o.gpu_ms, cell: (o) => ms(o.gpu_ms), numeric: true, title: 'Device time launched within the op' },
     );
   }
+  if (ops.some((o) => o.stack?.length)) columns.push(codeColumn<OpFigures>());
   return table({ label: options.label ?? 'Ops', rows: ops, columns, limit: options.limit, empty: 'No ops recorded.', sortBy: options.gpu && options.bySelfGpu ? selfGpuColumn : selfColumn, descending: true });
 }

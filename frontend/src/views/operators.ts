@@ -7,7 +7,7 @@
 import { segmented, select } from '../components/controls';
 import { card, figure, figures, swatch } from '../components/layout';
 import { notice } from '../components/status';
-import { opName } from '../components/ops_table';
+import { codeColumn, opName } from '../components/ops_table';
 import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { count, ms, pct, thousands } from '../format';
@@ -121,6 +121,7 @@ function opsTable(ctx: ViewContext, rows: RunOpRow[], answer: OpsAnswer, gpu: bo
     { label: 'Self CPU / step', value: (o) => o.self_cpu_ms_per_step, cell: (o) => ms(o.self_cpu_ms_per_step), numeric: true, title: 'Mean per profiled step, ms' },
     { label: 'Self CPU share', value: (o) => o.self_cpu_share, cell: (o) => pct(o.self_cpu_share), numeric: true, title: 'Of the steps’ host time' },
   );
+  if (rows.some((o) => o.stack?.length)) columns.push(codeColumn<RunOpRow>());
   if (gpu) {
     columns.push({ label: 'Self GPU share', value: (o) => o.self_gpu_share, cell: (o) => pct(o.self_gpu_share), numeric: true, title: 'Of the steps’ kernel time (device time summed over streams)' });
   }

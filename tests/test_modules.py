@@ -1,0 +1,254 @@
+"""Where in the code: the module view (`/modules`, `phaseprof report --modules`) and the ops' call
+stacks, on CPU runs recorded here with a known model: three blocks, the middle one made slower by a
+sleep in its forward."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+import torch
+from rich.console import Console
+from torch import nn
+
+from phaseprof import PhaseProfiler, cli
+from phaseprof.cli.report import analyze, report
+from phaseprof.cli.terminal import render
+from phaseprof.plugin.analysis import stacks
+from phaseprof.training_hooks import module_ranges
+
+SLEEP_S = 0.25  # far beyond the noise of a loaded machine (a backward op alone has taken 0.2 s)
+STEPS = 5  # 1 warm-up + 3 active + 1 after
+
+
+class Block(nn.Module):
+    def __init__(self, slow: bool = False) -> None:
+        super().__init__()
+        self.lin = nn.Linear(32, 32)
+        self.slow = slow
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # BLOCK_FORWARD
+        if self.slow:
+            time.sleep(SLEEP_S)
+        return torch.relu(self.lin(x))
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(), Block(slow=True), Block()])
+        self.head = nn.Linear(32, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+#: torch names a frame by its function's first line
+BLOCK_LINE = next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1) if "# BLOCK_FORWARD" in line)
+
+
+def _train(logdir: Path, **options) -> None:
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with PhaseProfiler(logdir=str(logdir), run="mlp", wait=0, warmup=1, active=3, gzip=False, analyze_traces=False,
+                       **options) as prof:
+        prof.attach(model, optimizer)
+        for _ in range(STEPS):
+            x = torch.randn(16, 32)
+            loss = model(x).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+def _worker(logdir: Path, step: int | None = None) -> dict:
+    r = analyze(str(logdir), step=step, modules=True)
+    assert not r["errors"], r["errors"]
+    (worker,) = r["runs"][0]["workers"]
+    return worker
+
+
+@pytest.fixture(scope="module")
+def ranges_run(tmp_path_factory) -> Path:
+    logdir = tmp_path_factory.mktemp("modules")
+    _train(logdir, modules=True)
+    return logdir
+
+
+@pytest.fixture(scope="module")
+def stack_run(tmp_path_factory) -> Path:
+    logdir = tmp_path_factory.mktemp("stacks")
+    _train(logdir, with_stack=True)
+    return logdir
+
+
+def test_the_slow_block_comes_first_and_top_level_forward_adds_to_the_forward_phase(ranges_run):
+    m = _worker(ranges_run)["modules"]
+    assert m["source"] == "phaseprof ranges" and m["steps"] == 3
+    rows = {r["path"]: r for r in m["modules"]}
+    assert set(rows) == {"MLP", "MLP.head", *(f"MLP.blocks.{i}{s}" for i in range(3) for s in ("", ".lin"))}
+    # the ModuleList is never called (no row): its blocks' parent is the model, where they are called from
+    assert rows["MLP.blocks.1"]["parent"] == "MLP" and rows["MLP.blocks.1.lin"]["parent"] == "MLP.blocks.1"
+    assert rows["MLP.blocks.1"]["depth"] == 1 and rows["MLP.blocks.1.lin"]["depth"] == 2
+    children = [r["path"] for r in m["modules"] if r["parent"] == "MLP"]
+    assert children[0] == "MLP.blocks.1", children
+    assert rows["MLP.blocks.1"]["forward_ms"] >= 3 * SLEEP_S * 1000
+    top = [r for r in m["modules"] if r["parent"] is None]
+    assert [r["path"] for r in top] == ["MLP"]
+    forward = sum(r["forward_ms"] for r in top)
+    assert forward == pytest.approx(m["forward_phase_ms"], rel=0.01)
+    assert rows["MLP"]["calls"] == 3 and rows["MLP.blocks.1.lin"]["calls"] == 3
+    # a module's time holds its children's; its own leaves them out
+    children = sum(rows[f"MLP.blocks.{i}"]["forward_ms"] for i in range(3)) + rows["MLP.head"]["forward_ms"]
+    assert children <= rows["MLP"]["forward_ms"]
+    assert rows["MLP"]["forward_self_ms"] == pytest.approx(rows["MLP"]["forward_ms"] - children, abs=0.002)
+
+
+def test_backward_reaches_each_module_through_the_autograd_link(ranges_run):
+    rows = {r["path"]: r for r in _worker(ranges_run)["modules"]["modules"]}
+    for i in range(3):
+        lin = rows[f"MLP.blocks.{i}.lin"]
+        backward_ops = {o["name"] for o in lin["ops"] if o["backward"]}
+        assert "autograd::engine::evaluate_function: AddmmBackward0" in backward_ops
+        assert lin["backward_ms"] > 0
+        assert rows[f"MLP.blocks.{i}"]["backward_ms"] >= lin["backward_ms"]  # the block's holds its linear's
+        assert {o["name"] for o in lin["ops"] if not o["backward"]} == {"aten::linear"}
+    assert "autograd::engine::evaluate_function: ReluBackward0" in {
+        o["name"] for o in rows["MLP.blocks.0"]["ops"] if o["backward"]}
+    # the model's backward is its modules' and its own ops': at most the backward phase
+    w = _worker(ranges_run)
+    backward_phase = sum(s["phases"]["backward"]["cpu_ms"] for s in w["steps"] if s["phases"].get("backward"))
+    assert 0 < rows["MLP"]["backward_ms"] <= backward_phase
+
+
+def test_module_ranges_are_no_ops_and_no_phases(ranges_run):
+    w = _worker(ranges_run, step=2)
+    names = {o["name"] for ops in w["detail"]["ops"].values() for o in ops}
+    assert "aten::linear" in names and not any(n.startswith("phaseprof.module::") for n in names)
+    assert set(w["detail"]["phases"]) <= {"data", "forward", "backward", "optimizer", "other"}
+    one = w["modules"]
+    assert one["step"] == 2 and one["steps"] == 1
+    assert {r["path"]: r for r in one["modules"]}["MLP"]["calls"] == 1
+
+
+def test_torchs_module_records_give_the_view_without_modules_true(stack_run):
+    m = _worker(stack_run)["modules"]
+    assert m["source"] == "trace module records"
+    rows = {r["path"]: r for r in m["modules"]}
+    assert "MLP_0.Block_1" in rows and "MLP_0.Block_1.Linear_1" in rows, sorted(rows)
+    assert [r["path"] for r in m["modules"] if r["depth"] == 1][0] == "MLP_0.Block_1"
+    top = [r for r in m["modules"] if r["parent"] is None]
+    assert [r["path"] for r in top] == ["MLP_0"]
+    assert top[0]["forward_ms"] == pytest.approx(m["forward_phase_ms"], rel=0.01)
+    assert rows["MLP_0.Block_1.Linear_1"]["backward_ms"] > 0
+
+
+def test_ops_carry_their_call_stack_and_user_frame(stack_run):
+    w = _worker(stack_run, step=2)
+    ops = {o["name"]: o for o in w["detail"]["ops"]["forward"]}
+    relu = ops["aten::relu"]
+    assert relu["frame"].endswith(f"test_modules.py({BLOCK_LINE}): forward"), relu["frame"]
+    assert relu["stack"][0].startswith("<built-in method relu")  # innermost first
+    assert any(f.startswith("nn.Module: Block_") for f in relu["stack"])
+    # the run's op table (`/ops`) too
+    from phaseprof.plugin.analysis.operators import run_ops
+    from phaseprof.plugin.analysis.worker import Worker
+    from phaseprof.plugin.reading.discovery import discover
+    from phaseprof.plugin.spans import analyze_file
+
+    (run,) = discover(str(stack_run))
+    spans = [analyze_file(f) for files in run.workers.values() for f in files]
+    by_name = {o.name: o for o in run_ops(Worker("w", spans)).ops}
+    assert by_name["aten::relu"].frame == relu["frame"] and by_name["aten::relu"].stack
+    assert by_name["aten::addmm"].frame.endswith(f"test_modules.py({BLOCK_LINE}): forward")
+
+
+def test_user_frames_skip_torch_the_standard_library_and_builtins():
+    assert not stacks.is_user_frame("torch/nn/modules/module.py(1782): _call_impl")
+    assert not stacks.is_user_frame("<built-in method relu of type object at 0x7f>")
+    assert not stacks.is_user_frame("nn.Module: Linear_0")
+    assert not stacks.is_user_frame("typing.py(2268): cast")
+    assert not stacks.is_user_frame("/usr/lib/python3.11/site-packages/x/y.py(1): f")
+    assert stacks.is_user_frame("train.py(12): <module>")
+    assert stacks.is_user_frame("models/resnet.py(80): forward")
+    assert stacks.user_frame(["<built-in function linear>", "torch/nn/functional.py(3): f", "net.py(9): forward",
+                              "train.py(3): main"]) == "net.py(9): forward"
+
+
+def test_the_loop_runs_on_when_module_ranges_fail(tmp_path, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("record_function is broken")
+
+    monkeypatch.setattr(module_ranges, "_enter", broken)
+    with pytest.warns(RuntimeWarning, match="module ranges failed"):
+        _train(tmp_path, modules=True)
+    w = _worker(tmp_path)
+    assert len(w["steps"]) == 3 and w["modules"]["modules"] == []
+
+
+def test_report_modules_in_the_terminal_and_as_json(ranges_run, capsys):
+    assert cli.main(["report", str(ranges_run), "--modules", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["runs"][0]["workers"][0]["modules"]["modules"][0]["path"] == "MLP"
+    r = report(str(ranges_run), modules=True)
+    console = Console(file=io.StringIO(), width=160, color_system=None)
+    render(r, console)
+    text = console.file.getvalue()
+    assert "MLP.blocks.1" in text and "backward" in text.lower()
+    assert text.index("MLP.blocks.1") < text.index("MLP.blocks.0")
+    msgspec.json.encode(r)
+
+
+def test_the_step_trace_carries_each_events_stack(stack_run, ranges_run):
+    from phaseprof.plugin.analysis.step_trace import step_trace
+    from phaseprof.plugin.reading.decode import read_trace
+
+    (with_stack,) = (stack_run / "mlp").glob("*.pt.trace.json")
+    events = step_trace(read_trace(str(with_stack)), 2).traceEvents
+    relu = [e for e in events if e.name == "aten::relu"]
+    assert len(relu) == 3
+    assert all(e.args["frame"].endswith(f"test_modules.py({BLOCK_LINE}): forward") for e in relu)
+    assert all(e.args["stack"][0].startswith("<built-in method relu") for e in relu)
+    (without,) = (ranges_run / "mlp").glob("*.pt.trace.json")
+    assert not any(e.args and "stack" in e.args for e in step_trace(read_trace(str(without)), 2).traceEvents)
+
+
+def test_gpu_time_of_a_modules_forward_and_backward_is_the_work_each_launched(tmp_path):
+    """A built GPU trace: two modules in a model, each launching one kernel in forward; their gradient
+    functions run on autograd's own thread and launch one kernel each, linked to the forward ops by
+    their sequence numbers only."""
+    from tests.logdir import write_trace
+    from tests.tracebuilder import AUTOGRAD, annotation, kernel, launch, op, step, thread_names
+
+    events = thread_names() + [
+        step(1, 0, 2000), annotation("phaseprof::forward", 50, 900),
+        op("phaseprof.module::Net", 100, 800), op("phaseprof.module::Net.a", 150, 250),
+        op("phaseprof.module::Net.b", 450, 400),
+        op("aten::mm", 160, 100, **{"Sequence number": 1}), launch(170, corr=1), kernel("k_a", 300, 50, corr=1),
+        op("aten::mm", 460, 100, **{"Sequence number": 2}), launch(470, corr=2), kernel("k_b", 500, 80, corr=2),
+        annotation("phaseprof::backward", 1000, 600),
+        op("autograd::engine::evaluate_function: MmBackward0", 1100, 100, tid=AUTOGRAD, **{"Sequence number": 2}),
+        launch(1110, corr=3, tid=AUTOGRAD), kernel("k_b_grad", 1150, 30, corr=3),
+        op("autograd::engine::evaluate_function: MmBackward0", 1250, 120, tid=AUTOGRAD, **{"Sequence number": 1}),
+        launch(1260, corr=4, tid=AUTOGRAD), kernel("k_a_grad", 1300, 40, corr=4),
+    ]
+    write_trace(tmp_path / "w.1.pt.trace.json", events)
+    m = _worker(tmp_path)["modules"]
+    assert m["has_gpu"] and m["source"] == "phaseprof ranges"
+    rows = {r["path"]: r for r in m["modules"]}
+    expected = {  # forward ms, forward GPU ms, backward ms, backward GPU ms
+        "Net": (0.8, 0.13, 0.22, 0.07), "Net.a": (0.25, 0.05, 0.12, 0.04), "Net.b": (0.4, 0.08, 0.1, 0.03)}
+    for path, (fwd, fwd_gpu, bwd, bwd_gpu) in expected.items():
+        r = rows[path]
+        assert (r["forward_ms"], r["forward_gpu_ms"], r["backward_ms"], r["backward_gpu_ms"]) == pytest.approx(
+            (fwd, fwd_gpu, bwd, bwd_gpu), abs=1e-6), path
+    assert rows["Net.b"]["parent"] == "Net" and rows["Net"]["forward_self_ms"] == pytest.approx(0.15)
+    assert {(o["name"], o["backward"], o["gpu_ms"]) for o in rows["Net.a"]["ops"]} == {
+        ("aten::mm", False, 0.05), ("autograd::engine::evaluate_function: MmBackward0", True, 0.04)}
