@@ -40,7 +40,7 @@ EQUIVALENTS = ROOT / "docs" / "mutation-equivalents.md"
 #: ``noise`` is the noise rule itself (``phaseprof/noise.py``); ``plugin/analysis/noise.py`` only re-exports it.
 MODULES: dict[str, tuple[str, list[str]]] = {
     "noise": ("phaseprof/noise.py", ["tests/test_noise.py"]),
-    "cost": ("phaseprof/plugin/analysis/cost.py", ["tests/test_findings.py"]),
+    "cost": ("phaseprof/plugin/analysis/cost.py", ["tests/test_cost.py", "tests/test_findings.py"]),
     "regression": ("phaseprof/plugin/analysis/regression.py", ["tests/test_compare.py"]),
     "partition": ("phaseprof/plugin/analysis/partition.py",
                   ["tests/test_phases.py", "tests/test_inferred_steps.py", "tests/test_outside_steps.py"]),
@@ -112,6 +112,26 @@ def equivalents() -> dict[str, str]:
     return dict(found)
 
 
+def sample(path: str, count: int) -> list[str]:
+    """``count`` of the module's mutant names, drawn with a fixed seed (the same ones every time)."""
+    import random
+
+    from mutmut.mutation.file_mutation import mutate_file_contents
+    from mutmut.utils.format_utils import get_mutant_name
+
+    source = (ROOT / _tree_path(path)).read_text(encoding="utf-8")
+    names = [get_mutant_name(Path(path), n) for n in mutate_file_contents(path, source).mutant_names]
+    return sorted(random.Random(0).sample(names, min(count, len(names))))
+
+
+def _tree_path(path: str) -> str:
+    """Where the file of ``path`` (as imported) lies in the tree."""
+    for folder, target in sorted(LAYOUT.items(), key=lambda kv: -len(kv[1])):
+        if path.startswith(target + "/"):
+            return folder + path[len(target):]
+    raise ValueError(path)
+
+
 def mutmut(where: Path, *args: str) -> None:
     env = dict(os.environ, PHASEPROF_CACHE="off")  # never an analysis cached under another mutant
     done = subprocess.run([sys.executable, "-m", "mutmut", "run", *args], cwd=where, env=env)
@@ -126,33 +146,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
     parser.add_argument("--show", action="store_true", help="print the diff of every survivor not listed as equivalent")
     parser.add_argument("--report-only", action="store_true", help="print the last run's score, run nothing")
+    parser.add_argument("--sample", type=int, metavar="N",
+                        help="test N of the module's mutants, drawn with a fixed seed (a module of thousands)")
     args = parser.parse_args(argv)
     path, _ = MODULES[args.module]
     where = STAGE / args.module
     if not args.report_only:
         before = results(where, path)
         where = stage(args.module, args.fresh)
-        mutmut(where, "--max-children", str(args.max_children))
+        drawn = sample(path, args.sample) if args.sample else []
+        mutmut(where, "--max-children", str(args.max_children), *drawn)
         # survivors of an earlier run kept their verdict: retest them against the tests as they are now
-        again = [name for name, status in before.items() if status != "killed" and name in results(where, path)]
+        again = [name for name, status in before.items()
+                 if status not in ("killed", "not checked") and name in results(where, path) and name not in drawn]
         if again:
             mutmut(where, "--max-children", str(args.max_children), *again)
-    status = results(where, path)
+    status = {name: s for name, s in results(where, path).items() if s != "not checked"}
+    total = len(results(where, path))
     if not status:
         raise SystemExit(f"mutation: no results for {args.module}; run it without --report-only")
     listed = equivalents()
     survivors = sorted(name for name, s in status.items() if s != "killed")
     equivalent = [name for name in survivors if name in listed]
     killed = sum(s == "killed" for s in status.values())
+    generated = results(where, path)
     stale = sorted(name for name in listed if name.startswith(path[:-3].replace("/", ".") + ".")
-                   and status.get(name, "gone") not in ("survived",))
+                   and generated.get(name, "no longer a mutant") not in ("survived", "not checked"))
     counts = {s: sum(v == s for v in status.values()) for s in sorted(set(status.values()))}
     score = killed / (len(status) - len(equivalent)) if len(status) > len(equivalent) else 1.0
-    print(f"\n{args.module} ({path}): {len(status)} mutants, " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    checked = f"{len(status)} of {total} mutants checked" if len(status) < total else f"{total} mutants"
+    print(f"\n{args.module} ({path}): {checked}, " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     print(f"equivalent (docs/mutation-equivalents.md): {len(equivalent)}")
     print(f"score: {killed} / ({len(status)} - {len(equivalent)}) = {score:.1%}")
     for name in stale:
-        print(f"listed as equivalent but {status.get(name, 'no longer a mutant')}: {name}")
+        print(f"listed as equivalent but {generated.get(name, 'no longer a mutant')}: {name}")
     for name in survivors:
         if name in listed:
             continue

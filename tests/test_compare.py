@@ -121,6 +121,33 @@ def test_runs_that_drift_apart_are_not_a_regression_but_every_run_slower_is():
     assert slower.slower and slower.low > 0.05
 
 
+def test_a_sides_figure_and_its_interval_weigh_each_run_by_its_steps():
+    # new: a run of 10 steps at 1 ms and one of 30 at 2 ms; weighted by steps, 1.75 ms a step. The
+    # bootstrap draws one run twice, or both: 1, 2 or 1.75 ms, against a steady base of 1 ms.
+    base = [np.full(40, 1.0)]
+    new = [np.full(10, 1.0), np.full(30, 2.0)]
+    (change,) = compare_figures([("forward", "host", base, new)], base_step_ms=1.0, threshold=0.05,
+                                confidence=0.95, min_share=0.01)
+    assert (change.base_ms, change.new_ms, change.change) == (1.0, 1.75, 0.75)
+    assert (change.low, change.high) == (0.0, 1.0)
+
+
+def test_the_interval_holds_its_confidence_split_between_both_tails_and_jointly_over_the_figures():
+    # a steady base of 2 ms against 1..5 ms: the median of a resample of five steps is the lowest
+    # (-50%) with probability 5.8%, at most the second lowest (0%) with 31.7%; the highest likewise
+    base, new = [np.full(9, 2.0)], [np.arange(1.0, 6.0)]
+
+    def intervals(confidence, figures):
+        out = compare_figures([("forward", "host", base, new)] * figures, base_step_ms=2.0, threshold=0.05,
+                              confidence=confidence, min_share=0.01)
+        return [(c.low, c.high) for c in out]
+
+    # 80%: 10% in each tail, beyond the lowest and highest draws' 5.8%
+    assert intervals(0.8, 1) == [(0.0, 1.0)]
+    # two figures hold jointly at 80%: each at 90%, 5% in each tail, within the extremes' 5.8%
+    assert intervals(0.8, 2) == [(-0.5, 1.5)] * 2
+
+
 # --- traced steps ------------------------------------------------------------------------------
 
 

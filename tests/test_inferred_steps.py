@@ -107,6 +107,20 @@ def test_a_wrapped_optimizer_marks_one_step_per_iteration(tmp_path):
     assert span.cpu_us[:, span.phases.index("optimizer")] == pytest.approx([1_100] * 3)
 
 
+def test_a_loop_marked_only_by_its_optimizer_steps_has_a_step_between_each_two(tmp_path):
+    """Nothing but the optimizer's step repeats (a hand-written loop, no DataLoader, no zero_grad):
+    each optimizer step ends an iteration, so four of them bound three whole steps, the last included."""
+    events = []
+    for k in range(4):
+        t = 10_000 * k
+        events += [op("aten::linear", t + 200, 3_000), annotation("Optimizer.step#SGD.step", t + 8_000, 1_000)]
+    span = analyse(tmp_path, events)
+    assert [(s.number, s.start, s.end) for s in span.steps] == [
+        (0, 9_000, 19_000), (1, 19_000, 29_000), (2, 29_000, 39_000)]
+    assert all(s.inferred_step for s in span.steps)
+    assert span.cpu_us[:, span.phases.index("optimizer")] == pytest.approx([1_000] * 3)
+
+
 def test_nested_marks_never_make_a_step_end_before_it_starts(tmp_path):
     span = analyse(tmp_path, [annotation("Optimizer.step#SGD.step", 0, 12),
                               annotation("Optimizer.step#SGD.step", 1, 0)])
