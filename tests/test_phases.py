@@ -167,6 +167,22 @@ def test_gpu_idle_and_verdict_per_phase(tmp_path):
     assert detail["phases"]["backward"]["verdict"] == "gpu-bound"
 
 
+@pytest.mark.parametrize("cpu_us, idle_us, has_gpu, expected", [
+    (1_000.0, 500.0, True, "cpu-bound"),  # the GPU idles half the phase: the bound itself
+    (1_000.0, 499.0, True, "balanced"),
+    (1_000.0, 101.0, True, "balanced"),
+    (1_000.0, 100.0, True, "gpu-bound"),  # idle a tenth of it: the bound itself
+    (1_000.0, 0.0, True, "gpu-bound"),
+    (1_000.0, 500.0, False, None),  # no GPU: no verdict
+    (0.0, 0.0, True, None),  # a phase without host time
+    (1_000.0, float("nan"), True, None),  # idle unknown
+])
+def test_the_verdict_bounds_belong_to_the_verdict_they_name(cpu_us, idle_us, has_gpu, expected):
+    from phaseprof.plugin.analysis.steps import verdict
+
+    assert verdict(cpu_us, idle_us, has_gpu) == expected
+
+
 def test_a_trace_without_step_markers_is_one_step(tmp_path):
     span = analyse(tmp_path, [op("aten::mm", 10, 100), op("aten::add", 200, 50)])
     assert [s.number for s in span.steps] == [0]
