@@ -163,9 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         where = stage(args.module, args.fresh)
         drawn = sample(path, args.sample) if args.sample else []
         mutmut(where, "--max-children", str(args.max_children), *drawn)
-        # survivors of an earlier run kept their verdict: retest them against the tests as they are now
+        # survivors of an earlier run keep their verdict in mutmut's record (it retests a mutant only
+        # when its function changed): retest the ones still not killed against the tests as they are now
+        now = results(where, path)
         again = [name for name, status in before.items()
-                 if status not in ("killed", "not checked") and name in results(where, path) and name not in drawn]
+                 if status not in ("killed", "not checked") and now.get(name, "killed") not in ("killed", "not checked")
+                 and name not in drawn]
         if again:
             mutmut(where, "--max-children", str(args.max_children), *again)
     status = {name: s for name, s in results(where, path).items() if s != "not checked"}

@@ -182,7 +182,7 @@ def test_slower_and_faster_need_the_whole_interval_beyond_the_threshold_and_a_ch
     assert one_change(steady(1.0), steady(1.5), min_share=0.05).slower
     assert not one_change(steady(1.0), steady(1.4), min_share=0.05).slower
     # an unchanged figure is neither, whatever the threshold
-    same = one_change(steady(1.0), steady(1.0), threshold=-0.5)
+    same = one_change(steady(1.0), steady(1.0), threshold=-0.5, min_share=0.0)
     assert (same.change, same.low, same.high, same.slower, same.faster) == (0.0, 0.0, 0.0, False, False)
     small = one_change(steady(1.0), steady(1.2), threshold=-0.5)
     assert small.slower and not small.faster
