@@ -62,3 +62,9 @@ def test_the_saving_is_what_the_longer_of_host_and_gpu_loses():
     assert saving_us(c, host_us=3000) == 0.0  # the GPU still takes 10 ms
     assert saving_us(c, host_us=3000, gpu_us=4000) == 4000.0
     assert saving_us(c, host_us=-5000) == 0.0  # more work is never a saving
+
+
+def test_a_step_under_a_microsecond_is_measured_like_any_other():
+    c = phase_costs(figures(cpu=[0.1, 0.2, 0.3], compute=[0, 0.25, 0.5]))
+    assert c.measure == GPU and c.total_us == 0.75
+    assert c.share("backward") == pytest.approx(0.5 / 0.75)
