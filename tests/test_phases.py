@@ -150,6 +150,44 @@ def test_memory_peak_and_net_delta_per_phase(tmp_path):
     assert detail["memory"]["backward"]["cuda:0"] == {"peak_bytes": 4096, "delta_bytes": -8192}
 
 
+def test_a_phase_that_freed_all_it_allocated_peaks_at_zero_bytes(tmp_path):
+    span = analyse(tmp_path, [
+        step(1, 0, 1_000),
+        annotation("phaseprof::forward", 0, 500),
+        memory(100, -4096, 0),  # allocated before the step, all freed here: 0 bytes left
+        annotation("phaseprof::backward", 500, 500),
+    ])
+    detail = detail_of(span, 1)
+    assert detail["memory"]["forward"]["cuda:0"] == {"peak_bytes": 0, "delta_bytes": -4096}
+    assert "cuda:0" not in detail["memory"]["backward"]  # no memory event: nothing to show
+
+
+def test_the_step_detail_lists_the_ops_asked_for_with_their_input_shapes(tmp_path):
+    span = analyse(tmp_path, [
+        step(1, 0, 1_000),
+        annotation("phaseprof::forward", 0, 1_000),
+        op("aten::mm", 100, 400, **{"Input Dims": [[2, 3], [3, 4]]}),
+        op("aten::relu", 600, 100),
+    ])
+    w = Worker("w", [span])
+    every = step_detail(w, w.row_of(1), "run").ops["forward"]
+    assert [(r.name, r.shapes) for r in every] == [("aten::mm", "[[2, 3], [3, 4]]"), ("aten::relu", None)]
+    assert [r.name for r in step_detail(w, w.row_of(1), "run", op_limit=1).ops["forward"]] == ["aten::mm"]
+
+
+def test_a_step_lists_its_phases_ops_when_another_span_has_phases_it_has_not(tmp_path):
+    # two user phases in the first span, only the second in the other: the worker names both
+    first = analyse(tmp_path, [step(1, 0, 1_000), annotation("phaseprof::loss", 0, 400), op("aten::sum", 10, 100),
+                               annotation("phaseprof::metrics", 500, 400), op("aten::mean", 510, 100)],
+                    "w.1.pt.trace.json")
+    second = analyse(tmp_path, [step(2, 0, 1_000), annotation("phaseprof::metrics", 500, 400),
+                                op("aten::mean", 510, 100)], "w.2.pt.trace.json")
+    w = Worker("w", [first, second])
+    assert w.phases.index("loss") < w.phases.index("metrics")
+    detail = step_detail(w, w.row_of(2), "run")
+    assert detail.ops["loss"] == [] and [r.name for r in detail.ops["metrics"]] == ["aten::mean"]
+
+
 def test_gpu_idle_and_verdict_per_phase(tmp_path):
     span = analyse(tmp_path, [
         step(1, 0, 2_000),
