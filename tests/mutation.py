@@ -161,8 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         before = results(where, path)
         where = stage(args.module, args.fresh)
-        drawn = sample(path, args.sample) if args.sample else []
-        mutmut(where, "--max-children", str(args.max_children), *drawn)
+        # a sample already run: only its mutants not killed yet
+        drawn = [n for n in sample(path, args.sample) if before.get(n) != "killed"] if args.sample else []
+        if not args.sample or drawn:
+            mutmut(where, "--max-children", str(args.max_children), *drawn)
         # survivors of an earlier run keep their verdict in mutmut's record (it retests a mutant only
         # when its function changed): retest the ones still not killed against the tests as they are now
         now = results(where, path)
