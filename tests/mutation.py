@@ -52,7 +52,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                    "-k", "not real_loop and not autograd_profiler_around"]),
     "steps": ("phaseprof/plugin/analysis/steps.py",
               ["tests/test_phases.py", "tests/test_outside_steps.py", "-k", "not real_loop"]),
-    "advice": ("phaseprof/plugin/analysis/advice.py", ["tests/test_findings.py"]),
+    "advice": ("phaseprof/plugin/analysis/advice.py", ["tests/test_advice.py", "tests/test_findings.py"]),
     "findings": ("phaseprof/plugin/analysis/findings.py", ["tests/test_findings.py"]),
     "span": ("phaseprof/plugin/analysis/span.py",
              ["tests/test_phases.py", "tests/test_gpu_measures.py", "tests/test_kernel_table.py"]),
