@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import msgspec
+import numpy as np
 import pytest
 
 from phaseprof.plugin.analysis.span import analyze_trace
-from phaseprof.plugin.analysis.steps import step_detail
+from phaseprof.plugin.analysis.steps import gpu_time, step_detail, step_rows
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.decode import read_trace
 from tests.logdir import write_trace
@@ -186,6 +187,26 @@ def test_a_step_lists_its_phases_ops_when_another_span_has_phases_it_has_not(tmp
     assert w.phases.index("loss") < w.phases.index("metrics")
     detail = step_detail(w, w.row_of(2), "run")
     assert detail.ops["loss"] == [] and [r.name for r in detail.ops["metrics"]] == ["aten::mean"]
+
+
+def test_the_gpu_time_of_several_steps_is_their_mean_per_step(tmp_path):
+    span = analyse(tmp_path, [
+        step(1, 1_500, 1_000),
+        annotation("phaseprof::forward", 1_500, 1_000),
+        launch(1_510, corr=1), kernel("k", 1_520, 100, corr=1),
+        launch(1_600, corr=2), kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 1_700, 100, corr=2, stream=9),
+        step(2, 2_500, 1_000),
+        annotation("phaseprof::forward", 2_500, 1_000),
+        launch(2_510, corr=3), kernel("k", 3_300, 300, corr=3),  # runs 100 µs past the step's host window
+    ])
+    w = Worker("w", [span])
+    rows = step_rows(w)
+    assert [r.start_ms for r in rows] == [1.5, 2.5]
+    both = gpu_time(w, np.array([w.row_of(1), w.row_of(2)]))
+    assert (both.kernel_ms, both.busy_ms, both.compute_ms) == (0.25, 0.25, 0.2)
+    assert (both.comm_ms, both.exposed_comm_ms, both.overlap) == (0.05, 0.05, 0.0)
+    assert both.past_host_ms == 0.05
+    assert both.streams == {"GPU 0 stream 7": 0.2, "GPU 0 stream 9": 0.05}
 
 
 def test_gpu_idle_and_verdict_per_phase(tmp_path):
