@@ -201,7 +201,8 @@ def test_the_gpu_time_of_several_steps_is_their_mean_per_step(tmp_path):
     ])
     w = Worker("w", [span])
     rows = step_rows(w)
-    assert [r.start_ms for r in rows] == [1.5, 2.5]
+    assert [(r.start_ms, r.span) for r in rows] == [(1.5, "w.1.pt.trace.json"), (2.5, "w.1.pt.trace.json")]
+    assert not rows[0].phases["forward"].inferred  # marked by its range
     both = gpu_time(w, np.array([w.row_of(1), w.row_of(2)]))
     assert (both.kernel_ms, both.busy_ms, both.compute_ms) == (0.25, 0.25, 0.2)
     assert (both.comm_ms, both.exposed_comm_ms, both.overlap) == (0.05, 0.05, 0.0)
