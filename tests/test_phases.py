@@ -120,6 +120,20 @@ def test_backward_on_cuda_ends_when_the_loop_thread_resumes_not_at_the_last_auto
     assert phase_ms(span, 0, "forward") == pytest.approx((2_200 - 100) / 1000)
 
 
+def test_a_cpu_backward_is_one_segment_across_the_engines_gaps(tmp_path):
+    # CPU build: the engine runs the backward ops on the loop's own thread, with gaps between them
+    span = analyse(tmp_path, [
+        step(1, 0, 2_000),
+        op("aten::linear", 100, 500),
+        op("aten::ones_like", 700, 50),
+        op("autograd::engine::evaluate_function: AddmmBackward0", 800, 200),
+        op("autograd::engine::evaluate_function: TBackward0", 1_100, 200),  # 100 µs after the previous one
+        op("aten::add_", 1_500, 100),  # the loop resumes
+    ])
+    assert phase_ms(span, 0, "backward") == pytest.approx(0.6)  # from the gradient seed to the last op's end
+    assert phase_ms(span, 0, "forward") == pytest.approx(0.6)
+
+
 def test_self_time_subtracts_direct_children_only(tmp_path):
     # PyTorch's profiler recipe example: relu_ spends most of its time in its child threshold_.
     span = analyse(tmp_path, [
