@@ -3,18 +3,22 @@ of collective, each number of CPUs, each GPU generation and each kernel name."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from phaseprof.plugin.analysis.advice import (
     BF16,
     FP16,
     NONE,
+    Context,
     _collective_kind,
     _communication_advice,
+    _gpu_bound,
     _short,
     _workers,
     tensor_cores,
 )
+from phaseprof.plugin.answers import Evidence
 
 
 @pytest.mark.parametrize("cpus, says", [
@@ -97,3 +101,21 @@ def test_a_kernels_name_in_a_sentence_has_no_templates_or_parameters_and_a_width
     assert _short("k" * 61) == "k" * 59 + "…"
     assert _short("k" * 60) == "k" * 60
     assert _short("<lambda>") == "<lambda>"  # nothing outside the brackets: the name as it is
+
+
+@pytest.mark.parametrize("gpus, says", [
+    ([], "90% of its GPU time is fp32 matrix kernels without tensor cores (volta_sgemm_128x64_nn): mixed precision "
+         "(torch.autocast: bfloat16, or TF32, on Ampere and later GPUs; float16 with a GradScaler on Volta and "
+         "Turing) runs them on tensor cores"),
+    (["Tesla V100-SXM2-16GB"], "90% of its GPU time is fp32 matrix kernels without tensor cores "
+     "(volta_sgemm_128x64_nn): mixed precision (torch.autocast with float16, and a GradScaler) runs them on tensor "
+     "cores on this Tesla V100-SXM2-16GB"),
+])
+def test_fp32_matrix_kernels_ask_for_the_precision_the_gpu_runs_on_tensor_cores(gpus, says):
+    kernels = {("backward", "volta_sgemm_128x64_nn"): np.array([10.0, 900.0]),
+               ("backward", "void at::native::vectorized_elementwise_kernel<4>(int)"): np.array([10.0, 100.0])}
+    ctx = Context(ops={}, kernels=kernels, loader=None, gpu_names=gpus)
+    evidence = Evidence()
+    assert _gpu_bound(None, ctx, "backward", evidence) == ("gpu-bound", says)
+    assert evidence.fp32_matrix_share == 0.9
+    assert evidence.kernels == ["volta_sgemm_128x64_nn", "at::native::vectorized_elementwise_kernel"]
