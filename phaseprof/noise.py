@@ -58,13 +58,11 @@ class Noise(msgspec.Struct, frozen=True):
         """Below the band."""
         return self.judged and value < self.median - self.band
 
-    def beyond(self, value: float) -> bool:
-        return self.slow(value) or self.fast(value)
-
 
 def noise(values: Sequence[float] | np.ndarray, k: float = K) -> Noise:
     """The (lower) median of ``values`` and the band ``k x robust SD``, kept within
-    ``[FLOOR_SHARE, CEILING_SHARE] x |median|``."""
+    ``[FLOOR_SHARE, CEILING_SHARE] x |median|``; a value that is NaN or None (JSON's null) is missing
+    and left out. No values: median and band 0, nothing judged."""
     v = np.asarray(values, dtype=np.float64)
     v = v[~np.isnan(v)]
     if not len(v):

@@ -13,6 +13,7 @@ import pytest
 
 from phaseprof.contract import COMPILE, STEP_TAG, cpu_tag
 from phaseprof.plugin.analysis.regression import compare_figures, median_draws
+from phaseprof.plugin.answers import Change
 from tests.logdir import write_events, write_scalars, write_trace
 from tests.tracebuilder import annotation, op, step
 
@@ -119,6 +120,142 @@ def test_runs_that_drift_apart_are_not_a_regression_but_every_run_slower_is():
     assert drift.change > 0.05 and not drift.slower and drift.low < 0.05
     slower = verdict([1.2, 1.21, 1.19, 1.2])
     assert slower.slower and slower.low > 0.05
+
+
+def test_a_sides_figure_and_its_interval_weigh_each_run_by_its_steps():
+    # new: a run of 10 steps at 1 ms and one of 30 at 2 ms; weighted by steps, 1.75 ms a step. The
+    # bootstrap draws one run twice, or both: 1, 2 or 1.75 ms, against a steady base of 1 ms.
+    base = [np.full(40, 1.0)]
+    new = [np.full(10, 1.0), np.full(30, 2.0)]
+    (change,) = compare_figures([("forward", "host", base, new)], base_step_ms=1.0, threshold=0.05,
+                                confidence=0.95, min_share=0.01)
+    assert (change.base_ms, change.new_ms, change.change) == (1.0, 1.75, 0.75)
+    assert (change.low, change.high) == (0.0, 1.0)
+
+
+def test_the_interval_holds_its_confidence_split_between_both_tails_and_jointly_over_the_figures():
+    # a steady base of 2 ms against 1..5 ms: the median of a resample of five steps is the lowest
+    # (-50%) with probability 5.8%, at most the second lowest (0%) with 31.7%; the highest likewise
+    base, new = [np.full(9, 2.0)], [np.arange(1.0, 6.0)]
+
+    def intervals(confidence, figures):
+        out = compare_figures([("forward", "host", base, new)] * figures, base_step_ms=2.0, threshold=0.05,
+                              confidence=confidence, min_share=0.01)
+        return [(c.low, c.high) for c in out]
+
+    # 80%: 10% in each tail, beyond the lowest and highest draws' 5.8%
+    assert intervals(0.8, 1) == [(0.0, 1.0)]
+    # two figures hold jointly at 80%: each at 90%, 5% in each tail, within the extremes' 5.8%
+    assert intervals(0.8, 2) == [(-0.5, 1.5)] * 2
+    # 85%: 7.5% in each tail, beyond the extremes' 5.8%
+    assert intervals(0.85, 1) == [(0.0, 1.0)]
+
+
+def one_change(base, new, base_step_ms=10.0, threshold=0.05, confidence=0.95, min_share=0.01):
+    (change,) = compare_figures([("forward", "host", base, new)], base_step_ms=base_step_ms, threshold=threshold,
+                                confidence=confidence, min_share=min_share)
+    return change
+
+
+def steady(ms, steps=9):
+    return [np.full(steps, ms)]
+
+
+def test_a_change_in_full_rounded_to_the_tenth_of_a_microsecond():
+    base, new = [np.full(9, 1.234567)], [np.full(9, 2.345678)]
+    assert one_change(base, new) == Change(
+        phase="forward", clock="host", base_ms=1.2346, new_ms=2.3457, delta_ms=1.1111, change=0.9, low=0.9, high=0.9,
+        base_steps=9, new_steps=9, slower=True, faster=False)
+    faster = one_change(new, base, base_step_ms=1.0)
+    assert (faster.delta_ms, faster.change, faster.low, faster.high) == (-1.1111, -0.4737, -0.4737, -0.4737)
+    assert faster.faster and not faster.slower
+
+
+def test_slower_and_faster_need_the_whole_interval_beyond_the_threshold_and_a_change_worth_acting_on():
+    # the interval's bound on the threshold is not beyond it
+    assert not one_change(steady(2.0), steady(3.0), threshold=0.5).slower
+    assert not one_change(steady(2.0), steady(1.0), threshold=0.5).faster
+    assert one_change(steady(2.0), steady(1.0), threshold=0.49).faster
+    # 5% faster is within a 10% threshold
+    assert not one_change(steady(2.0), steady(1.9), threshold=0.1, min_share=0.0).faster
+    # the change must be at least min_share of the base step (0.05 x 10 ms): 0.5 ms is, 0.4 ms is not
+    assert one_change(steady(1.0), steady(1.5), min_share=0.05).slower
+    assert not one_change(steady(1.0), steady(1.4), min_share=0.05).slower
+    # an unchanged figure is neither, whatever the threshold
+    same = one_change(steady(1.0), steady(1.0), threshold=-0.5, min_share=0.0)
+    assert (same.change, same.low, same.high, same.slower, same.faster) == (0.0, 0.0, 0.0, False, False)
+    small = one_change(steady(1.0), steady(1.2), threshold=-0.5)
+    assert small.slower and not small.faster
+
+
+def test_figures_under_a_millisecond_are_ratios_like_any_other():
+    assert (one_change(steady(0.4), steady(0.5)).low, one_change(steady(0.4), steady(0.5)).high) == (0.25, 0.25)
+
+
+def test_a_phase_absent_from_the_base_changes_by_a_share_of_the_base_step():
+    # no base time: the interval is of the delta as a share of the base step (0.5 of 0.8 ms)
+    c = one_change(steady(0.0), steady(0.5), base_step_ms=0.8)
+    assert (c.base_ms, c.change, c.low, c.high, c.slower) == (0.0, None, 0.625, 0.625, True)
+    # a base median of 0 among steps of 1 ms: its draws of 1 ms count against the new side
+    c = one_change([np.array([0, 0, 0, 0, 0, 1, 1, 1, 1.0])], steady(0.5), base_step_ms=0.8)
+    assert (c.base_ms, c.change, c.low, c.high, c.slower) == (0.0, None, -0.625, 0.625, False)
+    # nor a base step to measure it by: no change to speak of
+    c = one_change([np.array([0, 0, 0, 0, 0, 1, 1, 1, 1.0])], steady(0.5), base_step_ms=0.0)
+    assert (c.change, c.low, c.high, c.slower) == (None, 0.0, 0.0, False)
+
+
+def test_fewer_than_five_steps_a_side_give_a_figure_but_no_interval():
+    few = one_change(steady(1.0, steps=4), steady(2.0))
+    assert (few.change, few.low, few.high, few.base_steps, few.new_steps, few.slower) == (1.0, None, None, 4, 9, False)
+    few = one_change(steady(1.0), steady(2.0, steps=4))
+    assert (few.low, few.high, few.slower) == (None, None, False)
+    enough = one_change(steady(1.0, steps=5), steady(2.0, steps=5))
+    assert (enough.low, enough.high, enough.slower) == (1.0, 1.0, True)
+    gone = one_change(steady(1.0), [])
+    assert (gone.new_ms, gone.new_steps, gone.low, gone.faster) == (0.0, 0, None, False)
+
+
+def test_the_same_inputs_give_the_same_interval():
+    rng = np.random.default_rng(5)
+    base, new = [rng.lognormal(0, 0.3, 40)], [rng.lognormal(0.1, 0.3, 40)]
+    first = one_change(base, new)
+    assert first.low != first.high
+    assert all(one_change(base, new) == first for _ in range(3))
+
+
+def test_the_bootstrap_median_of_four_steps_has_the_exact_resampling_distribution():
+    # the median of a resample of 1, 2, 3, 4: every one of the 4^4 resamples, counted
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    every = np.array(np.meshgrid(x, x, x, x)).reshape(4, -1).T
+    values, counts = np.unique(np.median(every, axis=1), return_counts=True)
+    draws = median_draws(x, np.random.default_rng(0), 200_000)
+    drawn = np.array([(draws == v).mean() for v in values])
+    assert set(np.unique(draws)) <= set(values)
+    assert drawn == pytest.approx(counts / counts.sum(), abs=0.005)
+
+
+def test_runs_whose_medians_cannot_be_logged_give_no_welch_interval():
+    from phaseprof.plugin.analysis.regression import run_interval
+
+    ones, zeros = np.ones(5), np.zeros(5)
+    assert run_interval([zeros, ones], [ones, ones], 0.05) is None
+    assert run_interval([ones, ones], [ones, zeros], 0.05) is None
+    assert run_interval([ones, ones * 2], [ones * 3, ones], 0.05) is not None
+    assert run_interval([ones * 0.5, ones * 0.5], [ones * 0.55, ones * 0.55], 0.05) == pytest.approx((0.1, 0.1))
+    assert run_interval([ones, ones], [ones * 2, ones * 2], 0.05) == (1.0, 1.0)  # no spread: the ratio itself
+
+
+def test_the_welch_degrees_of_freedom_of_three_runs_a_side():
+    """Three runs a side spread alike (logarithms a step of ln 2 apart): Welch's degrees of freedom
+    are 2 (3 - 1) = 4, and t(0.975, 4) = 2.776 (NIST's table)."""
+    from phaseprof.plugin.analysis.regression import run_interval
+
+    base = [np.full(5, 10.0), np.full(5, 20.0), np.full(5, 40.0)]
+    new = [np.full(5, 15.0), np.full(5, 30.0), np.full(5, 60.0)]
+    se = np.sqrt(2 * np.log(2) ** 2 / 3)
+    low, high = run_interval(base, new, 0.05)
+    assert low == pytest.approx(1.5 * np.exp(-2.776445105 * se) - 1, rel=1e-8)
+    assert high == pytest.approx(1.5 * np.exp(2.776445105 * se) - 1, rel=1e-8)
 
 
 # --- traced steps ------------------------------------------------------------------------------

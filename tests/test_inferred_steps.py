@@ -107,6 +107,34 @@ def test_a_wrapped_optimizer_marks_one_step_per_iteration(tmp_path):
     assert span.cpu_us[:, span.phases.index("optimizer")] == pytest.approx([1_100] * 3)
 
 
+def test_a_loop_marked_only_by_its_optimizer_steps_has_a_step_between_each_two(tmp_path):
+    """Nothing but the optimizer's step repeats (a hand-written loop, no DataLoader, no zero_grad):
+    each optimizer step ends an iteration, so four of them bound three whole steps, the last included."""
+    events = []
+    for k in range(4):
+        t = 10_000 * k
+        events += [op("aten::linear", t + 200, 3_000), annotation("Optimizer.step#SGD.step", t + 8_000, 1_000)]
+    span = analyse(tmp_path, events)
+    assert [(s.number, s.start, s.end) for s in span.steps] == [
+        (0, 9_000, 19_000), (1, 19_000, 29_000), (2, 29_000, 39_000)]
+    assert all(s.inferred_step for s in span.steps)
+    assert span.cpu_us[:, span.phases.index("optimizer")] == pytest.approx([1_000] * 3)
+
+
+def test_a_trace_begun_inside_an_iteration_steps_from_the_loops_head(tmp_path):
+    """The trace opens on the optimizer step of an iteration already under way: steps start where the
+    loop's head (the DataLoader's next batch) comes after an optimizer step, not at the optimizer steps."""
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = [annotation("Optimizer.step#SGD.step", 8_000, 1_000)]
+    for k in range(1, 4):
+        t = 10_000 * k
+        events += [annotation(loader, t, 500), op("aten::linear", t + 600, 1_000),
+                   annotation("Optimizer.step#SGD.step", t + 8_000, 1_000)]
+    events.append(annotation(loader, 40_000, 50))
+    span = analyse(tmp_path, events)
+    assert [(s.start, s.end) for s in span.steps] == [(10_000, 20_000), (20_000, 30_000), (30_000, 40_000)]
+
+
 def test_nested_marks_never_make_a_step_end_before_it_starts(tmp_path):
     span = analyse(tmp_path, [annotation("Optimizer.step#SGD.step", 0, 12),
                               annotation("Optimizer.step#SGD.step", 1, 0)])

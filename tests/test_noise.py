@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from phaseprof.plugin.analysis.noise import CEILING_SHARE, FLOOR_SHARE, MIN_VALUES, lower_median, noise, outliers
+from phaseprof.plugin.analysis.noise import (
+    CEILING_SHARE,
+    FLOOR_SHARE,
+    MIN_VALUES,
+    Noise,
+    lower_median,
+    noise,
+    outliers,
+)
 
 
 def test_a_steady_run_with_one_slow_and_one_fast_step():
@@ -77,3 +85,25 @@ def test_too_few_steps_to_judge():
     assert outliers([100.0, 300.0]) == ([], [])
     assert outliers([100.0, 100.0, 100.0, 100.0, 400.0]) == ([4], [])
     assert noise([]).count == 0
+
+
+def test_a_step_on_the_edge_of_the_band_is_noise():
+    # steady steps: the band is its floor, 5% of the 100 ms median; a step 5 ms off lies on its edge
+    n = noise([100.0, 100.0, 100.0, 100.0, 200.0])
+    assert (n.median, n.band) == (100.0, 5.0)
+    assert not n.slow(105.0) and not n.fast(95.0)
+    assert n.slow(105.001) and n.fast(94.999)
+    assert outliers([100.0] * 4 + [105.0, 95.0]) == ([], [])
+
+
+def test_missing_values_are_left_out():
+    # a step without a figure (NaN, or None from JSON's null) moves neither the median nor the band
+    steps = [100.0, 102.0, 98.0, 104.0, 96.0, 101.0, 99.0]
+    for missing in (float("nan"), None):
+        assert noise(steps + [missing]) == noise(steps)
+        assert outliers(steps + [missing, 130.0]) == ([8], [])
+
+
+def test_no_values_give_a_median_and_band_of_zero():
+    assert noise([]) == Noise(median=0.0, band=0.0, count=0)
+    assert noise([float("nan")] * 6) == Noise(median=0.0, band=0.0, count=0)

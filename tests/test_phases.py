@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import msgspec
+import numpy as np
 import pytest
 
 from phaseprof.plugin.analysis.span import analyze_trace
-from phaseprof.plugin.analysis.steps import step_detail
+from phaseprof.plugin.analysis.steps import gpu_time, step_detail, step_rows
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.decode import read_trace
 from tests.logdir import write_trace
@@ -119,6 +120,20 @@ def test_backward_on_cuda_ends_when_the_loop_thread_resumes_not_at_the_last_auto
     assert phase_ms(span, 0, "forward") == pytest.approx((2_200 - 100) / 1000)
 
 
+def test_a_cpu_backward_is_one_segment_across_the_engines_gaps(tmp_path):
+    # CPU build: the engine runs the backward ops on the loop's own thread, with gaps between them
+    span = analyse(tmp_path, [
+        step(1, 0, 2_000),
+        op("aten::linear", 100, 500),
+        op("aten::ones_like", 700, 50),
+        op("autograd::engine::evaluate_function: AddmmBackward0", 800, 200),
+        op("autograd::engine::evaluate_function: TBackward0", 1_100, 200),  # 100 µs after the previous one
+        op("aten::add_", 1_500, 100),  # the loop resumes
+    ])
+    assert phase_ms(span, 0, "backward") == pytest.approx(0.6)  # from the gradient seed to the last op's end
+    assert phase_ms(span, 0, "forward") == pytest.approx(0.6)
+
+
 def test_self_time_subtracts_direct_children_only(tmp_path):
     # PyTorch's profiler recipe example: relu_ spends most of its time in its child threshold_.
     span = analyse(tmp_path, [
@@ -150,6 +165,65 @@ def test_memory_peak_and_net_delta_per_phase(tmp_path):
     assert detail["memory"]["backward"]["cuda:0"] == {"peak_bytes": 4096, "delta_bytes": -8192}
 
 
+def test_a_phase_that_freed_all_it_allocated_peaks_at_zero_bytes(tmp_path):
+    span = analyse(tmp_path, [
+        step(1, 0, 1_000),
+        annotation("phaseprof::forward", 0, 500),
+        memory(100, -4096, 0),  # allocated before the step, all freed here: 0 bytes left
+        annotation("phaseprof::backward", 500, 500),
+    ])
+    detail = detail_of(span, 1)
+    assert detail["memory"]["forward"]["cuda:0"] == {"peak_bytes": 0, "delta_bytes": -4096}
+    assert "cuda:0" not in detail["memory"]["backward"]  # no memory event: nothing to show
+
+
+def test_the_step_detail_lists_the_ops_asked_for_with_their_input_shapes(tmp_path):
+    span = analyse(tmp_path, [
+        step(1, 0, 1_000),
+        annotation("phaseprof::forward", 0, 1_000),
+        op("aten::mm", 100, 400, **{"Input Dims": [[2, 3], [3, 4]]}),
+        op("aten::relu", 600, 100),
+    ])
+    w = Worker("w", [span])
+    every = step_detail(w, w.row_of(1), "run").ops["forward"]
+    assert [(r.name, r.shapes) for r in every] == [("aten::mm", "[[2, 3], [3, 4]]"), ("aten::relu", None)]
+    assert [r.name for r in step_detail(w, w.row_of(1), "run", op_limit=1).ops["forward"]] == ["aten::mm"]
+
+
+def test_a_step_lists_its_phases_ops_when_another_span_has_phases_it_has_not(tmp_path):
+    # two user phases in the first span, only the second in the other: the worker names both
+    first = analyse(tmp_path, [step(1, 0, 1_000), annotation("phaseprof::loss", 0, 400), op("aten::sum", 10, 100),
+                               annotation("phaseprof::metrics", 500, 400), op("aten::mean", 510, 100)],
+                    "w.1.pt.trace.json")
+    second = analyse(tmp_path, [step(2, 0, 1_000), annotation("phaseprof::metrics", 500, 400),
+                                op("aten::mean", 510, 100)], "w.2.pt.trace.json")
+    w = Worker("w", [first, second])
+    assert w.phases.index("loss") < w.phases.index("metrics")
+    detail = step_detail(w, w.row_of(2), "run")
+    assert detail.ops["loss"] == [] and [r.name for r in detail.ops["metrics"]] == ["aten::mean"]
+
+
+def test_the_gpu_time_of_several_steps_is_their_mean_per_step(tmp_path):
+    span = analyse(tmp_path, [
+        step(1, 1_500, 1_000),
+        annotation("phaseprof::forward", 1_500, 1_000),
+        launch(1_510, corr=1), kernel("k", 1_520, 100, corr=1),
+        launch(1_600, corr=2), kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 1_700, 100, corr=2, stream=9),
+        step(2, 2_500, 1_000),
+        annotation("phaseprof::forward", 2_500, 1_000),
+        launch(2_510, corr=3), kernel("k", 3_300, 300, corr=3),  # runs 100 µs past the step's host window
+    ])
+    w = Worker("w", [span])
+    rows = step_rows(w)
+    assert [(r.start_ms, r.span) for r in rows] == [(1.5, "w.1.pt.trace.json"), (2.5, "w.1.pt.trace.json")]
+    assert not rows[0].phases["forward"].inferred  # marked by its range
+    both = gpu_time(w, np.array([w.row_of(1), w.row_of(2)]))
+    assert (both.kernel_ms, both.busy_ms, both.compute_ms) == (0.25, 0.25, 0.2)
+    assert (both.comm_ms, both.exposed_comm_ms, both.overlap) == (0.05, 0.05, 0.0)
+    assert both.past_host_ms == 0.05
+    assert both.streams == {"GPU 0 stream 7": 0.2, "GPU 0 stream 9": 0.05}
+
+
 def test_gpu_idle_and_verdict_per_phase(tmp_path):
     span = analyse(tmp_path, [
         step(1, 0, 2_000),
@@ -165,6 +239,22 @@ def test_gpu_idle_and_verdict_per_phase(tmp_path):
     assert detail["phases"]["forward"]["verdict"] == "cpu-bound"
     assert detail["phases"]["backward"]["gpu_idle_ms"] == pytest.approx(0.0)
     assert detail["phases"]["backward"]["verdict"] == "gpu-bound"
+
+
+@pytest.mark.parametrize("cpu_us, idle_us, has_gpu, expected", [
+    (1_000.0, 500.0, True, "cpu-bound"),  # the GPU idles half the phase: the bound itself
+    (1_000.0, 499.0, True, "balanced"),
+    (1_000.0, 101.0, True, "balanced"),
+    (1_000.0, 100.0, True, "gpu-bound"),  # idle a tenth of it: the bound itself
+    (1_000.0, 0.0, True, "gpu-bound"),
+    (1_000.0, 500.0, False, None),  # no GPU: no verdict
+    (0.0, 0.0, True, None),  # a phase without host time
+    (1_000.0, float("nan"), True, None),  # idle unknown
+])
+def test_the_verdict_bounds_belong_to_the_verdict_they_name(cpu_us, idle_us, has_gpu, expected):
+    from phaseprof.plugin.analysis.steps import verdict
+
+    assert verdict(cpu_us, idle_us, has_gpu) == expected
 
 
 def test_a_trace_without_step_markers_is_one_step(tmp_path):

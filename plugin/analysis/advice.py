@@ -406,8 +406,9 @@ def _communication_advice(kind: str, phase: str) -> str:
                 "(the sharding planner's placement), keep lookups even per rank, and pipeline the exchange with "
                 "the dense compute (e.g. TorchRec's TrainPipelineSparseDist)")
     if kind in ("all-gather", "reduce-scatter"):
-        return (f"a {kind} of sharded parameters (FSDP/ZeRO): prefetch it (FSDP's forward_prefetch, "
-                "backward_prefetch) or shard in larger units so it overlaps the previous layer's compute")
+        return (f"{'an' if kind == 'all-gather' else 'a'} {kind} of sharded parameters (FSDP/ZeRO): prefetch it "
+                "(FSDP's forward_prefetch, backward_prefetch) or shard in larger units so it overlaps the previous "
+                "layer's compute")
     if kind in ("broadcast", "barrier"):
         return (f"a {kind} waits for every rank: find the rank the others wait for (the Ranks view), e.g. rank 0 "
                 "logging, checkpointing or evaluating before it")

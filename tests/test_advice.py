@@ -1,0 +1,121 @@
+"""The wording of advice the findings carry, sentence by sentence: what a user reads for each kind
+of collective, each number of CPUs, each GPU generation and each kernel name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from phaseprof.plugin.analysis.advice import (
+    BF16,
+    FP16,
+    NONE,
+    Context,
+    _collective_kind,
+    _communication_advice,
+    _gpu_bound,
+    _short,
+    _workers,
+    tensor_cores,
+)
+from phaseprof.plugin.answers import Evidence
+
+
+@pytest.mark.parametrize("cpus, says", [
+    (None, "about the CPUs the process may use, less one for the loop; the trace does not say how many: "
+           "PhaseProfiler records them"),
+    (1, "the process may use 1 CPU: one worker at most, so cheaper per-sample work (decode or resize once, ahead of "
+        "training) matters more than workers"),
+    (2, "the process may use 2 CPUs: one worker at most, so cheaper per-sample work (decode or resize once, ahead of "
+        "training) matters more than workers"),
+    (3, "up to 2: the process may use 3 CPUs, one stays with the loop"),
+])
+def test_data_loader_workers_are_sized_by_the_cpus(cpus, says):
+    assert _workers(cpus) == says
+
+
+@pytest.mark.parametrize("kind, phase, says", [
+    ("all-reduce", "backward", "DDP overlaps the gradient all-reduce with backward bucket by bucket: a smaller "
+     "bucket_cap_mb starts it sooner, and under gradient accumulation no_sync() on all but the last micro-batch "
+     "skips it"),
+    ("all-reduce", "optimizer", "an all-reduce in optimizer has no backward to hide behind: all-reduce fewer, larger "
+     "tensors (or less often, e.g. metrics every N steps), and look for a rank the others wait for"),
+    ("all-to-all", "forward", "an all-to-all exchanges sharded embeddings: balance the embedding tables' sharding "
+     "across ranks (the sharding planner's placement), keep lookups even per rank, and pipeline the exchange with "
+     "the dense compute (e.g. TorchRec's TrainPipelineSparseDist)"),
+    ("all-gather", "forward", "an all-gather of sharded parameters (FSDP/ZeRO): prefetch it (FSDP's forward_prefetch, "
+     "backward_prefetch) or shard in larger units so it overlaps the previous layer's compute"),
+    ("reduce-scatter", "backward", "a reduce-scatter of sharded parameters (FSDP/ZeRO): prefetch it (FSDP's "
+     "forward_prefetch, backward_prefetch) or shard in larger units so it overlaps the previous layer's compute"),
+    ("broadcast", "data", "a broadcast waits for every rank: find the rank the others wait for (the Ranks view), "
+     "e.g. rank 0 logging, checkpointing or evaluating before it"),
+    ("barrier", "other", "a barrier waits for every rank: find the rank the others wait for (the Ranks view), "
+     "e.g. rank 0 logging, checkpointing or evaluating before it"),
+    ("send-recv", "forward", "point-to-point transfers (pipeline stages): more micro-batches keep the stages "
+     "computing while they run"),
+    ("collective", "forward", "overlap it with compute, or look for a rank the others wait for (the Ranks view)"),
+])
+def test_exposed_communication_advice_fits_the_collective(kind, phase, says):
+    assert _communication_advice(kind, phase) == says
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("ncclKernel_AllReduce_RING_LL_Sum_float", "all-reduce"),
+    ("nccl:all_reduce", "all-reduce"),
+    ("c10d::alltoall_base_", "all-to-all"),
+    ("ncclDevKernel_AllGather_RING_LL", "all-gather"),
+    ("nccl:reduce_scatter", "reduce-scatter"),
+    ("c10d::broadcast_", "broadcast"),
+    ("c10d::barrier", "barrier"),
+    ("ncclDevKernel_SendRecv", "send-recv"),
+    ("record_param_comms", None),
+])
+def test_a_collective_is_named_by_its_op_or_kernel(name, kind):
+    assert _collective_kind(name) == kind
+
+
+@pytest.mark.parametrize("name, capability, cores", [
+    ("NVIDIA GeForce GTX 1080 Ti", "6.1", NONE),
+    ("NVIDIA GeForce GTX 1660", "7.5", NONE),  # Turing without tensor cores: the name decides first
+    ("Tesla P100-PCIE-16GB", "", NONE),
+    ("Tesla V100-SXM2-16GB", "", FP16),
+    ("NVIDIA TITAN RTX", "", FP16),
+    ("Tesla T4", "", FP16),
+    ("NVIDIA A100-SXM4-40GB", "", BF16),
+    ("NVIDIA H100 80GB HBM3", "", BF16),
+    ("NVIDIA GeForce RTX 4090", "", BF16),
+    ("Some GPU", "6.0", NONE),
+    ("Some GPU", "7.0", FP16),
+    ("Some GPU", "8.6", BF16),
+    ("Some GPU", "", None),
+])
+def test_tensor_cores_by_capability_else_by_name(name, capability, cores):
+    assert tensor_cores(name, capability) == cores
+
+
+def test_a_kernels_name_in_a_sentence_has_no_templates_or_parameters_and_a_width():
+    name = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+            "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)")
+    assert _short(name) == "at::native::vectorized_elementwise_kernel"
+    assert _short("volta_sgemm_128x64_nn") == "volta_sgemm_128x64_nn"
+    assert _short("k" * 61) == "k" * 59 + "…"
+    assert _short("k" * 60) == "k" * 60
+    assert _short("<lambda>") == "<lambda>"  # nothing outside the brackets: the name as it is
+
+
+@pytest.mark.parametrize("gpus, says", [
+    ([], "90% of its GPU time is fp32 matrix kernels without tensor cores (volta_sgemm_128x64_nn): mixed precision "
+         "(torch.autocast: bfloat16, or TF32, on Ampere and later GPUs; float16 with a GradScaler on Volta and "
+         "Turing) runs them on tensor cores"),
+    (["Tesla V100-SXM2-16GB"], "90% of its GPU time is fp32 matrix kernels without tensor cores "
+     "(volta_sgemm_128x64_nn): mixed precision (torch.autocast with float16, and a GradScaler) runs them on tensor "
+     "cores on this Tesla V100-SXM2-16GB"),
+])
+def test_fp32_matrix_kernels_ask_for_the_precision_the_gpu_runs_on_tensor_cores(gpus, says):
+    kernels = {("backward", "volta_sgemm_128x64_nn"): np.array([10.0, 900.0]),
+               ("backward", "void at::native::vectorized_elementwise_kernel<4>(int)"): np.array([10.0, 100.0])}
+    ctx = Context(ops={}, kernels=kernels, loader=None, gpu_names=gpus)
+    evidence = Evidence()
+    assert _gpu_bound(None, ctx, "backward", evidence) == ("gpu-bound", says)
+    assert evidence.fp32_matrix_share == 0.9
+    assert evidence.kernels == ["volta_sgemm_128x64_nn", "at::native::vectorized_elementwise_kernel"]
