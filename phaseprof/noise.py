@@ -58,9 +58,6 @@ class Noise(msgspec.Struct, frozen=True):
         """Below the band."""
         return self.judged and value < self.median - self.band
 
-    def beyond(self, value: float) -> bool:
-        return self.slow(value) or self.fast(value)
-
 
 def noise(values: Sequence[float] | np.ndarray, k: float = K) -> Noise:
     """The (lower) median of ``values`` and the band ``k x robust SD``, kept within

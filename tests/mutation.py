@@ -1,0 +1,166 @@
+"""Mutation testing of one module of the analysis core: ``python tests/mutation.py noise`` prints its score.
+
+Why a script: mutmut (3.x) names each mutant after its file's path and switches it on by the module's
+import name, so the two must agree: ``phaseprof/plugin/analysis/cost.py`` for
+``phaseprof.plugin.analysis.cost``. The tree keeps that module in ``plugin/analysis/cost.py``
+(setup.py's ``package_dir`` maps ``plugin/`` onto ``phaseprof.plugin`` and ``training_hooks/`` onto
+``phaseprof.training_hooks``), and the editable install would hand the tests the unmutated original.
+So this script lays the package out as it is imported, in ``.mutation/<module>/`` (copies of
+``phaseprof/``, ``plugin/`` as ``phaseprof/plugin/``, ``training_hooks/`` as
+``phaseprof/training_hooks/``, ``tests/`` and ``pyproject.toml``), adds the module's own settings to
+the ``[tool.mutmut]`` table of that copy (the one file to mutate, the fast tests that exercise it),
+runs ``mutmut run`` there and prints the score. mutmut's working files (``mutants/``, its caches) stay
+in that folder between runs, so a second run only tests the mutants of functions that changed, and
+retests the survivors of the previous run against the tests as they are now. ``--fresh`` starts over.
+
+Score: killed / (mutants - equivalent ones), where the equivalent survivors (no observable
+difference) are listed with a reason in docs/mutation-equivalents.md; a mutant no selected test
+reaches, one that timed out or one mutmut found suspicious counts as not killed. See docs/testing.md.
+
+Heavy: run it under ``nice -n 10``, one module at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGE = ROOT / ".mutation"
+EQUIVALENTS = ROOT / "docs" / "mutation-equivalents.md"
+
+#: Module -> (its file as imported, the fast tests that exercise it: files and pytest options).
+#: ``noise`` is the noise rule itself (``phaseprof/noise.py``); ``plugin/analysis/noise.py`` only re-exports it.
+MODULES: dict[str, tuple[str, list[str]]] = {
+    "noise": ("phaseprof/noise.py", ["tests/test_noise.py"]),
+    "cost": ("phaseprof/plugin/analysis/cost.py", ["tests/test_findings.py"]),
+    "regression": ("phaseprof/plugin/analysis/regression.py", ["tests/test_compare.py"]),
+    "partition": ("phaseprof/plugin/analysis/partition.py",
+                  ["tests/test_phases.py", "tests/test_inferred_steps.py", "tests/test_outside_steps.py"]),
+    "steps": ("phaseprof/plugin/analysis/steps.py", ["tests/test_phases.py", "tests/test_outside_steps.py"]),
+    "advice": ("phaseprof/plugin/analysis/advice.py", ["tests/test_findings.py"]),
+    "findings": ("phaseprof/plugin/analysis/findings.py", ["tests/test_findings.py"]),
+    "span": ("phaseprof/plugin/analysis/span.py",
+             ["tests/test_phases.py", "tests/test_gpu_measures.py", "tests/test_kernel_table.py"]),
+    "whole_run": ("phaseprof/plugin/analysis/whole_run.py", ["tests/test_whole_run.py"]),
+    "tracker": ("phaseprof/training_hooks/tracker.py", ["tests/test_training_hooks.py"]),
+    "hooks": ("phaseprof/training_hooks/hooks.py", ["tests/test_training_hooks.py"]),
+}
+
+#: Where each folder of the tree lies in the package as imported.
+LAYOUT = {"phaseprof": "phaseprof", "plugin": "phaseprof/plugin", "training_hooks": "phaseprof/training_hooks"}
+_SKIP = shutil.ignore_patterns("__pycache__", ".phaseprof", "*.pyc")
+
+
+def stage(module: str, fresh: bool) -> Path:
+    """The package laid out as imported, with the module's mutmut settings, in ``.mutation/<module>/``."""
+    path, tests = MODULES[module]
+    where = STAGE / module
+    if fresh and where.exists():
+        shutil.rmtree(where)
+    where.mkdir(parents=True, exist_ok=True)
+    for entry in where.iterdir():  # mutmut's own files stay; the copies are made afresh
+        if entry.name != "mutants":
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    for folder, target in LAYOUT.items():
+        # copy2 keeps modification times: mutmut regenerates a file's mutants only when its source is newer
+        shutil.copytree(ROOT / folder, where / target, ignore=_SKIP, copy_function=shutil.copy2,
+                        dirs_exist_ok=True)
+    shutil.copytree(ROOT / "tests", where / "tests", ignore=_SKIP, copy_function=shutil.copy2)
+    missing = [t for t in tests if not (where / t.split("::")[0]).exists()]
+    if missing:
+        raise SystemExit(f"mutation: the tests of {module} are missing: {', '.join(missing)}")
+    (where / "pyproject.toml").write_text(_pyproject(path, tests), encoding="utf-8")
+    return where
+
+
+def _pyproject(path: str, tests: list[str]) -> str:
+    """The project's pyproject.toml with its ``[tool.mutmut]`` table narrowed to one file and its tests."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    settings = tomllib.loads(text)["tool"]["mutmut"]
+    settings["only_mutate"] = [path]
+    settings["pytest_add_cli_args_test_selection"] = tests
+    table = "[tool.mutmut]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
+    text = re.sub(r"^\[tool\.mutmut\]\n(?:(?!\[).*\n)*", lambda _: table + "\n", text, flags=re.M)
+    assert tomllib.loads(text)["tool"]["mutmut"] == settings, "the [tool.mutmut] table was not rewritten whole"
+    return text
+
+
+def results(where: Path, path: str) -> dict[str, str]:
+    """Mutant name -> status (killed, survived, no tests, timeout, ...) from mutmut's record of ``path``."""
+    from mutmut.stats import status_by_exit_code
+
+    meta = where / "mutants" / (path + ".meta")
+    if not meta.exists():
+        return {}
+    codes = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+    return {name: status_by_exit_code[code] for name, code in codes.items()}
+
+
+def equivalents() -> dict[str, str]:
+    """Mutant name -> why it is equivalent, from the list in docs (lines ``- `name`: reason``)."""
+    if not EQUIVALENTS.exists():
+        return {}
+    found = re.findall(r"^- `([^`]+__mutmut_\d+)`:\s*(.+)$", EQUIVALENTS.read_text(encoding="utf-8"), flags=re.M)
+    return dict(found)
+
+
+def mutmut(where: Path, *args: str) -> None:
+    env = dict(os.environ, PHASEPROF_CACHE="off")  # never an analysis cached under another mutant
+    done = subprocess.run([sys.executable, "-m", "mutmut", "run", *args], cwd=where, env=env)
+    if done.returncode:
+        raise SystemExit(f"mutation: mutmut exited {done.returncode} in {where}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("module", choices=sorted(MODULES), help="the module to mutate")
+    parser.add_argument("--fresh", action="store_true", help="forget mutmut's results of earlier runs")
+    parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
+    parser.add_argument("--show", action="store_true", help="print the diff of every survivor not listed as equivalent")
+    parser.add_argument("--report-only", action="store_true", help="print the last run's score, run nothing")
+    args = parser.parse_args(argv)
+    path, _ = MODULES[args.module]
+    where = STAGE / args.module
+    if not args.report_only:
+        before = results(where, path)
+        where = stage(args.module, args.fresh)
+        mutmut(where, "--max-children", str(args.max_children))
+        # survivors of an earlier run kept their verdict: retest them against the tests as they are now
+        again = [name for name, status in before.items() if status != "killed" and name in results(where, path)]
+        if again:
+            mutmut(where, "--max-children", str(args.max_children), *again)
+    status = results(where, path)
+    if not status:
+        raise SystemExit(f"mutation: no results for {args.module}; run it without --report-only")
+    listed = equivalents()
+    survivors = sorted(name for name, s in status.items() if s != "killed")
+    equivalent = [name for name in survivors if name in listed]
+    killed = sum(s == "killed" for s in status.values())
+    stale = sorted(name for name in listed if name.startswith(path[:-3].replace("/", ".") + ".")
+                   and status.get(name, "gone") not in ("survived",))
+    counts = {s: sum(v == s for v in status.values()) for s in sorted(set(status.values()))}
+    score = killed / (len(status) - len(equivalent)) if len(status) > len(equivalent) else 1.0
+    print(f"\n{args.module} ({path}): {len(status)} mutants, " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    print(f"equivalent (docs/mutation-equivalents.md): {len(equivalent)}")
+    print(f"score: {killed} / ({len(status)} - {len(equivalent)}) = {score:.1%}")
+    for name in stale:
+        print(f"listed as equivalent but {status.get(name, 'no longer a mutant')}: {name}")
+    for name in survivors:
+        if name in listed:
+            continue
+        print(f"{status[name]}: {name}")
+        if args.show:
+            subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=where)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
