@@ -49,9 +49,11 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "findings": ("phaseprof/plugin/analysis/findings.py", ["tests/test_findings.py"]),
     "span": ("phaseprof/plugin/analysis/span.py",
              ["tests/test_phases.py", "tests/test_gpu_measures.py", "tests/test_kernel_table.py"]),
-    "whole_run": ("phaseprof/plugin/analysis/whole_run.py", ["tests/test_whole_run.py"]),
-    "tracker": ("phaseprof/training_hooks/tracker.py", ["tests/test_training_hooks.py"]),
-    "hooks": ("phaseprof/training_hooks/hooks.py", ["tests/test_training_hooks.py"]),
+    "whole_run": ("phaseprof/plugin/analysis/whole_run.py", ["tests/test_whole_run_figures.py"]),
+    # the hooks' and the tracker's unit tests (tiny models, no profiler): test_training_hooks.py runs
+    # real loops with torch.profiler, about a minute per mutant on a loaded machine
+    "tracker": ("phaseprof/training_hooks/tracker.py", ["tests/test_tracker.py", "tests/test_hooks.py"]),
+    "hooks": ("phaseprof/training_hooks/hooks.py", ["tests/test_hooks.py"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
