@@ -423,3 +423,248 @@ def test_each_compilation_is_a_compile_phase_and_reset_callbacks_are_registered_
     assert starts.count(ours_start) == 1
     lp.attachment.remove()
     assert ours_start not in starts and ours_end not in ends
+
+
+class Recording(torch.optim.SGD):
+    """An optimizer whose ``step`` takes more than a closure and records what it was given."""
+
+    def step(self, closure=None, *rest, scale=1.0):
+        self.got = (rest, scale)
+        return closure("a", key="b") if callable(closure) else None
+
+
+def test_a_closure_gets_its_arguments_and_the_steps_other_arguments_pass_on(loop):
+    model = linear()
+    optimizer = Recording(model.parameters(), lr=0.1)
+    lp = loop([model], [optimizer])
+
+    def closure(*args, **kwargs):
+        assert lp.tracker.stack == [OTHER]
+        return args, kwargs
+
+    assert optimizer.step(closure, 5, 6, scale=2.0) == (("a",), {"key": "b"})
+    assert optimizer.got == ((5, 6), 2.0)
+    assert lp.tracker.stack == []  # nothing left open by the closure
+    assert optimizer.step(closure=closure) == (("a",), {"key": "b"})
+    assert lp.tracker.stack == [] and lp.ends == 2
+
+
+def test_a_closure_of_a_step_inside_the_users_optimizer_phase_stays_in_it(loop):
+    model = linear()
+    optimizer = Recording(model.parameters(), lr=0.1)
+    lp = loop([model], [optimizer])
+    seen = []
+    lp.tracker.open(OPTIMIZER)
+    optimizer.step(lambda *a, **k: seen.append(list(lp.tracker.stack)))
+    assert seen == [[OPTIMIZER]]
+    lp.tracker.close(OPTIMIZER)
+
+
+def test_wrapped_functions_keep_their_names_and_signatures(loop):
+    import inspect
+
+    model = linear()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = {name: inspect.signature(getattr(optimizer, name)) for name in ("step", "zero_grad")}
+    backward = inspect.signature(torch.autograd.backward)
+    scaler = {name: inspect.signature(getattr(torch.amp.GradScaler, name)) for name in ("unscale_", "step", "update")}
+    getstate = inspect.signature(torch.nn.Linear.__getstate__)
+    loop([model], [optimizer])
+    for name, signature in before.items():
+        assert getattr(optimizer, name).__name__ == name and inspect.signature(getattr(optimizer, name)) == signature
+    assert torch.autograd.backward.__name__ == "backward" and inspect.signature(torch.autograd.backward) == backward
+    for name, signature in scaler.items():
+        assert inspect.signature(getattr(torch.amp.GradScaler, name)) == signature
+    assert inspect.signature(torch.nn.Linear.__getstate__) == getstate
+
+
+def test_a_method_set_on_the_instance_gets_every_argument(loop):
+    model = linear()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    calls = []
+    plain = optimizer.step
+
+    def step(*args, **kwargs):
+        calls.append((len(args), sorted(kwargs)))
+        return plain(*args, **kwargs)
+
+    optimizer.step = step
+    loop([model], [optimizer])
+    x = torch.randn(2, 4)
+
+    def closure():
+        loss = model(x).sum()
+        loss.backward()
+        return loss
+
+    assert isinstance(optimizer.step(closure), torch.Tensor)
+    assert isinstance(optimizer.step(closure=closure), torch.Tensor)
+    assert calls == [(1, []), (0, ["closure"])]
+
+
+def test_our_forward_pre_hook_runs_before_the_models_own(loop):
+    model = linear()
+    seen = []
+    model.register_forward_pre_hook(lambda module, args: seen.append(list(lp.tracker.stack)))
+    lp = loop([model])
+    model(torch.randn(2, 4))
+    assert seen == [[FORWARD]]
+
+
+def test_zero_grad_and_backward_get_their_keyword_arguments(loop):
+    model = linear()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loop([model], [optimizer])
+    model(torch.randn(2, 4)).sum().backward(inputs=[model.bias])
+    assert model.weight.grad is None and model.bias.grad is not None
+    optimizer.zero_grad(set_to_none=False)
+    assert torch.equal(model.bias.grad, torch.zeros(4))
+
+
+def test_a_grad_scaler_called_with_keywords_and_step_arguments(loop):
+    model, other_model = linear(), linear()
+    optimizer = Recording(model.parameters(), lr=0.1)
+    other = Recording(other_model.parameters(), lr=0.1)
+    lp = loop([model], [optimizer])
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(model(torch.randn(2, 4)).sum() + other_model(torch.randn(2, 4)).sum()).backward()
+    lp.phases()
+    scaler.unscale_(optimizer=optimizer)
+    scaler.step(optimizer=optimizer, scale=3.0)
+    assert optimizer.got == ((), 3.0)
+    scaler.unscale_(optimizer=other)  # not attached: passes through, untimed
+    scaler.step(other, scale=4.0)
+    assert other.got == ((), 4.0)
+    assert lp.phases() == [OTHER, OPTIMIZER, OTHER, OPTIMIZER, OTHER]  # unscale_, then step
+    scaler.update(2.0**10)
+    assert lp.ends == 1 and scaler.get_scale() == 2.0**10
+    scaler.update(new_scale=2.0**9)  # no step since: not timed, ends nothing
+    assert lp.ends == 1 and scaler.get_scale() == 2.0**9
+    assert lp.phases() == [OTHER, OPTIMIZER, OTHER]  # the first update only
+
+
+def test_a_plain_optimizer_step_after_scaler_steps_ends_its_step(loop):
+    model = linear()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    lp = loop([model], [optimizer])
+
+    class Override(torch.amp.GradScaler):  # a step() calling its base's: both timed, one inside the other
+        def step(self, optimizer, *args, **kwargs):
+            return super().step(optimizer, *args, **kwargs)
+
+    for scaler in (torch.amp.GradScaler("cpu"), Override("cpu")):
+        scaler.scale(model(torch.randn(2, 4)).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        ends = lp.ends
+        optimizer.step()  # e.g. an epoch without the scaler
+        assert lp.ends == ends + 1
+
+
+def test_one_scaler_over_two_optimizers_ends_the_step_at_the_update_after_both(loop):
+    a, b = linear(), linear()
+    opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.SGD(b.parameters(), lr=0.1)
+    lp = loop([a, b], [opt_a, opt_b])
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(a(torch.randn(2, 4)).sum() + b(torch.randn(2, 4)).sum()).backward()
+    scaler.step(opt_a)
+    scaler.update(scaler.get_scale())  # between the two: not yet the step's end
+    assert lp.ends == 0
+    scaler.step(opt_b)
+    scaler.update()
+    assert lp.ends == 1
+
+
+def test_an_update_override_calling_its_bases_ends_the_step_when_the_override_returns(loop):
+    model = linear()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    lp = loop([model], [optimizer])
+    ends_inside = []
+
+    class Scaler(torch.amp.GradScaler):
+        def update(self, new_scale=None):
+            super().update(new_scale)
+            ends_inside.append(lp.ends)
+
+    scaler = Scaler("cpu")
+    scaler.scale(model(torch.randn(2, 4)).sum()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    assert ends_inside == [0] and lp.ends == 1
+
+
+def test_grad_scaler_classes_are_wrapped_once_and_only_grad_scalers(loop):
+    model = linear()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    class Early(torch.amp.GradScaler):  # defined before attach: wrapped at attach, as its siblings
+        def update(self, new_scale=None):
+            return super().update(new_scale)
+
+    class Sibling(torch.amp.GradScaler):
+        def update(self, new_scale=None):
+            return super().update(new_scale)
+
+    early, sibling = vars(Early)["update"], vars(Sibling)["update"]
+    lp = loop([model], [optimizer])
+    assert vars(Early)["update"] is not early and vars(Sibling)["update"] is not sibling
+    wrapped = {name: vars(torch.amp.GradScaler)[name] for name in ("unscale_", "step", "update")}
+    seen = []
+
+    class Mixin:
+        def describe(self):
+            return "scaler"
+
+    class Base(torch.amp.GradScaler):  # defined after attach: wrapped at its first step
+        def update(self, new_scale=None):
+            seen.append(list(lp.tracker.stack))
+            return super().update(new_scale)
+
+    class Scaler(Mixin, Base):
+        pass
+
+    for scaler in (torch.amp.GradScaler("cpu"), Scaler("cpu"), Scaler("cpu")):
+        scaler.scale(model(torch.randn(2, 4)).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    assert {name: vars(torch.amp.GradScaler)[name] for name in wrapped} == wrapped
+    assert seen == [[OPTIMIZER], [OPTIMIZER]] and lp.ends == 3
+
+
+def test_without_dynamos_callbacks_watching_compiles_does_nothing(loop, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch._dynamo.callback", None)  # as where Dynamo is unavailable
+    lp = loop([linear()])
+    assert lp.attachment.watch_compiles() is None
+
+
+class OwnState(torch.nn.Linear):
+    """A module class with a ``__getstate__`` of its own."""
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["note"] = "own"
+        return state
+
+
+def test_a_module_classs_own_getstate_is_used_while_attached_and_put_back(loop):
+    torch.manual_seed(0)
+    model = OwnState(4, 4)
+    own = vars(OwnState)["__getstate__"]
+    lp = loop([model])
+    assert vars(OwnState)["__getstate__"] is not own
+    assert pickle.loads(pickle.dumps(model)).note == "own"
+    lp.attachment.remove()
+    assert vars(OwnState)["__getstate__"] is own
+    from phaseprof.training_hooks.hooks import _Pickling
+
+    assert id(model) not in _Pickling.hooks  # nothing of the module is kept once detached
+
+
+def test_a_module_not_attached_pickles_with_its_hooks_while_one_of_its_class_is(loop):
+    attached, plain = linear(), linear()
+    plain.register_forward_hook(users_hook)
+    loop([attached])
+    copied = pickle.loads(pickle.dumps(plain))
+    assert len(copied._forward_hooks) == 1

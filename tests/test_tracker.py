@@ -356,3 +356,31 @@ def test_phase_ns_sums_each_phase_in_order_of_first_appearance():
     assert list(times) == [OTHER, FORWARD, BACKWARD]
     assert sum(times.values()) == log[-1] - log[0]
     assert phase_ns([7]) == {}
+
+
+def test_closing_a_middle_phase_closes_those_inside_it_and_leaves_the_outer_open_with_its_range():
+    t, ranges, _ = tracker(nvtx=True)
+    t.start_step(0, False, None)
+    for phase in (OPTIMIZER, "loss", "inner"):
+        t.begin(phase)
+    t.end("loss", True)
+    assert t.stack == [OPTIMIZER]
+    assert ranges.calls[3:] == [("pop",), ("pop",)]  # loss's and inner's ranges; optimizer's stays
+    t.begin("inner")
+    t.end("inner", True)  # the innermost alone: one range
+    assert ranges.calls[5:] == [("push", "inner", False), ("pop",)]
+    assert t.stack == [OPTIMIZER]
+
+
+def test_a_users_phase_inside_another_closes_with_the_evaluation_pass_opened_in_it():
+    t, _, _ = tracker()
+    t.start_step(0, False, None)
+    t.open("epoch")
+    t.open("validate")
+    t.enter_eval(since_work=True)
+    t.close("validate")
+    assert t.stack == ["epoch"] and not t.outside
+    t.open("a")
+    t.open("b")
+    with pytest.raises(PhaseError, match="cannot close phase 'epoch': phase 'b' is still open inside it"):
+        t.close("epoch")
