@@ -155,3 +155,26 @@ def test_the_largest_outside_time_is_the_first_step_that_had_it():
 @pytest.mark.parametrize("rank", [None, 0, 7])
 def test_the_rank_is_carried(rank):
     assert run({STEP_TAG: [1.0, 2.0]}, rank=rank).rank == rank
+
+
+def test_among_many_slow_steps_of_equal_time_the_earliest_are_listed():
+    times = [1.0] + [5.0] * 40 + [7.0] * 3 + [5.0] * 40
+    w = run({STEP_TAG: times})
+    assert [s.step for s in w.slowest] == [41, 42, 43, 1, 2]
+
+
+def test_outside_time_under_a_millisecond_counts_and_shares_keep_five_decimals():
+    w = run({STEP_TAG: [1.0, 2.0, 2.0], EVAL_TAG: [0.0, 0.5, 0.0]})
+    assert (w.eval.steps, w.eval.median_ms, w.eval.max_step) == (1, 0.5, 1)
+    assert w.eval.share == round(0.5 / 5.5, 5) == 0.09091
+
+
+def test_a_run_of_zero_times_has_zero_shares():
+    w = run({STEP_TAG: [0.0, 0.0], PROFILER_TAG: [0.0, 0.0]})
+    assert w.profiler.share == 0.0 and w.profiler.total_ms == 0.0
+
+
+def test_scalars_with_no_points_have_integer_steps_and_no_run():
+    s = scalars_of({STEP_TAG: []})
+    assert s.steps.dtype == np.int64 and len(s.steps) == 0
+    assert whole_run(s) is None
