@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -46,7 +47,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                   ["tests/test_phases.py", "tests/test_inferred_steps.py", "tests/test_outside_steps.py"]),
     "steps": ("phaseprof/plugin/analysis/steps.py", ["tests/test_phases.py", "tests/test_outside_steps.py"]),
     "advice": ("phaseprof/plugin/analysis/advice.py", ["tests/test_findings.py"]),
-    "findings": ("phaseprof/plugin/analysis/findings.py", ["tests/test_findings.py"]),
+    "findings": ("phaseprof/plugin/analysis/findings.py", ["tests/test_findings.py", "tests/test_warmup.py"]),
     "span": ("phaseprof/plugin/analysis/span.py",
              ["tests/test_phases.py", "tests/test_gpu_measures.py", "tests/test_kernel_table.py"]),
     "whole_run": ("phaseprof/plugin/analysis/whole_run.py", ["tests/test_whole_run_figures.py"]),
@@ -114,6 +115,17 @@ def equivalents() -> dict[str, str]:
     return dict(found)
 
 
+def sample(where: Path, path: str, n: int) -> list[str]:
+    """``n`` of the module's mutants, drawn at random with a fixed seed (the same ones on every run
+    while the module is unchanged); mutmut generates them first if it has not yet."""
+    names = sorted(results(where, path))
+    if not names:  # a filter that matches nothing makes mutmut generate the mutants, then stop
+        subprocess.run([sys.executable, "-m", "mutmut", "run", "no.such__mutmut_0"], cwd=where,
+                       capture_output=True)
+        names = sorted(results(where, path))
+    return sorted(random.Random(0).sample(names, min(n, len(names))))
+
+
 def mutmut(where: Path, *args: str) -> None:
     env = dict(os.environ, PHASEPROF_CACHE="off")  # never an analysis cached under another mutant
     done = subprocess.run([sys.executable, "-m", "mutmut", "run", *args], cwd=where, env=env)
@@ -128,18 +140,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
     parser.add_argument("--show", action="store_true", help="print the diff of every survivor not listed as equivalent")
     parser.add_argument("--report-only", action="store_true", help="print the last run's score, run nothing")
+    parser.add_argument("--sample", type=int, metavar="N",
+                        help="test N mutants drawn at random (fixed seed) and score over them: for a module whose "
+                             "tests take too long to run for every mutant")
     args = parser.parse_args(argv)
     path, _ = MODULES[args.module]
     where = STAGE / args.module
     if not args.report_only:
         before = results(where, path)
         where = stage(args.module, args.fresh)
-        mutmut(where, "--max-children", str(args.max_children))
+        if args.sample:
+            mutmut(where, "--max-children", str(args.max_children), *sample(where, path, args.sample))
+            before = {}  # the drawn mutants were all tested just now
+        else:
+            mutmut(where, "--max-children", str(args.max_children))
         # survivors of an earlier run kept their verdict: retest them against the tests as they are now
         again = [name for name, status in before.items() if status != "killed" and name in results(where, path)]
         if again:
             mutmut(where, "--max-children", str(args.max_children), *again)
     status = results(where, path)
+    if args.sample:
+        drawn = set(sample(where, path, args.sample))
+        status = {name: s for name, s in status.items() if name in drawn}
     if not status:
         raise SystemExit(f"mutation: no results for {args.module}; run it without --report-only")
     listed = equivalents()
@@ -147,10 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     equivalent = [name for name in survivors if name in listed]
     killed = sum(s == "killed" for s in status.values())
     stale = sorted(name for name in listed if name.startswith(path[:-3].replace("/", ".") + ".")
-                   and status.get(name, "gone") not in ("survived",))
+                   and status.get(name, "gone") not in ("survived",) and not (args.sample and name not in status))
     counts = {s: sum(v == s for v in status.values()) for s in sorted(set(status.values()))}
     score = killed / (len(status) - len(equivalent)) if len(status) > len(equivalent) else 1.0
-    print(f"\n{args.module} ({path}): {len(status)} mutants, " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    drawn_note = " (a sample)" if args.sample else ""
+    tally = ", ".join(f"{n} {s}" for s, n in counts.items())
+    print(f"\n{args.module} ({path}): {len(status)} mutants{drawn_note}, {tally}")
     print(f"equivalent (docs/mutation-equivalents.md): {len(equivalent)}")
     print(f"score: {killed} / ({len(status)} - {len(equivalent)}) = {score:.1%}")
     for name in stale:
