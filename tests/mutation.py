@@ -149,9 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         before = results(where, path)
         where = stage(args.module, args.fresh)
-        if args.sample:
-            mutmut(where, "--max-children", str(args.max_children), *sample(where, path, args.sample))
-            before = {}  # the drawn mutants were all tested just now
+        if args.sample:  # the drawn mutants not killed yet (a changed function's mutants have no result)
+            done = results(where, path)
+            todo = [name for name in sample(where, path, args.sample) if done.get(name) != "killed"]
+            if todo:
+                mutmut(where, "--max-children", str(args.max_children), *todo)
+            before = {}
         else:
             mutmut(where, "--max-children", str(args.max_children))
         # survivors of an earlier run kept their verdict: retest them against the tests as they are now
