@@ -47,7 +47,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                   ["tests/test_phases.py", "tests/test_inferred_steps.py", "tests/test_outside_steps.py"]),
     "steps": ("phaseprof/plugin/analysis/steps.py", ["tests/test_phases.py", "tests/test_outside_steps.py"]),
     "advice": ("phaseprof/plugin/analysis/advice.py", ["tests/test_findings.py"]),
-    "findings": ("phaseprof/plugin/analysis/findings.py", ["tests/test_findings.py", "tests/test_warmup.py"]),
+    "findings": ("phaseprof/plugin/analysis/findings.py",
+                 ["tests/test_findings.py", "tests/test_warmup.py",
+                  "tests/test_outside_steps.py::test_compile_time_is_a_compile_phase_and_compiling_steps_are_left_out_"
+                  "of_the_summary"]),
     "span": ("phaseprof/plugin/analysis/span.py",
              ["tests/test_phases.py", "tests/test_gpu_measures.py", "tests/test_kernel_table.py"]),
     "whole_run": ("phaseprof/plugin/analysis/whole_run.py", ["tests/test_whole_run_figures.py"]),
