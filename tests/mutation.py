@@ -154,11 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         before = results(where, path)
         where = stage(args.module, args.fresh)
-        if args.sample:  # the drawn mutants not killed yet (a changed function's mutants have no result)
-            done = results(where, path)
-            todo = [name for name in sample(where, path, args.sample) if done.get(name) != "killed"]
-            if todo:
-                mutmut(where, "--max-children", str(args.max_children), *todo)
+        if args.sample:  # every drawn mutant: a change of the tests selected drops mutmut's earlier verdicts
+            mutmut(where, "--max-children", str(args.max_children), *sample(where, path, args.sample))
             before = {}
         else:
             mutmut(where, "--max-children", str(args.max_children))
