@@ -305,7 +305,37 @@ def test_fast_step_beyond_noise_and_steps_within_noise(tmp_path):
         loop.step(n, ("phaseprof::forward", 2_000 if n == 0 else 10_000 + 100 * n), ("phaseprof::backward", 10_000))
     s = loop_summary(tmp_path, loop)
     assert finding(s, "fast-steps").evidence.steps == [0]
+    assert finding(s, "fast-steps").text.startswith("step 0 took far less than the median step")
     assert s.outliers == [0] and s.slowest.noise == "within-noise" and "slow-step" not in kinds(s)
+
+
+def test_fast_steps_name_the_fastest_with_its_wall_time(tmp_path):
+    loop = Loop()
+    fast = {2: 1_500, 5: 2_000}
+    for n in range(8):
+        loop.step(n, ("phaseprof::forward", fast.get(n, 10_000 + 100 * n)), ("phaseprof::backward", 10_000))
+    s = loop_summary(tmp_path, loop)
+    note = finding(s, "fast-steps")
+    assert note.evidence.steps == [2, 5] and note.evidence.step == 2
+    assert note.evidence.step_wall_ms == pytest.approx(11.5, abs=0.01)
+    assert note.text.startswith("steps 2, 5 took far less than the median step")
+    assert "step 2 11.50 ms" in note.text
+    assert note.text.endswith("a warm-up the rules did not recognise; the means include them")
+
+
+def test_two_warmup_steps_are_named_with_the_longer_of_them(tmp_path):
+    loop = Loop()
+    setup = {0: 40_000, 1: 60_000}  # one-off setup calls in steps 0 and 1, the second the longer
+    for n in range(8):
+        ops = [("cudaStreamCreateWithFlags", 10.0, setup[n] - 100, "cuda_runtime")] if n in setup else []
+        loop.step(n, ("phaseprof::forward", setup.get(n, 0) + 10_000 + 100 * n, [], ops),
+                  ("phaseprof::backward", 5_000))
+    s = loop_summary(tmp_path, loop)
+    assert s.warmup_steps == [0, 1]
+    note = finding(s, "warmup-steps")
+    assert note.evidence.step == 1 and note.evidence.step_wall_ms == pytest.approx(75.1, abs=0.01)
+    assert note.text.startswith("steps 0, 1 warmed up (step 1 took 75.10 ms, ")
+    assert f"x the median step kept ({note.evidence.median_wall_ms:,.2f} ms)" in note.text
 
 
 def test_too_few_steps_to_judge(tmp_path):
@@ -314,6 +344,11 @@ def test_too_few_steps_to_judge(tmp_path):
         loop.step(n, ("phaseprof::forward", forward), ("phaseprof::backward", 10_000))
     s = loop_summary(tmp_path, loop)
     assert "too-few-steps" in kinds(s) and s.slowest.noise == "too-few-steps" and s.outliers == []
+    assert finding(s, "too-few-steps").text.startswith("2 profiled steps to judge: too few steps")
+    one = Loop()
+    one.step(0, ("phaseprof::forward", 10_000), ("phaseprof::backward", 10_000))
+    note = finding(loop_summary(tmp_path / "one", one), "too-few-steps")
+    assert note.text.startswith("1 profiled step to judge: too few steps") and note.evidence.steps == [0]
 
 
 def test_notes_say_what_was_inferred(tmp_path):

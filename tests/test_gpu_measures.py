@@ -205,7 +205,10 @@ def test_a_gpu_bound_step_is_measured_by_the_gpu(tmp_path):
     # its share is of the step's GPU compute time: not of the 3 ms host window
     assert first.share == pytest.approx(s.costs["backward"] / s.gpu_time.compute_ms, abs=1e-3)
     assert f"of the step's {s.gpu_time.compute_ms:.2f} ms of GPU compute" in first.text
-    assert s.gpu_time.past_host_ms > 0 and any(f.kind == "gpu-past-host" for f in s.findings)
+    assert s.gpu_time.past_host_ms > 0
+    past = next(f for f in s.findings if f.kind == "gpu-past-host")
+    assert past.text.endswith(f"; the step is GPU-bound, so it is measured by the GPU ({s.cost_total_ms:,.2f} ms "
+                              "of GPU compute per step)")
 
 
 # --- communication against an independent computation from the raw events --------------------------------

@@ -200,7 +200,7 @@ class Attachment:
 
     def _scaler_unscaled(self, function: Callable, scaler: Any, args: tuple, kwargs: dict) -> Any:
         tracker = self._tracker
-        if not (args and self._is_attached(args[0])):
+        if not self._is_attached(args[0] if args else kwargs.get("optimizer")):
             return function(scaler, *args, **kwargs)
         opened = tracker.begin(OPTIMIZER)
         try:
