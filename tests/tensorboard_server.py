@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -15,6 +16,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 RUNS = "/data/plugin/phaseprof/runs"
+
+
+def _interruptible() -> None:
+    """Ctrl-C reaches TensorBoard as it would from a terminal, even when the tests themselves run in
+    a shell's background job (which starts them with SIGINT ignored, a disposition children inherit)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class TensorBoard:
@@ -28,7 +35,8 @@ class TensorBoard:
         self.started = time.monotonic()
         self._proc = subprocess.Popen([python, "-m", "tensorboard.main", "--logdir", str(logdir), "--port", "0", *args],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
-                                      env=None if env is None else {**os.environ, **env})
+                                      env=None if env is None else {**os.environ, **env},
+                                      preexec_fn=_interruptible)
         found = threading.Event()
 
         def read() -> None:
