@@ -12,22 +12,14 @@ import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { bytes, ms, thousands } from '../format';
 import type { MemoryDevice, MemoryEventRow, MemoryOpRow } from '../types';
-import { fetchInto, findRun, noSteps, type View, type ViewContext } from './view';
+import { fetchInto, stepsToShow, type View, type ViewContext } from './view';
 
 export const memoryEvents: View = {
   keys: ['run', 'worker', 'step'],
   async render(ctx) {
-    const { run, worker } = ctx.state;
-    if (!findRun(ctx.runs, run)?.workers.length) {
-      replace(ctx.root, notice(`Run ${run} has no trace files yet: no memory to show.`));
-      return;
-    }
-    const steps = await fetchInto(ctx, `the steps of ${run}`, () => ctx.api.steps(run, worker));
+    const { run } = ctx.state;
+    const steps = await stepsToShow(ctx, 'no memory to show');
     if (!steps) return;
-    if (!steps.steps.length) {
-      replace(ctx.root, noSteps(findRun(ctx.runs, run), steps.worker));
-      return;
-    }
     const numbers = steps.steps.map((s) => s.step);
     const number = ctx.state.step !== null && numbers.includes(ctx.state.step) ? ctx.state.step : numbers[0];
     const body = el('div');

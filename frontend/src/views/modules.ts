@@ -13,22 +13,14 @@ import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { count, ms, thousands } from '../format';
 import type { ModuleOp, ModuleRow, ModulesAnswer } from '../types';
-import { fetchInto, findRun, noSteps, type View } from './view';
+import { fetchInto, stepsToShow, type View } from './view';
 
 export const modules: View = {
   keys: ['run', 'worker'],
   async render(ctx) {
-    const { run, worker } = ctx.state;
-    if (!findRun(ctx.runs, run)?.workers.length) {
-      replace(ctx.root, notice(`Run ${run} has no trace files yet: no modules to show.`));
-      return;
-    }
-    const steps = await fetchInto(ctx, `the steps of ${run}`, () => ctx.api.steps(run, worker));
+    const { run } = ctx.state;
+    const steps = await stepsToShow(ctx, 'no modules to show');
     if (!steps) return;
-    if (!steps.steps.length) {
-      replace(ctx.root, noSteps(findRun(ctx.runs, run), steps.worker));
-      return;
-    }
     const body = el('div', { class: 'view' });
     const content = el('div');
     let chosen: number | null = null;

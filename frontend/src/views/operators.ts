@@ -6,14 +6,13 @@
 
 import { segmented, select } from '../components/controls';
 import { card, figure, figures, swatch } from '../components/layout';
-import { notice } from '../components/status';
 import { codeColumn, opName } from '../components/ops_table';
 import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { count, ms, pct, thousands } from '../format';
 import type { OpsAnswer, RunOpRow } from '../types';
 import { kernelsTable } from './step';
-import { fetchInto, findRun, noSteps, type View, type ViewContext } from './view';
+import { fetchInto, stepsToShow, type View, type ViewContext } from './view';
 
 /** Steps listed in an op's row before "…". */
 const STEPS_SHOWN = 3;
@@ -21,17 +20,9 @@ const STEPS_SHOWN = 3;
 export const operators: View = {
   keys: ['run', 'worker', 'group', 'phase'],
   async render(ctx) {
-    const { run, worker, group, phase } = ctx.state;
-    if (!findRun(ctx.runs, run)?.workers.length) {
-      replace(ctx.root, notice(`Run ${run} has no trace files yet: no ops to list.`));
-      return;
-    }
-    const steps = await fetchInto(ctx, `the steps of ${run}`, () => ctx.api.steps(run, worker));
+    const { run, group, phase } = ctx.state;
+    const steps = await stepsToShow(ctx, 'no ops to list');
     if (!steps) return;
-    if (!steps.steps.length) {
-      replace(ctx.root, noSteps(findRun(ctx.runs, run), steps.worker));
-      return;
-    }
     const body = el('div', { class: 'view' });
     replace(ctx.root, body);
     const answer = await fetchInto(ctx, `the ops of ${run}`, () => ctx.api.ops(run, steps.worker, group, phase), body);

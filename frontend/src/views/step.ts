@@ -19,7 +19,7 @@ import { el, replace } from '../dom';
 import { bytes, ms, pct, thousands } from '../format';
 import { asOutside, outsideLabel, outsideName, outsideOf } from '../outside';
 import type { KernelRow, MemorySeries, StepDetail, StepTrace, StepsAnswer } from '../types';
-import { fetchInto, findRun, noSteps, type View, type ViewContext } from './view';
+import { fetchInto, stepsToShow, type View, type ViewContext } from './view';
 
 const OPS_SHOWN = 10;
 const KERNELS_SHOWN = 15;
@@ -30,17 +30,9 @@ const TRACE_DRAW = 'phaseprof:trace-draw';
 export const step: View = {
   keys: ['run', 'worker', 'step'],
   async render(ctx) {
-    const { run, worker } = ctx.state;
-    if (!findRun(ctx.runs, run)?.workers.length) {
-      replace(ctx.root, notice(`Run ${run} has no trace files yet: no step to open.`));
-      return;
-    }
-    const steps = await fetchInto(ctx, `the steps of ${run}`, () => ctx.api.steps(run, worker));
+    const { run } = ctx.state;
+    const steps = await stepsToShow(ctx, 'no step to open');
     if (!steps) return;
-    if (!steps.steps.length) {
-      replace(ctx.root, noSteps(findRun(ctx.runs, run), steps.worker));
-      return;
-    }
     const number = ctx.state.step;
     if (number === null) {
       // None chosen: open the slowest step (the new selection draws the view again).

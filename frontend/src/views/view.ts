@@ -5,7 +5,7 @@ import { failure, loading, notice } from '../components/status';
 import { replace } from '../dom';
 import type { Scope } from '../scope';
 import type { Navigation, State } from '../state';
-import type { Device, RunInfo, RunsAnswer } from '../types';
+import type { Device, RunInfo, RunsAnswer, StepsAnswer } from '../types';
 
 export interface ViewContext {
   /** The pane the view fills. */
@@ -60,6 +60,23 @@ export function defaultWorker(run: RunInfo): string {
 export function noSteps(run: RunInfo | undefined, worker: string): HTMLElement {
   const loadingNow = run?.workers.find((w) => w.worker === worker)?.state === 'loading';
   return loadingNow ? loading(`The traces of ${worker} are still loading…`) : notice(`${worker} has no profiled steps.`);
+}
+
+/** The steps of the selected run and worker; null once the pane says why there are none to show
+ * (`nothing`: what the view would have shown, e.g. "no ops to list"). */
+export async function stepsToShow(ctx: ViewContext, nothing: string): Promise<StepsAnswer | null> {
+  const { run, worker } = ctx.state;
+  if (!findRun(ctx.runs, run)?.workers.length) {
+    replace(ctx.root, notice(`Run ${run} has no trace files yet: ${nothing}.`));
+    return null;
+  }
+  const steps = await fetchInto(ctx, `the steps of ${run}`, () => ctx.api.steps(run, worker));
+  if (!steps) return null;
+  if (!steps.steps.length) {
+    replace(ctx.root, noSteps(findRun(ctx.runs, run), steps.worker));
+    return null;
+  }
+  return steps;
 }
 
 export function deviceLabel(device: Device): string {
