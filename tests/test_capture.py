@@ -162,11 +162,12 @@ def test_hostile_request_files_are_ignored_and_training_goes_on(tmp_path):
 def test_slowdown_traces_the_steps_after_it_and_steady_runs_none(tmp_path):
     """One job slows down at step 40 (a sleep in forward); three steady jobs of the same length run
     beside it. Only the first takes a trace by itself, of steps after the slowdown."""
-    length, slow_from = 130, 40
-    # steps of 100 ms: the noise band is at least 5 ms, more than a busy machine's jitter in waking
-    # from a sleep, held over the 8 steps the rule judges
-    common = dict(step_s=0.1, active=4, max_steps=length, slowdown=True, logdir=tmp_path / "profile")
-    slow = Job(tmp_path, "slow", slow_from=slow_from, slow_s=0.2, **common)
+    length, slow_from = 70, 40
+    # steps of 300 ms: the noise band is at least 15 ms (5% of the median), more than a busy machine's
+    # delay in waking a process from its sleep (several ms at a load of 10-20 on 2 cores), held over the
+    # 8 steps the rule judges; the slowdown triples the step
+    common = dict(step_s=0.3, active=4, max_steps=length, slowdown=True, logdir=tmp_path / "profile")
+    slow = Job(tmp_path, "slow", slow_from=slow_from, slow_s=0.6, **common)
     steady = [Job(tmp_path, f"steady{k}", **common) for k in range(3)]
     try:
         for job in (slow, *steady):
