@@ -169,6 +169,16 @@ class TensorBoardServer(TensorBoard):
             return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
 
 
+def timed_get(tb: TensorBoardServer, path: str) -> tuple[float, bytes]:
+    """Seconds to ``GET path`` and its body; a status other than 200 ends the benchmark."""
+    started = time.perf_counter()
+    status, body = tb.get(path)
+    elapsed = time.perf_counter() - started
+    if status != 200:
+        raise SystemExit(f"{path} answered {status}")
+    return elapsed, body
+
+
 def draw_in_tab(browser, url: str, view: str, route: str, viewport: dict, timeout_ms: int, draw_measure: str):
     """Open the tab at ``url`` on ``view`` (its hash parameters after ``p.phaseprof.view=``) in a fresh
     page and wait for the frontend's ``draw_measure`` performance entry. Returns the page, the tab's

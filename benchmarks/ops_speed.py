@@ -17,24 +17,14 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import big_trace  # noqa: E402
-from _measure import TensorBoardServer  # noqa: E402
+from _measure import TensorBoardServer, timed_get  # noqa: E402
 
 QUERIES = ["group=name", "group=shapes", "phase=forward", "phase=backward&group=shapes"]
-
-
-def timed_get(tb: TensorBoardServer, path: str) -> tuple[float, bytes]:
-    started = time.perf_counter()
-    status, body = tb.get(path)
-    elapsed = time.perf_counter() - started
-    if status != 200:
-        raise SystemExit(f"{path} answered {status}")
-    return elapsed, body
 
 
 def main() -> int:

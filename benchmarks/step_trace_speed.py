@@ -24,18 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import big_trace  # noqa: E402
-from _measure import TensorBoardServer  # noqa: E402
+from _measure import TensorBoardServer, timed_get  # noqa: E402
 
 BASE = "/data/plugin/phaseprof"
-
-
-def timed_get(tb: TensorBoardServer, path: str) -> tuple[float, bytes]:
-    started = time.perf_counter()
-    status, body = tb.get(path)
-    elapsed = time.perf_counter() - started
-    if status != 200:
-        raise SystemExit(f"{path} answered {status}")
-    return elapsed, body
 
 
 def main() -> int:
