@@ -130,5 +130,8 @@ def open_tab(browser, tensorboard, request, **context_options) -> Iterator[Tab]:
 
 @pytest.fixture
 def tab(browser, tensorboard, request):
-    with open_tab(browser, tensorboard, request, viewport={"width": 1400, "height": 1800}) as t:
+    """A fresh page on the test's TensorBoard; a test module's ``TAB_OPTIONS`` (browser-context
+    options) replace the default viewport."""
+    options = getattr(request.module, "TAB_OPTIONS", {"viewport": {"width": 1400, "height": 1800}})
+    with open_tab(browser, tensorboard, request, **options) as t:
         yield t

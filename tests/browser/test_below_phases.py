@@ -13,7 +13,6 @@ import pytest
 
 from tests.logdir import settled, write_scalars
 
-from .conftest import open_tab
 from .tab import Tab, count, ms, pct, size
 
 pytestmark = pytest.mark.browser
@@ -37,11 +36,8 @@ def logdir(tmp_path_factory, traces):
     return root  # the package's `tensorboard` serves this logdir
 
 
-@pytest.fixture
-def tab(browser, tensorboard, request):
-    with open_tab(browser, tensorboard, request, viewport={"width": 1440, "height": 1600},
-                  accept_downloads=True) as t:
-        yield t
+#: the tab's page: wide and tall enough for the step's views, downloads kept for the CSV checks
+TAB_OPTIONS = {"viewport": {"width": 1440, "height": 1600}, "accept_downloads": True}
 
 
 def frame_of(tab: Tab):

@@ -17,7 +17,6 @@ import pytest
 from tests.logdir import settled, write_trace
 from tests.tracebuilder import Loop
 
-from .conftest import open_tab
 from .tab import Tab
 
 pytestmark = pytest.mark.browser
@@ -46,11 +45,8 @@ def logdir(tmp_path_factory, traces):
     return root  # the package's `tensorboard` serves this logdir
 
 
-@pytest.fixture
-def tab(browser, tensorboard, request):
-    with open_tab(browser, tensorboard, request, viewport={"width": 1440, "height": 1600},
-                  accept_downloads=True) as t:
-        yield t
+#: the tab's page: wide and tall enough for the step's views, downloads kept for the CSV checks
+TAB_OPTIONS = {"viewport": {"width": 1440, "height": 1600}, "accept_downloads": True}
 
 
 def open_trace(tab: Tab) -> tuple[int, dict]:
