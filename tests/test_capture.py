@@ -14,6 +14,7 @@ import pytest
 
 from phaseprof import analyze
 from phaseprof.capture_channel import (
+    FINAL,
     REFUSED,
     WRITTEN,
     Heartbeat,
@@ -21,6 +22,7 @@ from phaseprof.capture_channel import (
     capture_dir,
     read_channel,
     request_name,
+    write_atomic,
 )
 from phaseprof.contract import TRACE_FILE_RE
 from tests.capture_job import Job, capture
@@ -82,9 +84,38 @@ def test_a_capture_is_never_longer_than_the_configured_window(tmp_path):
         (answer,) = _answers(job.run_dir, _request_id(asked.stdout)).values()
         assert answer.last - answer.first + 1 == 4
         assert "configured window" in answer.reason
+
+        # asked for a step already past: a single process starts late, and says both things
+        start = answer.last + 2  # its warm-up step is past the last capture
+        _wait_for_step(job, start + 1)
+        late = Request(id="a" * 16, written=time.time(), by="cli", steps=50, start=start)
+        write_atomic(capture_dir(str(job.run_dir)), request_name(late.id), msgspec.json.encode(late))
+        late_answer = _final_answer(job, late.id)
+        assert late_answer.state == WRITTEN and late_answer.last - late_answer.first + 1 == 4
+        assert late_answer.first > late.start
+        assert "configured window" in late_answer.reason and "seen late" in late_answer.reason
         job.finish()
     finally:
         job.kill()
+
+
+def _wait_for_step(job: Job, step: int, timeout: float = 300) -> None:
+    """Until rank 0's heartbeat says it is past ``step``."""
+    deadline = time.monotonic() + timeout
+    while (beat := read_channel(str(job.run_dir)).beats.get(0)) is None or beat.step <= step:
+        assert time.monotonic() < deadline and job.proc.poll() is None, job.log()[-3000:]
+        time.sleep(0.1)
+
+
+def _final_answer(job: Job, request_id: str, timeout: float = 300):
+    """Rank 0's answer to a request once it is final, waiting on the channel's files."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = read_channel(str(job.run_dir)).answers.get(request_id, {}).get(0)
+        if answer is not None and answer.state in FINAL:
+            return answer
+        assert time.monotonic() < deadline and job.proc.poll() is None, job.log()[-3000:]
+        time.sleep(0.1)
 
 
 def test_two_ranks_trace_the_same_steps(tmp_path):

@@ -139,7 +139,8 @@ class CaptureWatcher:
                 plan.state, plan.reason = REFUSED, (f"missed: rank {self.rank} was at step {step} before it could "
                                                     f"warm up for step {plan.start}; ask again")
                 return None
-            plan.reason = f"started at step {step + 1}, not {plan.start}: the request was seen late"
+            late = f"started at step {step + 1}, not {plan.start}: the request was seen late"
+            plan.reason = late if plan.reason is None else f"{plan.reason}; {late}"  # both facts stand
             plan.end += step + 1 - plan.start
             plan.start = step + 1
         written = len(prof._traces.written)
