@@ -8,11 +8,13 @@ import subprocess
 import sys
 import textwrap
 
+import msgspec
 import numpy as np
 import pytest
 
+from phaseprof.cli.compare_table import _said
 from phaseprof.contract import COMPILE, STEP_TAG, cpu_tag
-from phaseprof.plugin.analysis.regression import compare_figures, median_draws
+from phaseprof.plugin.analysis.regression import compare_figures, median_draws, quantiles
 from phaseprof.plugin.answers import Change
 from tests.logdir import write_events, write_scalars, write_trace
 from tests.tracebuilder import annotation, op, step
@@ -202,6 +204,23 @@ def test_a_phase_absent_from_the_base_changes_by_a_share_of_the_base_step():
     # nor a base step to measure it by: no change to speak of
     c = one_change([np.array([0, 0, 0, 0, 0, 1, 1, 1, 1.0])], steady(0.5), base_step_ms=0.0)
     assert (c.change, c.low, c.high, c.slower) == (None, 0.0, 0.0, False)
+
+
+def test_a_base_whose_draws_reach_zero_has_no_upper_bound_never_nan():
+    # a median of 1 ms among base steps of 0 ms: a draw of the base is 0 often enough that the
+    # upper end of the ratio's draws is inf, and so is the interval's bound (null in JSON)
+    c = one_change([np.array([0, 0, 0, 0, 1, 1, 1, 1, 1.0])], steady(0.5))
+    assert (c.base_ms, c.new_ms, c.change, c.low, c.high, c.faster) == (1.0, 0.5, -0.5, -0.5, np.inf, False)
+    assert json.loads(msgspec.json.encode(c))["high"] is None
+    assert _said(c).endswith("interval -50.0% … +∞)")
+
+
+def test_a_quantile_next_to_an_infinite_draw_is_the_finite_draw_it_sits_on():
+    draws = np.array([0.0, 1.0, np.inf, np.inf])
+    # positions 0.75, 1 (on the last finite draw), 1.5 and 2.7 of the sorted draws
+    assert quantiles(draws, [0.25, 1 / 3, 0.5, 0.9]).tolist() == [0.75, 1.0, np.inf, np.inf]
+    assert quantiles(np.array([1.0, 2.0, 4.0]), [0.25, 0.5]).tolist() == [1.5, 2.0]
+    assert quantiles(np.full(3, np.inf), [0.0]).tolist() == [np.inf]
 
 
 def test_fewer_than_five_steps_a_side_give_a_figure_but_no_interval():

@@ -37,7 +37,7 @@ def render(result: GateReport, console: Console) -> None:
             continue
         style = "bold red" if c.slower else ("green" if c.faster else None)
         mark = "slower" if c.slower else ("faster" if c.faster else "")
-        interval = "-" if c.low is None else f"{c.low:+.1%} … {c.high:+.1%}"
+        interval = "-" if c.low is None else f"{_share(c.low)} … {_share(c.high)}"
         change = "-" if c.change is None else f"{c.change:+.1%}"
         cells = (plain(c.phase), c.clock, f"{c.base_ms:,.3f}", f"{c.new_ms:,.3f}", change, interval, mark)
         table.add_row(*map(Text, cells), style=style)
@@ -71,4 +71,10 @@ def _said(c: Change) -> str:
     name = plain(c.phase) + (" (GPU)" if c.clock == "gpu" else "")
     if c.change is None:
         return f"{name} +{c.delta_ms:,.3f} ms"
-    return f"{name} {c.change:+.1%} ({c.base_ms:,.3f} → {c.new_ms:,.3f} ms, interval {c.low:+.1%} … {c.high:+.1%})"
+    interval = f"{_share(c.low)} … {_share(c.high)}"
+    return f"{name} {c.change:+.1%} ({c.base_ms:,.3f} → {c.new_ms:,.3f} ms, interval {interval})"
+
+
+def _share(bound: float) -> str:
+    """An interval's bound as a signed percentage; no bound (some base draws were 0) is ∞."""
+    return "+∞" if bound == float("inf") else f"{bound:+.1%}"

@@ -65,6 +65,19 @@ def side_draws(runs: list[np.ndarray], rng: np.random.Generator, draws: int = DR
     return (within[pick, np.arange(draws)[:, None]] * weights[pick]).sum(axis=1) / weights[pick].sum(axis=1)
 
 
+def quantiles(draws: np.ndarray, ps: list[float]) -> np.ndarray:
+    """``np.quantile`` of draws that may hold ``inf`` (a base draw of 0): a quantile that reaches into
+    them is ``inf``, a true bound, where numpy's interpolation next to an ``inf`` gives NaN."""
+    finite = np.isfinite(draws)
+    m = int(finite.sum())
+    if m == len(draws):
+        return np.quantile(draws, ps)
+    # numpy's linear method sits at position (n - 1) * p of the sorted draws; up to the last finite
+    # one its neighbours are finite once the infs are capped at the largest finite draw
+    capped = np.where(finite, draws, draws[finite].max() if m else 0.0)
+    return np.where((len(draws) - 1) * np.asarray(ps) > m - 1, np.inf, np.quantile(capped, ps))
+
+
 def side_figure(runs: list[np.ndarray]) -> float:
     """The median time per step of each run, averaged over the runs weighted by their steps."""
     steps = sum(len(r) for r in runs)
@@ -114,7 +127,7 @@ def compare_figures(figures: list[tuple[str, str, list[np.ndarray], list[np.ndar
                     ratio = np.where(a > 0, b / a - 1.0, np.inf)
             else:  # nothing on the base side: the change as a share of the base step
                 ratio = (b - a) / base_step_ms if base_step_ms > 0 else np.zeros(len(a))
-            low, high = (float(v) for v in np.quantile(ratio, [alpha / 2, 1 - alpha / 2]))
+            low, high = (float(v) for v in quantiles(ratio, [alpha / 2, 1 - alpha / 2]))
             runs = run_interval(base, new, alpha)
             if runs is not None:
                 low, high = min(low, runs[0]), max(high, runs[1])
