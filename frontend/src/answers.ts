@@ -35,7 +35,8 @@ export interface CaptureInfo {
  * One figure (a phase's time per step, or the step's) on both sides: medians per step, the
  * change and its confidence interval; `slower`/`faster`: by more than the threshold, with
  * confidence. Where the base is 0, `change` is null and the interval is of the delta as a share
- * of the base step.
+ * of the base step. `high` is infinite (null in JSON, beside a `low`) where some draws of the
+ * base are 0: the change has no upper bound.
  */
 export interface Change {
   phase: string;
