@@ -37,7 +37,7 @@ def write_steps(run_dir: Path, steps: int) -> None:
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-    from phaseprof.contract import PHASES, STEP_TAG, cpu_tag
+    from phaseprof.contract import PHASES, STEP_TAG, host_tag
 
     rnd = random.Random(0)
     base = {"data": 3.0, "forward": 14.0, "backward": 27.0, "optimizer": 6.0, "other": 0.4}
@@ -47,7 +47,7 @@ def write_steps(run_dir: Path, steps: int) -> None:
         times = {p: base[p] * drift * rnd.uniform(0.9, 1.1) for p in PHASES}
         if rnd.random() < 0.002:
             times["data"] += rnd.uniform(20, 60)
-        values = [summary_pb2.Summary.Value(tag=cpu_tag(p), simple_value=v) for p, v in times.items()]
+        values = [summary_pb2.Summary.Value(tag=host_tag(p), simple_value=v) for p, v in times.items()]
         values.append(summary_pb2.Summary.Value(tag=STEP_TAG, simple_value=sum(times.values())))
         writer.add_event(event_pb2.Event(step=step, wall_time=time.time(), summary=summary_pb2.Summary(value=values)))
     writer.close()

@@ -117,7 +117,7 @@ PROFILER_TAG = SCALAR_PREFIX + "profiler_ms"
 NOT_PHASE_TAGS = (EVAL_TAG, PROFILER_TAG)
 
 
-def cpu_tag(phase: str) -> str:
+def host_tag(phase: str) -> str:
     """Scalar tag of a phase's host time per step, e.g. ``phaseprof/forward_ms``."""
     return f"{SCALAR_PREFIX}{phase}_ms"
 
@@ -150,9 +150,9 @@ def validate_phase_name(name: str) -> str:
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"a phase name must be a non-empty string, not {name!r}")
-    if name in OUT_OF_STEP or cpu_tag(name) in NOT_PHASE_TAGS:
+    if name in OUT_OF_STEP or host_tag(name) in NOT_PHASE_TAGS:
         raise ValueError(f"{name!r} cannot name a phase: it names time kept outside the training steps")
-    if name == "step" or parse_tag(cpu_tag(name)) != (name, False) or parse_tag(gpu_tag(name)) != (name, True):
+    if name == "step" or parse_tag(host_tag(name)) != (name, False) or parse_tag(gpu_tag(name)) != (name, True):
         raise ValueError(f"{name!r} cannot name a phase: its scalar tags would read as another phase "
                          "('step' is the step total; names may not end in '_gpu')")
     return name

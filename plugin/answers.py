@@ -134,7 +134,7 @@ class PhaseTimes(Answer):
     part of the step's figures of the same names (`GpuTime`): an instant when the work of several
     phases runs is shared equally among them, so each adds up over the phases to the step's exactly."""
 
-    cpu_ms: float
+    host_ms: float
     gpu_ms: float
     gpu_idle_ms: float | None
     launches: int
@@ -184,8 +184,8 @@ class OpRow(Answer, omit_defaults=True):
     name: str
     shapes: str | None
     calls: int
-    self_cpu_ms: float
-    cpu_ms: float
+    self_host_ms: float
+    host_ms: float
     self_gpu_ms: float
     gpu_ms: float
     #: with ``with_stack=True``: the call stack of most of its host time, innermost frame first, and its
@@ -199,8 +199,8 @@ class MeanOp(Answer):
 
     name: str
     calls: float
-    self_cpu_ms: float
-    cpu_ms: float
+    self_host_ms: float
+    host_ms: float
     self_gpu_ms: float
     gpu_ms: float
 
@@ -216,7 +216,7 @@ class MemoryFigures(Answer):
 Band = tuple[int, float, float, str]
 #: ``[start_ms, end_ms, kind]``: time in a step's window kept out of the step, relative to the step's
 #: start; ``kind`` is ``eval`` (an evaluation pass) or ``paused`` (``prof.paused()``).
-OutsideBand = tuple[float, float, str]
+ApartBand = tuple[float, float, str]
 
 
 class Lanes(Answer):
@@ -228,7 +228,7 @@ class Lanes(Answer):
 
 class StepDetail(StepRow):
     """``GET /step``: one step in full: its row, the ops and memory of each phase, its swimlanes, and
-    where in its window time was kept out of it (``outside``: the lanes leave those stretches empty;
+    where in its window time was kept out of it (``apart``: the lanes leave those stretches empty;
     their ops are in no phase)."""
 
     run: str
@@ -237,7 +237,7 @@ class StepDetail(StepRow):
     memory: dict[str, dict[str, MemoryFigures]]
     lanes: Lanes
     gpu_names: list[str]
-    outside: list[OutsideBand]
+    apart: list[ApartBand]
 
 
 # --- comparisons ----------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ class StepDetail(StepRow):
 class Times(Answer):
     """Host and device time of a phase."""
 
-    cpu_ms: float
+    host_ms: float
     gpu_ms: float
 
 
@@ -273,12 +273,12 @@ class ChangedOp(Answer):
     name: str
     a_calls: float
     b_calls: float
-    a_self_cpu_ms: float
-    b_self_cpu_ms: float
-    delta_self_cpu_ms: float
-    a_cpu_ms: float
-    b_cpu_ms: float
-    delta_cpu_ms: float
+    a_self_host_ms: float
+    b_self_host_ms: float
+    delta_self_host_ms: float
+    a_host_ms: float
+    b_host_ms: float
+    delta_host_ms: float
     a_self_gpu_ms: float
     b_self_gpu_ms: float
     delta_self_gpu_ms: float
@@ -305,7 +305,7 @@ class PhaseMean(Answer):
     time); ``gpu_share``: its GPU busy time's share of the mean step's GPU busy time (null without
     GPU). Each adds up to 1 over the phases. The GPU figures are those of `PhaseTimes`."""
 
-    cpu_ms: float
+    host_ms: float
     gpu_ms: float
     gpu_idle_ms: float | None
     share: float
@@ -492,7 +492,7 @@ class SlowStep(Answer):
     phase_over_median_ms: float
 
 
-class OutsideTime(Answer):
+class ApartTime(Answer):
     """Time the run spent outside every step's time: evaluation passes (``phaseprof/eval_ms``) or the
     profiler's own (``phaseprof/profiler_ms``). ``steps``: the steps that had some (for evaluation,
     the passes); ``median_ms`` over those; ``max_step``: where the most was (an evaluation pass is
@@ -519,8 +519,8 @@ class WholeRun(Answer):
     last_step: int
     phases: list[PhaseSpread]
     slowest: list[SlowStep]
-    profiler: OutsideTime | None
-    eval: OutsideTime | None
+    profiler: ApartTime | None
+    eval: ApartTime | None
     left_out: list[str] = msgspec.field(default_factory=list)
 
 
@@ -620,7 +620,7 @@ class ModuleOp(Answer):
     name: str
     backward: bool
     calls: int
-    cpu_ms: float
+    host_ms: float
     gpu_ms: float
 
 
@@ -825,14 +825,14 @@ class RunOpRow(Answer, omit_defaults=True):
     name: str
     shapes: str | None  # with ``group=shapes``: the input shapes ("" where not recorded)
     calls: int
-    self_cpu_ms: float
-    cpu_ms: float
+    self_host_ms: float
+    host_ms: float
     self_gpu_ms: float
     gpu_ms: float
     calls_per_step: float  # means over the profiled steps, including those where it did not run
-    self_cpu_ms_per_step: float
+    self_host_ms_per_step: float
     self_gpu_ms_per_step: float
-    self_cpu_share: float  # of the steps' host (wall) time
+    self_host_share: float  # of the steps' host (wall) time
     self_gpu_share: float | None  # of the steps' GPU time; None without GPU activity
     steps: list[int]  # step numbers it ran in
     phases: list[str]  # phases it ran in, most self host time first
@@ -868,7 +868,7 @@ class MemorySeries(Answer):
 
 
 class MemoryAnswer(Answer):
-    """Memory over one step (``/memory``), with the loop thread's phases beneath; ``outside``: time in
+    """Memory over one step (``/memory``), with the loop thread's phases beneath; ``apart``: time in
     the step's window kept out of the step (its memory events are in no phase and not drawn)."""
 
     run: str
@@ -878,7 +878,7 @@ class MemoryAnswer(Answer):
     recorded: bool  # the worker's traces hold memory events at all (``profile_memory=True``)
     devices: list[MemorySeries]
     bands: list[tuple[float, float, str]]  # (from ms, to ms, phase)
-    outside: list[OutsideBand]
+    apart: list[ApartBand]
 
 
 # --- captures: traces of the next steps of a running job -------------------------------------------

@@ -143,17 +143,17 @@ def consistent(a: SpanAnalysis) -> bool:
     by them). An entry sits in a logdir others write; one that passes this can show wrong figures (as a
     forged trace can) but cannot make a reader fail."""
     steps, phases, devices = len(a.steps), len(a.phases), len(a.memory_devices)
-    if not all(math.isfinite(s.start) and math.isfinite(s.end) and all(map(math.isfinite, s.outside.values()))
+    if not all(math.isfinite(s.start) and math.isfinite(s.end) and all(map(math.isfinite, s.apart.values()))
                for s in a.steps):
         return False
     g = a.gpu
-    grids = [(x, (steps, phases)) for x in (a.cpu_us, a.gpu_us, a.gpu_idle_us, a.launches, a.wait_us,
+    grids = [(x, (steps, phases)) for x in (a.host_us, a.gpu_us, a.gpu_idle_us, a.launches, a.wait_us,
                                            g.busy_us, g.compute_us, g.comm_us, g.exposed_us, a.untraced_us)]
     grids += [(g.window_us, (steps,)), (g.past_host_us, (steps,)), (g.stream_busy_us, (steps, len(g.streams)))]
     per_device = (steps, phases, max(devices, 1))  # one column of "no event" when the trace has no device
     grids += [(a.step_gpu_us, (steps,)), (a.step_gpu_idle_us, (steps,)),
               (a.memory_peak, per_device), (a.memory_delta, per_device),
-              (a.outside_gpu_us, (steps, len(contract.OUT_OF_STEP)))]
+              (a.apart_gpu_us, (steps, len(contract.OUT_OF_STEP)))]
     # NaN is a grid's "no figure" (GPU idle time of a trace without a GPU); infinities are no figure at all
     if any(x.dtype.kind not in "iuf" or x.shape != shape or np.isinf(x).any() for x, shape in grids):
         return False
@@ -163,7 +163,7 @@ def consistent(a: SpanAnalysis) -> bool:
         (a.kernels, [("phase", phases), ("name", names), ("op", names)]),
         (a.memory_curve, [("device", devices)]),
         (a.lanes, [("lane", lanes), ("phase", phases)]),
-        (a.outside, [("kind", len(contract.OUT_OF_STEP))]),
+        (a.apart, [("kind", len(contract.OUT_OF_STEP))]),
     ]
     for table, codes in tables:
         columns = [getattr(table, k) for k in table.__struct_fields__ if k != "labels"]

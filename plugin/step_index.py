@@ -30,7 +30,7 @@ import numpy as np
 from phaseprof.contract import OUT_OF_STEP
 
 from . import cache
-from .analysis.step_trace import NO_LABEL, OUTSIDE, StepCut, StepCutter, StepTables, document
+from .analysis.step_trace import APART, NO_LABEL, StepCut, StepCutter, StepTables, document
 from .reading import storage
 from .reading.discovery import TraceFile
 from .reading.events import RUNTIME
@@ -183,7 +183,7 @@ def holds(tables: StepTables, cut: StepCut) -> bool:
     if any(c.ndim != 1 or c.dtype.kind not in "iuf" or len(c) != len(group[0]) for group in groups for c in group):
         return False
     names, threads, phases = len(tables.names), len(tables.threads), len(tables.phases)
-    lowest = OUTSIDE - (len(OUT_OF_STEP) - 1)
+    lowest = APART - (len(OUT_OF_STEP) - 1)
 
     def within(codes: np.ndarray, lo: int, hi: int) -> bool:
         return codes.dtype.kind in "iu" and (not len(codes) or (int(codes.min()) >= lo and int(codes.max()) < hi))

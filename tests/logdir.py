@@ -11,7 +11,7 @@ from pathlib import Path
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from phaseprof.contract import EVAL_TAG, PROFILER_TAG, STEP_TAG, cpu_tag, gpu_tag
+from phaseprof.contract import EVAL_TAG, PROFILER_TAG, STEP_TAG, gpu_tag, host_tag
 from tests.tracebuilder import annotation, kernel, launch, memory, op, step, thread_names
 
 
@@ -28,7 +28,7 @@ def write_scalars(run_dir, steps, phases=("data", "forward", "backward", "optimi
     """Per-step phase scalars as the training hook writes them (simple values, one event per step)."""
     writer = EventFileWriter(str(run_dir))
     for s in steps:
-        values = [summary_pb2.Summary.Value(tag=cpu_tag(p), simple_value=float(s + i)) for i, p in enumerate(phases)]
+        values = [summary_pb2.Summary.Value(tag=host_tag(p), simple_value=float(s + i)) for i, p in enumerate(phases)]
         values.append(summary_pb2.Summary.Value(tag=gpu_tag("forward"), simple_value=0.5))
         values.append(summary_pb2.Summary.Value(tag=STEP_TAG, simple_value=float(5 * s + 10)))
         writer.add_event(event_pb2.Event(step=s, wall_time=time.time(), summary=summary_pb2.Summary(value=values)))
@@ -144,7 +144,7 @@ def evaluation_run(run_dir) -> None:
         phases = {"forward": 3.0, "backward": 4.0, "optimizer": 2.0, "other": 1.0}
         if s == 2:
             phases.update(data=0.5, other=0.5)
-        values = {cpu_tag(p): v for p, v in phases.items()}
+        values = {host_tag(p): v for p, v in phases.items()}
         values[STEP_TAG] = sum(phases.values())
         values[PROFILER_TAG] = 30.0 if s == 5 else 0.05
         if s in (2, 7):

@@ -48,16 +48,16 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                     "degrees or upper_bound"]),
     # hand-built traces and recorded ones; not the tests that run a real training loop first
     "partition": ("phaseprof/plugin/analysis/partition.py",
-                  ["tests/test_phases.py", "tests/test_inferred_steps.py", "tests/test_outside_steps.py",
+                  ["tests/test_phases.py", "tests/test_inferred_steps.py", "tests/test_kept_apart.py",
                    "-k", "not real_loop and not autograd_profiler_around"]),
     "steps": ("phaseprof/plugin/analysis/steps.py",
-              ["tests/test_phases.py", "tests/test_outside_steps.py", "-k", "not real_loop"]),
+              ["tests/test_phases.py", "tests/test_kept_apart.py", "-k", "not real_loop"]),
     "advice": ("phaseprof/plugin/analysis/advice.py", ["tests/test_advice.py", "tests/test_findings.py"]),
     "findings": ("phaseprof/plugin/analysis/findings.py",
                  ["tests/test_findings.py", "tests/test_warmup.py",
-                  "tests/test_outside_steps.py::test_compile_time_is_a_compile_phase_and_compiling_steps_are_left_out_"
+                  "tests/test_kept_apart.py::test_compile_time_is_a_compile_phase_and_compiling_steps_are_left_out_"
                   "of_the_summary",
-                  "tests/test_outside_steps.py::test_summary_slowest_step_and_findings_leave_the_outside_time_out",
+                  "tests/test_kept_apart.py::test_summary_slowest_step_and_findings_leave_the_time_kept_apart_out",
                   "tests/test_gpu_measures.py::test_a_gpu_bound_step_is_measured_by_the_gpu"]),
     "span": ("phaseprof/plugin/analysis/span.py",
              ["tests/test_phases.py", "tests/test_gpu_measures.py", "tests/test_kernel_table.py"]),

@@ -118,7 +118,7 @@ c.PHASE_REGISTRY = c.PHASE_REGISTRY[:3] + (loss,) + c.PHASE_REGISTRY[3:]
 c.PHASES = tuple(p.name for p in c.PHASE_REGISTRY)
 from phaseprof import analyze
 row = analyze({str(trace)!r})["runs"][0]["workers"][0]["steps"][0]
-print(json.dumps([list(row["phases"]), row["phases"]["loss"]["cpu_ms"]]))
+print(json.dumps([list(row["phases"]), row["phases"]["loss"]["host_ms"]]))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     phases, loss_ms = msgspec.json.decode(out)

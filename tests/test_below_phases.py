@@ -110,7 +110,7 @@ def test_trace_slice_holds_exactly_the_steps_window_and_is_a_chrome_trace(served
     for a, b in zip(phases, phases[1:]):
         assert a["ts"] + a["dur"] == pytest.approx(b["ts"])
     for name, p in detail["phases"].items():
-        assert sum(e["dur"] for e in phases if e["name"] == name) / 1000 == pytest.approx(p["cpu_ms"], abs=0.002)
+        assert sum(e["dur"] for e in phases if e["name"] == name) / 1000 == pytest.approx(p["host_ms"], abs=0.002)
 
     # Every lane is named, as chrome://tracing and Perfetto show it.
     named = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
@@ -162,18 +162,18 @@ def test_ops_totals_equal_the_sum_over_steps(served, run):
     assert by_name["steps"] == len(steps)
     rows = [(phase, o) for d in details for phase, ops in d["ops"].items() for o in ops]
     tolerance = 0.0006 * (len(rows) + len(by_name["ops"]))  # each figure is rounded to the µs
-    for field in ("self_cpu_ms", "cpu_ms", "self_gpu_ms", "gpu_ms"):
+    for field in ("self_host_ms", "host_ms", "self_gpu_ms", "gpu_ms"):
         assert sum(o[field] for o in by_name["ops"]) == pytest.approx(sum(o[field] for _, o in rows), abs=tolerance)
     assert sum(o["calls"] for o in by_name["ops"]) == sum(o["calls"] for _, o in rows)
     assert len({o["name"] for o in by_name["ops"]}) == len(by_name["ops"]) == len({o["name"] for _, o in rows})
 
     # each op: its steps are the steps whose detail lists it; means are per profiled step
     top = by_name["ops"][0]
-    assert top["self_cpu_ms"] == max(o["self_cpu_ms"] for o in by_name["ops"])  # key_averages' order
+    assert top["self_host_ms"] == max(o["self_host_ms"] for o in by_name["ops"])  # key_averages' order
     ran = [d["step"] for d in details if any(o["name"] == top["name"] for ops in d["ops"].values() for o in ops)]
     assert top["steps"] == ran
-    assert top["self_cpu_ms_per_step"] == pytest.approx(top["self_cpu_ms"] / len(steps), abs=0.001)
-    assert top["self_cpu_share"] == pytest.approx(top["self_cpu_ms"] / sum(s["wall_ms"] for s in steps), abs=1e-4)
+    assert top["self_host_ms_per_step"] == pytest.approx(top["self_host_ms"] / len(steps), abs=0.001)
+    assert top["self_host_share"] == pytest.approx(top["self_host_ms"] / sum(s["wall_ms"] for s in steps), abs=1e-4)
 
     # grouped by input shapes: more (or as many) rows, the same totals
     by_shapes = get(client, "ops", run=run, group="shapes")
@@ -183,11 +183,11 @@ def test_ops_totals_equal_the_sum_over_steps(served, run):
         assert any(o["shapes"] for o in by_shapes["ops"]) and len(by_shapes["ops"]) > len(by_name["ops"])
 
     # one phase: that phase's rows of every step
-    phase = max(steps[0]["phases"], key=lambda p: steps[0]["phases"][p]["cpu_ms"])
+    phase = max(steps[0]["phases"], key=lambda p: steps[0]["phases"][p]["host_ms"])
     one = get(client, "ops", run=run, phase=phase)
-    assert sum(o["self_cpu_ms"] for o in one["ops"]) == pytest.approx(
-        sum(o["self_cpu_ms"] for p, o in rows if p == phase), abs=tolerance)
-    assert one["wall_ms"] == pytest.approx(sum(s["phases"][phase]["cpu_ms"] for s in steps), abs=0.001 * len(steps))
+    assert sum(o["self_host_ms"] for o in one["ops"]) == pytest.approx(
+        sum(o["self_host_ms"] for p, o in rows if p == phase), abs=tolerance)
+    assert one["wall_ms"] == pytest.approx(sum(s["phases"][phase]["host_ms"] for s in steps), abs=0.001 * len(steps))
     assert all(o["phases"] == [phase] for o in one["ops"])
 
 

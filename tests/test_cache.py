@@ -35,7 +35,7 @@ def _trace(path, forward_us=300.0):
 
 
 def _forward_ms(report) -> list[float]:
-    return [r["phases"]["forward"]["cpu_ms"] for r in report["runs"][0]["workers"][0]["steps"]]
+    return [r["phases"]["forward"]["host_ms"] for r in report["runs"][0]["workers"][0]["steps"]]
 
 
 def _entry(trace) -> str:
@@ -89,7 +89,7 @@ def _forge(analysis, how: str) -> None:
     if how == "op name out of range":
         analysis.ops.name = analysis.ops.name + len(analysis.names)
     elif how == "grid of another shape":
-        analysis.cpu_us = analysis.cpu_us[:, :2]
+        analysis.host_us = analysis.host_us[:, :2]
     elif how == "columns of two lengths":
         analysis.ops.calls = analysis.ops.calls[:-1]
     elif how == "steps out of order":
@@ -97,16 +97,16 @@ def _forge(analysis, how: str) -> None:
     elif how == "text where numbers go":
         analysis.gpu_us = np.array([["x"] * analysis.gpu_us.shape[1]] * analysis.gpu_us.shape[0])
     elif how == "time outside the steps of no kind":
-        analysis.outside = type(analysis.outside)(step=np.zeros(1, np.int32), kind=np.full(1, 7, np.int32),
+        analysis.apart = type(analysis.apart)(step=np.zeros(1, np.int32), kind=np.full(1, 7, np.int32),
                                                   start=np.zeros(1), end=np.ones(1))
     elif how == "GPU time outside the steps of another shape":
-        analysis.outside_gpu_us = analysis.outside_gpu_us[:1]
+        analysis.apart_gpu_us = analysis.apart_gpu_us[:1]
     elif how == "ops called no times":  # a mean per call divides by it
         analysis.ops.calls = np.zeros_like(analysis.ops.calls)
     elif how == "infinite op time":
         analysis.ops.self_us = np.full_like(analysis.ops.self_us, np.inf)
     elif how == "infinite host time":
-        analysis.cpu_us = np.full_like(analysis.cpu_us, -np.inf)
+        analysis.host_us = np.full_like(analysis.host_us, -np.inf)
     elif how == "a step with no end":
         analysis.steps[1].end = float("nan")
     elif how == "a call path that calls itself":
@@ -174,7 +174,7 @@ def test_an_entry_is_never_read_through_a_link(tmp_path, where):
         (entry,) = (tmp_path / "user-cache").rglob("*" + cache.SUFFIX)
     with open(entry, "rb") as fh:
         forged = cache._decode(fh.read())
-    forged.analysis.cpu_us = forged.analysis.cpu_us * 3  # holds together: only the figures are wrong
+    forged.analysis.host_us = forged.analysis.host_us * 3  # holds together: only the figures are wrong
     outside = tmp_path / "outside.analysis"
     outside.write_bytes(cache._encode(forged))
     os.unlink(entry)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from phaseprof.cli.compare_table import _said
-from phaseprof.contract import COMPILE, STEP_TAG, cpu_tag
+from phaseprof.contract import COMPILE, STEP_TAG, host_tag
 from phaseprof.plugin.analysis.regression import compare_figures, median_draws, quantiles
 from phaseprof.plugin.answers import Change
 from tests.logdir import write_events, write_scalars, write_trace
@@ -326,7 +326,7 @@ def test_json(tmp_path):
     assert fwd["change"] == pytest.approx(fwd["new_ms"] / fwd["base_ms"] - 1, abs=1e-3)
     assert fwd["change"] == pytest.approx(0.5, abs=0.1)
     assert not changes[("backward", "host")]["slower"]
-    assert data["ops"][0]["name"] == "aten::mm" and data["ops"][0]["delta_self_cpu_ms"] > 0.5
+    assert data["ops"][0]["name"] == "aten::mm" and data["ops"][0]["delta_self_host_ms"] > 0.5
 
 
 def test_faster_is_not_a_failure(tmp_path):
@@ -377,9 +377,10 @@ def _compiled_run(run_dir, steps: int, compiling: int, seed: int) -> None:
     for s in range(steps):
         forward, backward = 4 * (1 + 0.01 * rng.standard_normal()), 6 * (1 + 0.01 * rng.standard_normal())
         compile_ms = 2000.0 if s < compiling else 0.0
-        values = {cpu_tag("forward"): forward, cpu_tag("backward"): backward, STEP_TAG: forward + backward + compile_ms}
+        values = {host_tag("forward"): forward, host_tag("backward"): backward,
+                  STEP_TAG: forward + backward + compile_ms}
         if compile_ms:
-            values[cpu_tag(COMPILE)] = compile_ms
+            values[host_tag(COMPILE)] = compile_ms
         rows.append((s, values))
     write_events(run_dir, rows)
 

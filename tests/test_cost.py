@@ -15,7 +15,7 @@ def figures(cpu, wait=(0, 0, 0), compute=(0, 0, 0), exposed=(0, 0, 0), has_gpu=T
     """A typical step of three phases (µs); the figures the cost model does not read are zeros."""
     zeros = np.zeros(3)
     cpu = np.array(cpu, dtype=float)
-    return Figures(phases=PHASES, steps=[1, 2, 3], wall_us=float(cpu.sum()) if wall is None else wall, cpu_us=cpu,
+    return Figures(phases=PHASES, steps=[1, 2, 3], wall_us=float(cpu.sum()) if wall is None else wall, host_us=cpu,
                    gpu_us=zeros, idle_us=zeros, wait_us=np.array(wait, dtype=float), launches=zeros, busy_us=zeros,
                    compute_us=np.array(compute, dtype=float), comm_us=zeros,
                    exposed_comm_us=np.array(exposed, dtype=float), step_idle_us=0.0, has_gpu=has_gpu)

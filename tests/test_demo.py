@@ -25,7 +25,7 @@ def test_demo_then_report(tmp_path):
     assert set(runs) == {"train_mnist_cnn", "infer_small_cnn"}
     (train,) = runs["train_mnist_cnn"]["workers"]
     assert [s["step"] for s in train["steps"]] == list(range(2, 12))
-    assert all(s["phases"]["backward"]["cpu_ms"] > 0 and not s["inferred"] for s in train["steps"])
+    assert all(s["phases"]["backward"]["host_ms"] > 0 and not s["inferred"] for s in train["steps"])
     (infer,) = runs["infer_small_cnn"]["workers"]
     # inference has no backward: a phase with no time in the run is not listed
-    assert all(s["phases"]["postprocess"]["cpu_ms"] > 0 and "backward" not in s["phases"] for s in infer["steps"])
+    assert all(s["phases"]["postprocess"]["host_ms"] > 0 and "backward" not in s["phases"] for s in infer["steps"])

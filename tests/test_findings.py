@@ -55,7 +55,7 @@ def test_resnet50_with_num_workers_0_is_held_up_by_data_loading(traces):
     assert (first.kind, first.phase, s.dominant_phase) == ("data-loader", "data", "data")
     assert first.evidence.loader == "single-process"
     assert "num_workers" in first.text and "the most host time" in first.text
-    assert first.saving_ms == pytest.approx(s.mean["data"].cpu_ms)
+    assert first.saving_ms == pytest.approx(s.mean["data"].host_ms)
     # two thirds of it is the dataset's own Python (decoding, transforms), recorded by no op
     assert 30 < first.evidence.untraced_ms < 45 and "the dataset's Python" in first.text
     # the optimizer's per-parameter kernels are named too, with the fix
@@ -120,7 +120,7 @@ def test_first_finding_is_the_costliest_phase_in_the_measure_it_states(traces):
         s = w.summary
         first = s.findings[0]
         assert first.phase is not None, (folder, w.worker, first)
-        column = {"host": "cpu_ms", "gpu": "gpu_compute_ms"}[first.evidence.measure]
+        column = {"host": "host_ms", "gpu": "gpu_compute_ms"}[first.evidence.measure]
         rows = [row for row in w.steps if not row.empty]
         mean = {p: float(np.mean([getattr(row.phases[p], column) for row in rows])) for p in s.phases}
         assert first.phase == max(mean, key=mean.get), (folder, w.worker, mean, first.text)

@@ -211,7 +211,7 @@ def test_step_and_phase_games_keep_host_time_whole(ranges, steps):
     for run in report["runs"]:
         for worker in run["workers"]:
             for row in worker["steps"]:
-                total = sum(p["cpu_ms"] for p in row["phases"].values())
+                total = sum(p["host_ms"] for p in row["phases"].values())
                 assert total == pytest.approx(row["wall_ms"], abs=0.002 * max(1, len(row["phases"])))
                 assert row["eval_ms"] >= 0 and row["paused_ms"] >= 0
 
@@ -250,7 +250,7 @@ def test_forged_cache_entries_never_fail_a_reader(edits):
             names = [f for f in analysis.__struct_fields__ if isinstance(getattr(analysis, f), np.ndarray)]
             _forge_array(analysis, names[which % len(names)], at, value)
         elif where == "table":
-            table = getattr(analysis, ("ops", "kernels", "memory_curve", "lanes", "outside", "gpu")[which % 6])
+            table = getattr(analysis, ("ops", "kernels", "memory_curve", "lanes", "apart", "gpu")[which % 6])
             columns = [f for f in table.__struct_fields__ if isinstance(getattr(table, f), np.ndarray)]
             _forge_array(table, columns[column % len(columns)], at, value)
         elif where == "step":

@@ -116,14 +116,14 @@ def test_in_a_training_loop_an_eval_forward_is_an_evaluation_pass_until_training
     model.eval()
     assert not lp.attachment.training_mode()
     model(torch.randn(2, 4))
-    assert lp.tracker.outside
+    assert lp.tracker.apart
     model.train()
     with torch.no_grad():
         assert not lp.attachment.training_mode()
         model(torch.randn(2, 4))  # still evaluating
-    assert lp.tracker.outside
+    assert lp.tracker.apart
     model(torch.randn(2, 4))  # a training forward ends the pass
-    assert not lp.tracker.outside
+    assert not lp.tracker.apart
     assert lp.phases() == [EVAL, OTHER, FORWARD, OTHER]
 
 
@@ -136,9 +136,9 @@ def test_training_work_ends_an_evaluation_pass(loop, work):
     model.eval()
     with torch.no_grad():
         model(torch.randn(2, 4))
-    assert lp.tracker.outside
+    assert lp.tracker.apart
     {"backward": loss.backward, "zero_grad": optimizer.zero_grad, "step": optimizer.step}[work]()
-    assert not lp.tracker.outside
+    assert not lp.tracker.apart
     phase = BACKWARD if work == "backward" else OPTIMIZER
     assert lp.phases()[-4:] == [EVAL, OTHER, phase, OTHER]
 
@@ -152,7 +152,7 @@ def test_without_an_optimizer_evaluation_is_told_apart_once_a_backward_ran(loop)
     model(torch.randn(2, 4)).sum().backward()
     with torch.no_grad():
         model(torch.randn(2, 4))
-    assert lp.tracker.outside
+    assert lp.tracker.apart
     assert lp.phases() == [OTHER, FORWARD, OTHER, BACKWARD, OTHER, EVAL]
 
 

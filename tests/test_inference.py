@@ -38,7 +38,7 @@ def test_inferred_phases_match_the_annotated_ones(case, traces, tmp_path):
         assert not annotated.steps[i].inferred
         for phase in ("forward", "backward"):
             j_a, j_i = annotated.phases.index(phase), inferred.phases.index(phase)
-            cpu_a, cpu_i = annotated.cpu_us[i, j_a] / 1e3, inferred.cpu_us[i, j_i] / 1e3
+            cpu_a, cpu_i = annotated.host_us[i, j_a] / 1e3, inferred.host_us[i, j_i] / 1e3
             gpu_a, gpu_i = annotated.gpu_us[i, j_a] / 1e3, inferred.gpu_us[i, j_i] / 1e3
             assert abs(cpu_i - cpu_a) <= max(0.10 * cpu_a, 1.0), (s.number, phase, cpu_a, cpu_i)
             assert abs(gpu_i - gpu_a) <= max(0.05 * gpu_a, 0.5), (s.number, phase, gpu_a, gpu_i)
@@ -54,5 +54,5 @@ def test_backward_extends_past_the_last_autograd_op_on_cuda(traces, tmp_path):
     names = CASES["gpu/hta_ns_resolution"]
     inferred = analyze_trace(read_trace(str(stripped_copy(src, names, tmp_path / "s.pt.trace.json"))))
     j = inferred.phases.index("backward")
-    short = 0.97 * annotated.cpu_us[:, j]
-    assert (inferred.cpu_us[:, j] > short).all()
+    short = 0.97 * annotated.host_us[:, j]
+    assert (inferred.host_us[:, j] > short).all()

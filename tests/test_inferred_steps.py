@@ -63,7 +63,7 @@ def test_autograd_profiler_around_n_iterations_reads_as_n_inferred_steps(tmp_pat
         for i, s in enumerate(span.steps):
             assert {"forward", "backward"} <= s.inferred
             for phase in ("data", "forward", "backward", "optimizer"):
-                assert span.cpu_us[i, span.phases.index(phase)] > 0, (device, s.number, phase)
+                assert span.host_us[i, span.phases.index(phase)] > 0, (device, s.number, phase)
             if device == "cuda":
                 for phase in ("forward", "backward", "optimizer"):
                     assert span.gpu_us[i, span.phases.index(phase)] > 0, (s.number, phase)
@@ -88,7 +88,7 @@ def test_gradient_accumulation_keeps_one_step_per_optimizer_step(tmp_path):
     span = analyse(tmp_path, events)
     assert [(s.start, s.end) for s in span.steps] == [(0, 10_000), (10_000, 20_000), (20_000, 30_000)]
     j = span.phases.index("backward")
-    assert span.cpu_us[:, j] == pytest.approx([2 * 1_600] * 3)  # two backward segments in each
+    assert span.host_us[:, j] == pytest.approx([2 * 1_600] * 3)  # two backward segments in each
 
 
 def test_a_wrapped_optimizer_marks_one_step_per_iteration(tmp_path):
@@ -104,7 +104,7 @@ def test_a_wrapped_optimizer_marks_one_step_per_iteration(tmp_path):
     events.append(annotation("Optimizer.zero_grad#AcceleratedOptimizer.zero_grad", 30_000, 100))
     span = analyse(tmp_path, events)
     assert [(s.start, s.end) for s in span.steps] == [(0, 10_000), (10_000, 20_000), (20_000, 30_000)]
-    assert span.cpu_us[:, span.phases.index("optimizer")] == pytest.approx([1_100] * 3)
+    assert span.host_us[:, span.phases.index("optimizer")] == pytest.approx([1_100] * 3)
 
 
 def test_a_loop_marked_only_by_its_optimizer_steps_has_a_step_between_each_two(tmp_path):
@@ -118,7 +118,7 @@ def test_a_loop_marked_only_by_its_optimizer_steps_has_a_step_between_each_two(t
     assert [(s.number, s.start, s.end) for s in span.steps] == [
         (0, 9_000, 19_000), (1, 19_000, 29_000), (2, 29_000, 39_000)]
     assert all(s.inferred_step for s in span.steps)
-    assert span.cpu_us[:, span.phases.index("optimizer")] == pytest.approx([1_000] * 3)
+    assert span.host_us[:, span.phases.index("optimizer")] == pytest.approx([1_000] * 3)
 
 
 def test_a_trace_begun_inside_an_iteration_steps_from_the_loops_head(tmp_path):
@@ -139,7 +139,7 @@ def test_nested_marks_never_make_a_step_end_before_it_starts(tmp_path):
     span = analyse(tmp_path, [annotation("Optimizer.step#SGD.step", 0, 12),
                               annotation("Optimizer.step#SGD.step", 1, 0)])
     assert all(s.end >= s.start for s in span.steps)
-    assert span.cpu_us.sum(axis=1) == pytest.approx([s.end - s.start for s in span.steps])
+    assert span.host_us.sum(axis=1) == pytest.approx([s.end - s.start for s in span.steps])
 
 
 def test_a_loop_marked_only_by_its_backward_seeds(tmp_path):
@@ -154,8 +154,8 @@ def test_a_loop_marked_only_by_its_backward_seeds(tmp_path):
     span = analyse(tmp_path, events)
     # a step starts with the loop thread's first op after the previous backward
     assert [(s.start, s.end) for s in span.steps] == [(0, 10_000), (10_000, 20_000), (20_000, 27_200)]
-    assert span.cpu_us[:, span.phases.index("forward")] == pytest.approx([3_100] * 3)
-    assert span.cpu_us[:, span.phases.index("backward")] == pytest.approx([4_100] * 3)
+    assert span.host_us[:, span.phases.index("forward")] == pytest.approx([3_100] * 3)
+    assert span.host_us[:, span.phases.index("backward")] == pytest.approx([4_100] * 3)
 
 
 def test_a_single_iteration_stays_one_step(tmp_path):
@@ -181,6 +181,6 @@ def test_inferred_steps_match_the_profiler_steps_they_replace(case, traces, tmp_
     assert len(inferred.steps) == len(marked.steps) >= 3
     assert all(s.inferred_step for s in inferred.steps) and not any(s.inferred_step for s in marked.steps)
     for phase in ("data", "forward", "backward", "optimizer"):
-        a = marked.cpu_us[:, marked.phases.index(phase)]
-        b = inferred.cpu_us[:, inferred.phases.index(phase)]
+        a = marked.host_us[:, marked.phases.index(phase)]
+        b = inferred.host_us[:, inferred.phases.index(phase)]
         assert (np.abs(b - a) <= np.maximum(0.02 * a, 500)).all(), (case, phase, a, b)

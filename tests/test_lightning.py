@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
-from phaseprof.contract import BACKWARD, DATA, EVAL_TAG, FORWARD, OPTIMIZER, OTHER, STEP_TAG, cpu_tag
+from phaseprof.contract import BACKWARD, DATA, EVAL_TAG, FORWARD, OPTIMIZER, OTHER, STEP_TAG, host_tag
 from tests.timing import TimedGradScaler, Timers, assert_two_ranks, busy, scalars, time_forward, time_optimizer
 
 L = pytest.importorskip("lightning.pytorch")  # an extra of the package; the test extra installs it
@@ -140,7 +140,7 @@ def agree_every_phase(timers: Timers, values: dict, steps: list[int], micro_batc
     for phase, reference in ((FORWARD, timers.per_step(FORWARD, micro_batches)),
                              (BACKWARD, timers.per_step(BACKWARD, micro_batches)),
                              (OPTIMIZER, timers.per_step(OPTIMIZER, optimizer_calls)), (DATA, data)):
-        timers.agree(phase, [values[cpu_tag(phase)][step] for step in steps], reference)
+        timers.agree(phase, [values[host_tag(phase)][step] for step in steps], reference)
 
 
 @pytest.mark.slow
@@ -152,7 +152,7 @@ def test_lightning_steps_match_independent_timers(tmp_path, capsys):
     assert steps == list(range(12))  # 24 batches, 2 per optimizer step; validation adds none
     agree_every_phase(timers, values, steps, micro_batches=2)
     # The 3 ms of extra work per micro-batch in training_step is other, not optimizer.
-    assert all(values[cpu_tag(OTHER)][step] >= 6 for step in steps)
+    assert all(values[host_tag(OTHER)][step] >= 6 for step in steps)
     # Validation every 8 batches (after steps 3 and 7) and at the end of the epoch, never in a step.
     assert len(values[EVAL_TAG]) == 3 and all(ms >= 30 for ms in values[EVAL_TAG].values())
     assert "evaluation, outside the steps: 3 pass(es)" in capsys.readouterr().out
@@ -202,7 +202,7 @@ def test_traces_of_lightnings_own_pytorch_profiler_read_with_the_optimizer_phase
         optimizer_ops = {op["name"] for op in detail["ops"].get(OPTIMIZER, [])}
         other_ops = {op["name"] for op in detail["ops"].get(OTHER, [])}
         assert "aten::addcdiv_" in optimizer_ops and "aten::addcdiv_" not in other_ops, (row["step"], other_ops)
-        assert row["phases"][OPTIMIZER]["cpu_ms"] > 0
+        assert row["phases"][OPTIMIZER]["host_ms"] > 0
 
 
 @pytest.mark.slow
@@ -278,8 +278,8 @@ def test_lightning_manual_optimization_with_two_optimizers(tmp_path):
     steps = sorted(values[STEP_TAG])
     assert steps == list(range(6))
     for phase, calls in ((FORWARD, 4), (BACKWARD, 2), (OPTIMIZER, 4)):
-        timers.agree(phase, [values[cpu_tag(phase)][step] for step in steps], timers.per_step(phase, calls))
-    assert all(values[cpu_tag(OTHER)][step] >= 3 for step in steps)
+        timers.agree(phase, [values[host_tag(phase)][step] for step in steps], timers.per_step(phase, calls))
+    assert all(values[host_tag(OTHER)][step] >= 3 for step in steps)
 
 
 DDP_SCRIPT = """

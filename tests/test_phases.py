@@ -19,7 +19,7 @@ def analyse(tmp_path, events, name="w.1.pt.trace.json"):
 
 
 def phase_ms(span, step_index: int, phase: str, gpu: bool = False) -> float:
-    table = span.gpu_us if gpu else span.cpu_us
+    table = span.gpu_us if gpu else span.host_us
     return float(table[step_index, span.phases.index(phase)]) / 1000.0
 
 
@@ -145,9 +145,9 @@ def test_self_time_subtracts_direct_children_only(tmp_path):
     ])
     detail = detail_of(span, 1)
     rows = {r["name"]: r for r in detail["ops"]["forward"]}
-    assert rows["aten::relu_"]["self_cpu_ms"] == pytest.approx(0.1)
-    assert rows["aten::relu_"]["cpu_ms"] == pytest.approx(0.4)
-    assert rows["aten::threshold_"]["self_cpu_ms"] == pytest.approx(0.29)
+    assert rows["aten::relu_"]["self_host_ms"] == pytest.approx(0.1)
+    assert rows["aten::relu_"]["host_ms"] == pytest.approx(0.4)
+    assert rows["aten::threshold_"]["self_host_ms"] == pytest.approx(0.29)
     assert "phaseprof::forward" not in rows  # the phase range is the phase, not an op of it
 
 
@@ -241,7 +241,7 @@ def test_gpu_idle_and_verdict_per_phase(tmp_path):
     assert detail["phases"]["backward"]["verdict"] == "gpu-bound"
 
 
-@pytest.mark.parametrize("cpu_us, idle_us, has_gpu, expected", [
+@pytest.mark.parametrize("host_us, idle_us, has_gpu, expected", [
     (1_000.0, 500.0, True, "cpu-bound"),  # the GPU idles half the phase: the bound itself
     (1_000.0, 499.0, True, "balanced"),
     (1_000.0, 101.0, True, "balanced"),
@@ -251,16 +251,16 @@ def test_gpu_idle_and_verdict_per_phase(tmp_path):
     (0.0, 0.0, True, None),  # a phase without host time
     (1_000.0, float("nan"), True, None),  # idle unknown
 ])
-def test_the_verdict_bounds_belong_to_the_verdict_they_name(cpu_us, idle_us, has_gpu, expected):
+def test_the_verdict_bounds_belong_to_the_verdict_they_name(host_us, idle_us, has_gpu, expected):
     from phaseprof.plugin.analysis.steps import verdict
 
-    assert verdict(cpu_us, idle_us, has_gpu) == expected
+    assert verdict(host_us, idle_us, has_gpu) == expected
 
 
 def test_a_trace_without_step_markers_is_one_step(tmp_path):
     span = analyse(tmp_path, [op("aten::mm", 10, 100), op("aten::add", 200, 50)])
     assert [s.number for s in span.steps] == [0]
-    assert span.cpu_us[0].sum() == pytest.approx(240)
+    assert span.host_us[0].sum() == pytest.approx(240)
 
 
 def test_swimlanes_show_the_loop_thread_other_threads_and_gpu_streams(tmp_path):

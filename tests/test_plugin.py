@@ -145,7 +145,7 @@ def test_compare_two_steps_two_workers_two_runs(served):
     assert steps["a"]["steps"] == [101] and steps["b"]["steps"] == [103]
     assert steps["delta"]["wall_ms"] == pytest.approx(steps["b"]["wall_ms"] - steps["a"]["wall_ms"], abs=0.002)
     assert steps["a"]["label"] == "gpu · rank-0.Apr_03_18_51_38 · step 101"
-    assert steps["ops"] and "delta_self_cpu_ms" in steps["ops"][0]
+    assert steps["ops"] and "delta_self_host_ms" in steps["ops"][0]
     workers = get(client, f"{BASE}/compare?run_a=ranks&worker_a=sampled_rank-0&run_b=ranks&worker_b=sampled_rank-1")
     assert workers["a"]["steps"] == workers["b"]["steps"] == [551, 552]
     runs = get(client, f"{BASE}/compare?run_a=gpu&run_b=cpu/base")

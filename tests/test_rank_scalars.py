@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from phaseprof import analyze
-from phaseprof.contract import STEP_TAG, cpu_tag
+from phaseprof.contract import STEP_TAG, host_tag
 from phaseprof.plugin.reading.discovery import discover
 from tests.logdir import settled
 from tests.test_plugin import make_app
@@ -26,7 +26,7 @@ def two_rank_job(root, traces):
         shutil.copy(f, root / "job" / f.name)
     for rank in (0, 1):
         write_events(root / "job" / f"rank{rank}", [
-            (s, {STEP_TAG: 10.0 + 3 * rank + s % 2, cpu_tag("forward"): 4.0 + 3 * rank, cpu_tag("backward"): 6.0})
+            (s, {STEP_TAG: 10.0 + 3 * rank + s % 2, host_tag("forward"): 4.0 + 3 * rank, host_tag("backward"): 6.0})
             for s in range(50)])
     for f in root.rglob("*"):
         settled(f)

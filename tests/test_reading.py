@@ -25,7 +25,7 @@ def test_every_trace_in_the_test_data_reads_and_has_steps(traces):
     for (run, worker), w in workers.items():
         assert w["steps"], (run, worker)
         for row in w["steps"]:
-            total = sum(p["cpu_ms"] for p in row["phases"].values())
+            total = sum(p["host_ms"] for p in row["phases"].values())
             # host phase times add up to the step's wall time (within 0.1%)
             assert total == pytest.approx(row["wall_ms"], rel=1e-3, abs=0.002), (run, worker, row["step"])
 
@@ -51,7 +51,7 @@ def test_2021_schema_run_gets_inferred_forward_and_backward_with_gpu_time(traces
         assert set(row["inferred_phases"]) == {"forward", "backward"}
         assert row["phases"]["forward"]["gpu_ms"] > 1
         assert row["phases"]["backward"]["gpu_ms"] > 1
-        assert row["phases"]["data"]["cpu_ms"] > 1  # 2021's DataLoader annotation is read too
+        assert row["phases"]["data"]["host_ms"] > 1  # 2021's DataLoader annotation is read too
 
 
 def test_legacy_exports_give_one_inferred_step_per_iteration_with_ops(traces):

@@ -23,12 +23,12 @@ def test_gpu_trace_shows_forward_backward_optimizer_cpu_and_gpu_per_step(traces)
     assert [r["step"] for r in rows] == [101, 102, 103, 104, 105]
     for r in rows:
         for phase in ("forward", "backward", "optimizer"):
-            assert r["phases"][phase]["cpu_ms"] > 0
+            assert r["phases"][phase]["host_ms"] > 0
             assert r["phases"][phase]["gpu_ms"] > 0
         # backward kernels are launched from the autograd thread, yet attributed to backward
         assert r["phases"]["backward"]["gpu_ms"] > r["phases"]["forward"]["gpu_ms"]
         # the terminal table shows the same figures (host/GPU with one decimal)
-        cell = f"{r['phases']['backward']['cpu_ms']:.1f}/{r['phases']['backward']['gpu_ms']:.1f}"
+        cell = f"{r['phases']['backward']['host_ms']:.1f}/{r['phases']['backward']['gpu_ms']:.1f}"
         line = next(line for line in out.stdout.splitlines() if line.strip().startswith(str(r["step"])))
         assert cell in line
 
@@ -47,7 +47,7 @@ def test_json_contract(traces):
     row = worker["steps"][0]
     assert set(row) >= {"step", "wall_ms", "inferred", "phases"}
     assert set(row["phases"]) >= {"data", "forward", "backward", "optimizer", "other"}
-    assert set(row["phases"]["forward"]) >= {"cpu_ms", "gpu_ms"}
+    assert set(row["phases"]["forward"]) >= {"host_ms", "gpu_ms"}
     assert [r["step"] for r in worker["steps"]] == [2, 3, 4, 7, 8, 9]
 
 

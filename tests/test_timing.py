@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from phaseprof import PhaseProfiler
-from phaseprof.contract import FORWARD, STEP_TAG, cpu_tag
+from phaseprof.contract import FORWARD, STEP_TAG, host_tag
 from tests.timing import Timers, busy, scalars, time_forward
 
 
@@ -32,7 +32,7 @@ def forward_against_timers(tmp_path, between) -> tuple[Timers, list[float]]:
             F.cross_entropy(model(torch.randn(16, 64)), torch.randint(0, 10, (16,))).backward()
             optimizer.step()
     values = scalars(tmp_path / "r")
-    return timers, [values[cpu_tag(FORWARD)][step] for step in sorted(values[STEP_TAG])]
+    return timers, [values[host_tag(FORWARD)][step] for step in sorted(values[STEP_TAG])]
 
 
 # Both gaps dwarf what a loaded machine adds to the small forward (tolerance: 5% of it, or 0.5 ms):

@@ -150,13 +150,13 @@ def test_time_kept_out_of_the_step_opens_no_training_phase_inside_it():
     t, _, _ = tracker()
     t.start_step(0, False, None)
     assert t.begin(EVAL)
-    assert t.outside
+    assert t.apart
     assert not t.begin(FORWARD)
     assert t.begin(PAUSED)  # another out-of-step phase still opens
     t.end(PAUSED, True)
-    assert t.outside  # eval is still open beneath
+    assert t.apart  # eval is still open beneath
     t.end(EVAL, True)
-    assert not t.outside
+    assert not t.apart
     assert t.begin(FORWARD)
 
 
@@ -165,9 +165,9 @@ def test_closing_a_phase_around_an_out_of_step_one_leaves_the_step_inside():
     t.start_step(0, False, None)
     t.begin("validate")
     t.begin(PAUSED)
-    assert t.outside
+    assert t.apart
     t.end("validate", True)
-    assert not t.outside and t.stack == []
+    assert not t.apart and t.stack == []
 
 
 def test_an_evaluation_pass_before_any_training_work_takes_the_other_time_before_it():
@@ -203,9 +203,9 @@ def test_entering_an_evaluation_pass_twice_or_leaving_one_off_the_loop_thread_ch
     t.enter_eval(since_work=True)
     assert t.stack == [EVAL]
     on_another_thread(t.leave_eval)
-    assert t.stack == [EVAL] and t.outside
+    assert t.stack == [EVAL] and t.apart
     t.leave_eval()
-    assert t.stack == [] and not t.outside
+    assert t.stack == [] and not t.apart
     t.leave_eval()  # none open: nothing happens
     assert phases(t.cut(10**30)) == [EVAL, EVAL, OTHER]
 
@@ -252,7 +252,7 @@ def test_an_evaluation_pass_opened_inside_a_users_phase_closes_with_it():
     t.open("validate")
     t.enter_eval(since_work=True)
     t.close("validate")
-    assert t.stack == [] and not t.outside
+    assert t.stack == [] and not t.apart
     assert phases(t.cut(10**30)) == [OTHER, "validate", EVAL, OTHER]
 
 
@@ -340,7 +340,7 @@ def test_stop_closes_what_is_open_and_ends_the_last_steps_log():
     t.begin(PAUSED)
     log = t.stop(10**30)
     assert phases(log) == [OTHER, EVAL, PAUSED] and log[-1] == 10**30
-    assert t.stack == [] and not t.outside and not t.running
+    assert t.stack == [] and not t.apart and not t.running
     assert ranges.calls[-1] == ("pop_all",)
 
 
@@ -379,7 +379,7 @@ def test_a_users_phase_inside_another_closes_with_the_evaluation_pass_opened_in_
     t.open("validate")
     t.enter_eval(since_work=True)
     t.close("validate")
-    assert t.stack == ["epoch"] and not t.outside
+    assert t.stack == ["epoch"] and not t.apart
     t.open("a")
     t.open("b")
     with pytest.raises(PhaseError, match="cannot close phase 'epoch': phase 'b' is still open inside it"):

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tensorboard.backend.event_processing import event_accumulator
 
 from phaseprof import PhaseProfiler, analyze
-from phaseprof.contract import BACKWARD, DATA, FORWARD, OPTIMIZER, OTHER, STEP_TAG, TRACE_FILE_RE, cpu_tag, parse_tag
+from phaseprof.contract import BACKWARD, DATA, FORWARD, OPTIMIZER, OTHER, STEP_TAG, TRACE_FILE_RE, host_tag, parse_tag
 from phaseprof.training_hooks.models import MnistNet, SmallCnn, image_loader, mnist_loader
 from phaseprof.training_hooks.profiler import PhaseError
 
@@ -81,15 +81,15 @@ def test_readme_snippet_writes_traces_phases_and_scalars_for_every_step(tmp_path
     for row in rows:
         assert not row["empty"] and not row["inferred"], row
         for phase in TRAINING_PHASES:
-            assert row["phases"][phase]["cpu_ms"] > 0, (row["step"], phase)
+            assert row["phases"][phase]["host_ms"] > 0, (row["step"], phase)
             assert not row["phases"][phase]["inferred"], (row["step"], phase)
 
     scalars = read_scalars(run_dir)
     for phase in (*TRAINING_PHASES, OTHER):
-        assert [step for step, _ in scalars[cpu_tag(phase)]] == list(range(20))
+        assert [step for step, _ in scalars[host_tag(phase)]] == list(range(20))
     assert [step for step, _ in scalars[STEP_TAG]] == list(range(20))
     for i, (_, total) in enumerate(scalars[STEP_TAG]):
-        parts = sum(scalars[cpu_tag(p)][i][1] for p in (*TRAINING_PHASES, OTHER))
+        parts = sum(scalars[host_tag(p)][i][1] for p in (*TRAINING_PHASES, OTHER))
         assert parts == pytest.approx(total, rel=1e-4)
 
     out = capsys.readouterr().out
@@ -111,12 +111,12 @@ def test_inference_steps_with_a_phase_of_ones_own(tmp_path):
     rows = worker_rows(tmp_path, "infer")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for row in rows:
-        assert row["phases"]["postprocess"]["cpu_ms"] > 0
-        assert row["phases"][FORWARD]["cpu_ms"] > 0 and not row["phases"][FORWARD]["inferred"]
+        assert row["phases"]["postprocess"]["host_ms"] > 0
+        assert row["phases"][FORWARD]["host_ms"] > 0 and not row["phases"][FORWARD]["inferred"]
         assert BACKWARD not in row["phases"]  # a phase with no time in the run is not listed
     scalars = read_scalars(tmp_path / "infer")
-    assert [step for step, _ in scalars[cpu_tag("postprocess")]] == list(range(6))
-    assert cpu_tag(BACKWARD) not in scalars
+    assert [step for step, _ in scalars[host_tag("postprocess")]] == list(range(6))
+    assert host_tag(BACKWARD) not in scalars
 
 
 def test_a_cpu_run_never_synchronizes_cuda(tmp_path, monkeypatch):

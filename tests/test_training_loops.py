@@ -33,7 +33,7 @@ from phaseprof.contract import (
     PROFILER_TAG,
     STEP_TAG,
     TRACE_FILE_RE,
-    cpu_tag,
+    host_tag,
 )
 from phaseprof.training_hooks.models import MnistNet
 from tests.timing import TimedGradScaler, Timers, busy, scalars, time_forward, time_optimizer
@@ -110,7 +110,7 @@ def test_the_mnist_example_loop_keeps_its_test_pass_out_of_the_training_steps(tm
     values = scalars(tmp_path / "mnist")
     assert sorted(values[STEP_TAG]) == list(range(12))  # one step per optimizer step; no eval-only step
     assert len(timers.spans(FORWARD)) == 12
-    timers.agree(FORWARD, [values[cpu_tag(FORWARD)][step] for step in range(12)], timers.per_step(FORWARD, 1))
+    timers.agree(FORWARD, [values[host_tag(FORWARD)][step] for step in range(12)], timers.per_step(FORWARD, 1))
     # The test pass after epoch 1 is kept before step 6, the one after epoch 2 at close (step 12).
     assert sorted(values[EVAL_TAG]) == [6, 12]
     eval_forward = [ms for training, ms in model.calls if not training]  # two batches per test pass
@@ -119,7 +119,7 @@ def test_the_mnist_example_loop_keeps_its_test_pass_out_of_the_training_steps(tm
         assert sum(eval_forward[2 * i:2 * i + 2]) <= eval_ms <= reference * 1.05 + 5, (step, eval_ms, reference)
     # The step after the first test pass did not absorb it: in its other time the pass's forwards alone
     # would be more than all of it, however slowly the machine ran them.
-    assert values[cpu_tag(OTHER)][6] < sum(eval_forward[0:2]), (values[cpu_tag(OTHER)], eval_forward)
+    assert values[host_tag(OTHER)][6] < sum(eval_forward[0:2]), (values[host_tag(OTHER)], eval_forward)
     assert "evaluation, outside the steps: 2 pass(es)" in out
 
 
@@ -143,8 +143,8 @@ def test_a_trailing_zero_grad_makes_no_step_and_paused_work_is_in_no_step(tmp_pa
     values = scalars(tmp_path / "r")
     assert sorted(values[STEP_TAG]) == [0, 1, 2, 3]
     # the sleep is in none: in a step's other time it alone would be 500 ms, however slowly the machine ran
-    assert all(ms < 500 for ms in values[cpu_tag(OTHER)].values()), values[cpu_tag(OTHER)]
-    assert cpu_tag("mine") not in values and EVAL_TAG not in values
+    assert all(ms < 500 for ms in values[host_tag(OTHER)].values()), values[host_tag(OTHER)]
+    assert host_tag("mine") not in values and EVAL_TAG not in values
 
 
 def test_the_profilers_own_time_is_written_and_summarised(tmp_path, capsys):
@@ -205,9 +205,9 @@ def test_an_lbfgs_closure_keeps_its_own_phases_however_it_is_passed(tmp_path, fo
                              (BACKWARD, _by_calls(timers.spans(BACKWARD), calls)),
                              # per closure call its zero_grad; per step the update around the closures
                              (OPTIMIZER, _by_calls(timers.spans(OPTIMIZER), [2 * n + 1 for n in calls]))):
-        timers.agree(phase, [values[cpu_tag(phase)][step] for step in range(steps)], reference)
+        timers.agree(phase, [values[host_tag(phase)][step] for step in range(steps)], reference)
     for step, n in enumerate(calls):  # the closures' own 3 ms each are other
-        assert values[cpu_tag(OTHER)][step] >= 3 * n, (step, n, values[cpu_tag(OTHER)][step])
+        assert values[host_tag(OTHER)][step] >= 3 * n, (step, n, values[host_tag(OTHER)][step])
 
 
 def _by_calls(spans: list, counts: list[int]) -> list[list]:
@@ -260,15 +260,15 @@ def test_a_gan_loop_with_two_models_and_two_optimizers(tmp_path):
     values = scalars(tmp_path / "gan")
     assert sorted(values[STEP_TAG]) == list(range(steps))
     for phase, calls in ((FORWARD, 4), (BACKWARD, 3), (OPTIMIZER, 2)):
-        timers.agree(phase, [values[cpu_tag(phase)][step] for step in range(steps)], timers.per_step(phase, calls))
+        timers.agree(phase, [values[host_tag(phase)][step] for step in range(steps)], timers.per_step(phase, calls))
     # The print after an iteration's last optimizer step comes before the next step's work: it is the
     # next step's other (step 0 has no iteration before it).
-    assert all(values[cpu_tag(OTHER)][step] >= 2 for step in range(1, steps)), values[cpu_tag(OTHER)]
+    assert all(values[host_tag(OTHER)][step] >= 2 for step in range(1, steps)), values[host_tag(OTHER)]
     # The traced steps: the same phases, each step with both updates in its optimizer phase.
     rows = analyze(str(tmp_path))["runs"][0]["workers"][0]["steps"]
     assert [row["step"] for row in rows] == [2, 3, 4]
     for row in rows:
-        assert all(row["phases"][phase]["cpu_ms"] > 0 and not row["phases"][phase]["inferred"]
+        assert all(row["phases"][phase]["host_ms"] > 0 and not row["phases"][phase]["inferred"]
                    for phase in (FORWARD, BACKWARD, OPTIMIZER))
         detail = analyze(str(tmp_path), step=row["step"])["runs"][0]["workers"][0]["detail"]
         updates = [op["calls"] for op in detail["ops"].get(OPTIMIZER, []) if op["name"] == "aten::addcdiv_"]
@@ -311,7 +311,7 @@ def test_a_manual_sgd_loop_keeps_its_validation_out_of_the_steps(tmp_path, capsy
     steps = list(range(batches * epochs))
     assert sorted(values[STEP_TAG]) == steps  # no step for the last evaluation pass
     for phase in (FORWARD, BACKWARD):
-        timers.agree(phase, [values[cpu_tag(phase)][step] for step in steps], timers.per_step(phase, 1))
+        timers.agree(phase, [values[host_tag(phase)][step] for step in steps], timers.per_step(phase, 1))
     # The passes: before step 4 and at close; each holds its 30 ms of work.
     assert sorted(values[EVAL_TAG]) == [4, 8] and all(ms >= 30 for ms in values[EVAL_TAG].values())
     assert f"{len(steps)} step(s) timed" in capsys.readouterr().out
@@ -378,7 +378,7 @@ def test_a_grad_scaler_loop_has_its_scaler_in_the_optimizer_phase_and_a_skipped_
     assert steps == list(range(6))
     for phase, reference in ((FORWARD, timers.per_step(FORWARD, 1)), (BACKWARD, timers.per_step(BACKWARD, 1)),
                              (OPTIMIZER, timers.per_step(OPTIMIZER, 3))):
-        timers.agree(phase, [values[cpu_tag(phase)][step] for step in steps], reference)
+        timers.agree(phase, [values[host_tag(phase)][step] for step in steps], reference)
     # In the trace too: the inf check and the unscaling (step) and the new scale (update) are the
     # optimizer's, in the step they end.
     for step in (2, 3):
@@ -415,7 +415,7 @@ def test_model_and_optimizer_pickle_while_attached(tmp_path):
     model.eval(), loaded.eval(), twin.eval()
     assert torch.equal(loaded(data), model(data)) and torch.equal(twin(data), model(data))
     assert prof.step_num == 3
-    assert sorted(scalars(tmp_path / "r")[cpu_tag(FORWARD)]) == [0, 1, 2]
+    assert sorted(scalars(tmp_path / "r")[host_tag(FORWARD)]) == [0, 1, 2]
 
 
 LOAD_WITHOUT_PHASEPROF = textwrap.dedent("""
@@ -556,7 +556,7 @@ def test_sigterm_writes_the_active_window_then_the_process_ends_as_it_would_have
     report = analyze(str(tmp_path))
     assert report["errors"] == []
     steps = report["runs"][0]["workers"][0]["steps"]
-    assert len(steps) >= 30 and steps[0]["phases"][FORWARD]["cpu_ms"] > 0
+    assert len(steps) >= 30 and steps[0]["phases"][FORWARD]["host_ms"] > 0
     assert len(scalars(tmp_path / "r")[STEP_TAG]) >= 31
 
 
@@ -612,9 +612,9 @@ def test_torch_compile_before_or_after_attach(tmp_path, order):
     torch._dynamo.reset()
     values = scalars(tmp_path / "r")
     first_ms = timers.spans("call")[0].ms
-    assert values[cpu_tag(COMPILE)][0] > 0.5 * first_ms  # compiling is step 0's, not its forward's
-    assert values[cpu_tag(FORWARD)][0] < 0.5 * first_ms
-    assert all(values[cpu_tag(COMPILE)][step] == 0 for step in range(1, 6))
-    timers.agree(FORWARD, [values[cpu_tag(FORWARD)][step] for step in range(1, 6)], timers.per_step(FORWARD, 1)[1:])
+    assert values[host_tag(COMPILE)][0] > 0.5 * first_ms  # compiling is step 0's, not its forward's
+    assert values[host_tag(FORWARD)][0] < 0.5 * first_ms
+    assert all(values[host_tag(COMPILE)][step] == 0 for step in range(1, 6))
+    timers.agree(FORWARD, [values[host_tag(FORWARD)][step] for step in range(1, 6)], timers.per_step(FORWARD, 1)[1:])
     rows = analyze(str(tmp_path))["runs"][0]["workers"][0]["steps"]
-    assert all(row["phases"][FORWARD]["cpu_ms"] > 0 and not row["phases"][FORWARD]["inferred"] for row in rows)
+    assert all(row["phases"][FORWARD]["host_ms"] > 0 and not row["phases"][FORWARD]["inferred"] for row in rows)

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from phaseprof.contract import BACKWARD, DATA, EVAL_TAG, FORWARD, OPTIMIZER, STEP_TAG, cpu_tag
+from phaseprof.contract import BACKWARD, DATA, EVAL_TAG, FORWARD, OPTIMIZER, STEP_TAG, host_tag
 from tests.timing import Timers, assert_two_ranks, busy, scalars, time_forward, time_optimizer
 
 transformers = pytest.importorskip("transformers")  # an extra of the package; the test extra installs it
@@ -102,7 +102,7 @@ def agree_every_phase(timers: Timers, values: dict, steps: list[int], micro_batc
     for phase, reference in ((FORWARD, timers.per_step(FORWARD, micro_batches)),
                              (BACKWARD, timers.per_step(BACKWARD, micro_batches)),
                              (OPTIMIZER, timers.per_step(OPTIMIZER, 1)), (DATA, data)):
-        timers.agree(phase, [values[cpu_tag(phase)][step] for step in steps], reference)
+        timers.agree(phase, [values[host_tag(phase)][step] for step in steps], reference)
 
 
 @pytest.mark.slow
@@ -214,4 +214,4 @@ def test_an_accelerate_loop_attaches_like_a_plain_one(tmp_path):
     optimizer_calls = [calls[:3]] + [calls[4 * n - 1:4 * n + 3] for n in range(1, 4)]
     for phase, reference in ((FORWARD, timers.per_step(FORWARD, 2)), (BACKWARD, timers.per_step(BACKWARD, 2)),
                              (OPTIMIZER, optimizer_calls)):
-        timers.agree(phase, [values[cpu_tag(phase)][step] for step in steps], reference)
+        timers.agree(phase, [values[host_tag(phase)][step] for step in steps], reference)

@@ -17,7 +17,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from phaseprof import PhaseProfiler, analyze
-from phaseprof.contract import EVAL_TAG, PROFILER_TAG, SCALAR_PREFIX, STEP_TAG, cpu_tag, parse_tag
+from phaseprof.contract import EVAL_TAG, PROFILER_TAG, SCALAR_PREFIX, STEP_TAG, host_tag, parse_tag
 from phaseprof.plugin.reading.scalars import read_scalars
 
 
@@ -98,9 +98,9 @@ def test_whole_run_figures_equal_those_of_the_event_files(tmp_path):
 def test_profiler_and_evaluation_time_and_phases_that_start_later(tmp_path):
     rows = []
     for s in range(10):
-        values = {STEP_TAG: 10.0 + s, cpu_tag("forward"): 4.0, PROFILER_TAG: 0.0}
+        values = {STEP_TAG: 10.0 + s, host_tag("forward"): 4.0, PROFILER_TAG: 0.0}
         if s >= 5:
-            values[cpu_tag("loss")] = 1.0  # a phase of the user's, first run at step 5
+            values[host_tag("loss")] = 1.0  # a phase of the user's, first run at step 5
         if s == 6:
             values[PROFILER_TAG] = 300.0  # the trace was written after step 6
         if s in (4, 8):

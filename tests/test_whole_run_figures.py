@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from phaseprof.contract import EVAL_TAG, PROFILER_TAG, STEP_GPU_TAG, STEP_TAG, cpu_tag, gpu_tag
+from phaseprof.contract import EVAL_TAG, PROFILER_TAG, STEP_GPU_TAG, STEP_TAG, gpu_tag, host_tag
 from phaseprof.plugin.analysis.whole_run import SLOWEST, scalars_of, whole_run
 
 
@@ -33,8 +33,8 @@ def test_scalars_of_puts_each_point_at_its_step_and_nan_where_a_tag_has_none():
 
 
 def test_no_step_times_is_no_whole_run():
-    assert run({cpu_tag("forward"): [1.0, 2.0]}) is None
-    assert whole_run(scalars_of({STEP_TAG: [], cpu_tag("forward"): [(0, 1.0)]})) is None
+    assert run({host_tag("forward"): [1.0, 2.0]}) is None
+    assert whole_run(scalars_of({STEP_TAG: [], host_tag("forward"): [(0, 1.0)]})) is None
 
 
 def test_the_first_step_is_left_out_and_the_runs_bounds_are_kept():
@@ -49,7 +49,7 @@ def test_the_first_step_is_left_out_and_the_runs_bounds_are_kept():
 
 
 def test_compiling_steps_are_left_out_and_said():
-    w = run({STEP_TAG: [5.0, 900.0, 10.0, 800.0, 20.0], cpu_tag("compile"): [0.0, 850.0, 0.0, 700.0, None]})
+    w = run({STEP_TAG: [5.0, 900.0, 10.0, 800.0, 20.0], host_tag("compile"): [0.0, 850.0, 0.0, 700.0, None]})
     assert w.steps == 2 and w.left_out == ["step 0 (first)", "2 compiling step(s)"]
     assert [s.step for s in w.slowest] == [4, 2]
     assert {p.phase for p in w.phases} >= {"step", "compile"}
@@ -57,7 +57,7 @@ def test_compiling_steps_are_left_out_and_said():
 
 
 def test_steps_with_no_step_time_are_not_steps():
-    w = run({STEP_TAG: [None, 1.0, None, 2.0, 3.0], cpu_tag("forward"): [7.0, 0.5, 7.0, 1.0, 1.5]})
+    w = run({STEP_TAG: [None, 1.0, None, 2.0, 3.0], host_tag("forward"): [7.0, 0.5, 7.0, 1.0, 1.5]})
     assert (w.first_step, w.last_step, w.steps) == (1, 4, 2)  # step 1 is the first timed one: left out
     forward = next(p for p in w.phases if p.phase == "forward")
     assert forward.steps == 2 and forward.max_ms == 1.5
@@ -65,9 +65,9 @@ def test_steps_with_no_step_time_are_not_steps():
 
 def test_spreads_come_host_first_in_phase_order_then_the_users_then_gpu():
     n = 6
-    w = run({gpu_tag("forward"): [1.0] * n, cpu_tag("zeta"): [1.0] * n, cpu_tag("backward"): [1.0] * n,
-             STEP_GPU_TAG: [3.0] * n, cpu_tag("alpha"): [1.0] * n, cpu_tag("forward"): [1.0] * n,
-             gpu_tag("backward"): [1.0] * n, STEP_TAG: [5.0] * n, cpu_tag("data"): [1.0] * n,
+    w = run({gpu_tag("forward"): [1.0] * n, host_tag("zeta"): [1.0] * n, host_tag("backward"): [1.0] * n,
+             STEP_GPU_TAG: [3.0] * n, host_tag("alpha"): [1.0] * n, host_tag("forward"): [1.0] * n,
+             gpu_tag("backward"): [1.0] * n, STEP_TAG: [5.0] * n, host_tag("data"): [1.0] * n,
              EVAL_TAG: [0.0] * n, PROFILER_TAG: [0.0] * n, "phaseprof/not a phase": [1.0] * n})
     assert [(p.phase, p.clock) for p in w.phases] == [
         ("step", "host"), ("data", "host"), ("forward", "host"), ("backward", "host"), ("alpha", "host"),
@@ -76,7 +76,7 @@ def test_spreads_come_host_first_in_phase_order_then_the_users_then_gpu():
 
 def test_each_spread_is_over_the_steady_steps_with_linear_percentiles():
     values = [1000.0] + [float(v) for v in range(1, 101)]  # step 0 (left out), then 1..100 ms
-    w = run({STEP_TAG: values, cpu_tag("forward"): [v / 3 for v in values]})
+    w = run({STEP_TAG: values, host_tag("forward"): [v / 3 for v in values]})
     step, forward = w.phases
     want = np.arange(1.0, 101.0)
     median, p90, p99 = np.percentile(want, [50, 90, 99])
@@ -88,7 +88,7 @@ def test_each_spread_is_over_the_steady_steps_with_linear_percentiles():
 
 
 def test_a_host_phase_missing_at_a_step_took_nothing_there_and_a_gpu_phase_counts_where_timed():
-    w = run({STEP_TAG: [9.0, 4.0, 6.0, 8.0, 10.0], cpu_tag("loss"): [None, None, None, 2.0, 4.0],
+    w = run({STEP_TAG: [9.0, 4.0, 6.0, 8.0, 10.0], host_tag("loss"): [None, None, None, 2.0, 4.0],
              gpu_tag("forward"): [None, None, 3.0, None, 5.0], gpu_tag("backward"): [1.0, None, None, None, None]})
     spreads = {(p.phase, p.clock): p for p in w.phases}
     loss = spreads[("loss", "host")]
@@ -111,7 +111,7 @@ def test_the_slowest_steps_name_the_phase_furthest_above_its_median():
     steps = [50.0, 10.0, 11.0, 30.0, 12.0, 13.0, 25.0, 14.0, 15.0]
     forward = [1.0, 5.0, 5.0, 6.0, 5.0, 5.0, 20.0, 5.0, 5.0]
     data = [1.0, 2.0, 2.0, 22.0, 2.0, 2.0, 2.0, 2.0, 2.0]
-    w = run({STEP_TAG: steps, cpu_tag("forward"): forward, cpu_tag("data"): data})
+    w = run({STEP_TAG: steps, host_tag("forward"): forward, host_tag("data"): data})
     assert len(w.slowest) == SLOWEST == 5
     assert [s.step for s in w.slowest] == [3, 6, 8, 7, 5]
     first, second = w.slowest[:2]
@@ -139,7 +139,7 @@ def test_time_outside_the_steps_counts_in_full_with_its_share_of_the_run():
     assert ev.share == round(120.0 / run_ms, 5) == 0.4
 
 
-def test_outside_time_of_none_is_zero_and_a_missing_tag_is_none():
+def test_time_kept_apart_of_none_is_zero_and_a_missing_tag_is_none():
     w = run({STEP_TAG: [1.0, 2.0, 3.0], PROFILER_TAG: [0.0, 0.0, 0.0]})
     assert w.eval is None
     p = w.profiler
@@ -147,7 +147,7 @@ def test_outside_time_of_none_is_zero_and_a_missing_tag_is_none():
     assert not math.isnan(p.share)
 
 
-def test_the_largest_outside_time_is_the_first_step_that_had_it():
+def test_the_largest_time_kept_apart_is_the_first_step_that_had_it():
     w = run({STEP_TAG: [1.0] * 5, EVAL_TAG: [0.0, 8.0, 3.0, 8.0, 0.0]}, first=10)
     assert w.eval.max_step == 11 and w.eval.max_ms == 8.0 and w.eval.median_ms == 8.0
 
@@ -163,7 +163,7 @@ def test_among_many_slow_steps_of_equal_time_the_earliest_are_listed():
     assert [s.step for s in w.slowest] == [41, 42, 43, 1, 2]
 
 
-def test_outside_time_under_a_millisecond_counts_and_shares_keep_five_decimals():
+def test_time_kept_apart_under_a_millisecond_counts_and_shares_keep_five_decimals():
     w = run({STEP_TAG: [1.0, 2.0, 2.0], EVAL_TAG: [0.0, 0.5, 0.0]})
     assert (w.eval.steps, w.eval.median_ms, w.eval.max_step) == (1, 0.5, 1)
     assert w.eval.share == round(0.5 / 5.5, 5) == 0.09091

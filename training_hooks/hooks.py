@@ -137,12 +137,12 @@ class Attachment:
         begin, end = tracker.begin, tracker.end
 
         def step(owner: object, *args: Any, **kwargs: Any) -> Any:
-            if tracker.outside:
+            if tracker.apart:
                 tracker.leave_eval()
             opened = begin(OPTIMIZER)
             try:
                 if opened and (args or kwargs):
-                    args, kwargs = _closure_outside(tracker, args, kwargs)
+                    args, kwargs = _closure_apart(tracker, args, kwargs)
                 result = function(owner, *args, **kwargs)
             finally:
                 end(OPTIMIZER, opened)
@@ -215,7 +215,7 @@ class Attachment:
             return function(scaler, *args, **kwargs)
         if type(scaler) not in self._scaler_classes:
             self._watch_scaler_class(type(scaler))
-        if tracker.outside:
+        if tracker.apart:
             tracker.leave_eval()
         opened = tracker.begin(OPTIMIZER)
         self._in_scaler_step += 1
@@ -255,7 +255,7 @@ class Attachment:
                 tracker.enter_eval(since_work=True)
                 self._forward_opened.append(False)
                 return
-            if tracker.outside:
+            if tracker.apart:
                 tracker.leave_eval()
         self._forward_opened.append(tracker.begin(FORWARD))
 
@@ -271,7 +271,7 @@ class Attachment:
         begin, end = tracker.begin, tracker.end
 
         def backward(*args: Any, **kwargs: Any) -> Any:
-            if tracker.outside:
+            if tracker.apart:
                 tracker.leave_eval()
             opened = begin(BACKWARD)
             if opened:
@@ -289,7 +289,7 @@ class Attachment:
         begin, end = tracker.begin, tracker.end
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if tracker.outside:
+            if tracker.apart:
                 tracker.leave_eval()
             opened = begin(OPTIMIZER)
             try:
@@ -365,7 +365,7 @@ class Attachment:
         self._undo.append(unwatch)
 
 
-def _closure_outside(tracker: PhaseTracker, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def _closure_apart(tracker: PhaseTracker, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """The arguments of ``optimizer.step(...)`` with the closure (the first positional argument, or
     ``closure=``) charged as it would be outside the step, however often it is called: what it does
     (a forward, a backward, Lightning's training_step and ``zero_grad``) keeps its own phase, the

@@ -477,7 +477,7 @@ class _TimedLoader:
         phases = prof._phases
         batches = None
         while True:
-            if phases.outside and prof._attachment is not None and prof._attachment.training_mode():
+            if phases.apart and prof._attachment is not None and prof._attachment.training_mode():
                 phases.leave_eval()
             opened = phases.begin(DATA)
             try:

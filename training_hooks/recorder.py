@@ -32,7 +32,7 @@ import google_crc32c
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 
-from phaseprof.contract import EVAL, EVAL_TAG, OUT_OF_STEP, PROFILER_TAG, STEP_GPU_TAG, STEP_TAG, cpu_tag, gpu_tag
+from phaseprof.contract import EVAL, EVAL_TAG, OUT_OF_STEP, PROFILER_TAG, STEP_GPU_TAG, STEP_TAG, gpu_tag, host_tag
 
 from .faults import Faults
 from .records import StepTimes
@@ -163,7 +163,7 @@ class StepRecorder:
         stats = self.stats
         values = []
         if record.training:
-            values += [Summary.Value(tag=cpu_tag(p), simple_value=column[-1]) for p, column in stats.cpu.items()]
+            values += [Summary.Value(tag=host_tag(p), simple_value=column[-1]) for p, column in stats.cpu.items()]
             values.append(Summary.Value(tag=STEP_TAG, simple_value=sum(column[-1] for column in stats.cpu.values())))
             if record.gpu_ms is not None:
                 gpu = [(p, column[-1]) for p, column in stats.gpu.items()]

@@ -44,13 +44,13 @@ class PhaseTracker:
     the user's ``with prof.phase(...)`` calls `open` and `close`; the profiler calls `start_step`
     (first), then `cut` and `start_step` at each step boundary, and `stop` on close."""
 
-    __slots__ = ("stack", "running", "gpu", "outside", "_log", "_thread", "_ranges", "_faults", "_record", "_marks")
+    __slots__ = ("stack", "running", "gpu", "apart", "_log", "_thread", "_ranges", "_faults", "_record", "_marks")
 
     def __init__(self, thread: int, ranges: Ranges, faults: Faults) -> None:
         self.stack: list[str] = []  # open phases, outermost first
         self.running = True
         self.gpu: CudaPhaseTimer | None = None
-        self.outside = False  # an out-of-step phase (eval, paused) is open
+        self.apart = False  # an out-of-step phase (eval, paused) is open
         self._log: Log = []
         self._thread = thread
         self._ranges = ranges
@@ -71,7 +71,7 @@ class PhaseTracker:
         returns whether it opened it."""
         stack = self.stack
         if phase in stack or not self.running or _get_ident() != self._thread or (
-                self.outside and phase not in OUT_OF_STEP):
+                self.apart and phase not in OUT_OF_STEP):
             return False
         previous = stack[-1] if stack else OTHER
         if self._marks:  # before the clock: the phase's time leaves out the cost of its own marks
@@ -79,7 +79,7 @@ class PhaseTracker:
         self._log += (previous, perf_counter_ns())
         stack.append(phase)
         if phase in OUT_OF_STEP:
-            self.outside = True
+            self.apart = True
         return True
 
     def end(self, phase: str, opened: bool) -> None:
@@ -95,8 +95,8 @@ class PhaseTracker:
         else:
             depth = len(stack) - stack.index(phase)
             del stack[-depth:]
-        if self.outside:
-            self.outside = any(p in OUT_OF_STEP for p in stack)
+        if self.apart:
+            self.apart = any(p in OUT_OF_STEP for p in stack)
         if self._marks:
             self._mark_close(phase, depth)
 
@@ -179,7 +179,7 @@ class PhaseTracker:
         log = self.cut(now)
         self.running = False
         self.stack.clear()
-        self.outside = False
+        self.apart = False
         return log
 
     # -- ranges and CUDA marks --------------------------------------------------------------------

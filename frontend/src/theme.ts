@@ -16,7 +16,7 @@ export interface ChartColours {
   windowBorder: string;
   brush: string;
   danger: string;
-  /** Time kept out of the steps (outside.ts): evaluation passes, paused blocks, the profiler's own. */
+  /** Time kept out of the steps (apart.ts): evaluation passes, paused blocks, the profiler's own. */
   evaluation: string;
   paused: string;
   profiler: string;

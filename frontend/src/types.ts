@@ -15,7 +15,7 @@ export type Verdict = PhaseTimes['verdict'];
 export type Band = Lanes['bands'][number];
 
 /** `[start_ms, end_ms, kind]`: a stretch of a step's window kept out of the step. */
-export type OutsideBand = StepDetail['outside'][number];
+export type ApartBand = StepDetail['apart'][number];
 
 /** A value per step of the timeline; null where a step has none. */
 export type Series = TimelineAnswer['wall'];

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from phaseprof.contract import COMPILE, NOT_PHASE_TAGS, PHASES, STEP_GPU_TAG, STEP_TAG, cpu_tag, parse_tag
+from phaseprof.contract import COMPILE, NOT_PHASE_TAGS, PHASES, STEP_GPU_TAG, STEP_TAG, host_tag, parse_tag
 from phaseprof.plugin.analysis.compare import changed_ops
 from phaseprof.plugin.analysis.model import SpanAnalysis
 from phaseprof.plugin.analysis.regression import MIN_STEPS, compare_figures, side_figure
@@ -153,7 +153,7 @@ def _scalar_figures(s: Scalars) -> tuple[dict[tuple[str, str], np.ndarray], list
     timed = s.values.get(STEP_TAG)
     if timed is not None:
         has_step = ~np.isnan(timed)
-        compile_ms = s.values.get(cpu_tag(COMPILE))
+        compile_ms = s.values.get(host_tag(COMPILE))
         steady, left_out = steady_steps(s.steps[has_step], compile_ms[has_step] if compile_ms is not None else None)
         has_step[has_step] = steady
         for tag, column in s.values.items():
@@ -180,7 +180,7 @@ def _traced_figures(w: Worker) -> dict[tuple[str, str], np.ndarray]:
     on_gpu = rows[w.on_gpu[rows]]
     out = {("step", "host"): w.wall_us[rows] / 1000.0}
     for j, p in enumerate(w.phases):
-        out[(p, "host")] = w.cpu_us[rows, j] / 1000.0
+        out[(p, "host")] = w.host_us[rows, j] / 1000.0
     if len(on_gpu):
         out[("step", "gpu")] = w.gpu_us[on_gpu].sum(axis=1) / 1000.0
         for j, p in enumerate(w.phases):

@@ -52,7 +52,7 @@ def render(result: GateReport, console: Console) -> None:
             t.add_column(name, justify=justify)
         for o in ops:
             t.add_row(*map(Text, (plain(o.phase), plain(o.name), f"{o.a_calls:g} → {o.b_calls:g}",
-                                  f"{o.a_self_cpu_ms:,.3f} → {o.b_self_cpu_ms:,.3f} ({o.delta_self_cpu_ms:+,.3f})",
+                                  f"{o.a_self_host_ms:,.3f} → {o.b_self_host_ms:,.3f} ({o.delta_self_host_ms:+,.3f})",
                                   f"{o.delta_self_gpu_ms:+,.3f}")))
         console.print(t)
     for e in result.errors:

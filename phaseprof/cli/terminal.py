@@ -92,8 +92,8 @@ def _fmt(value: float | None) -> str:
 def _cell(phase: PhaseTimes | PhaseMean, gpu: bool) -> str:
     """Host ms, or host ms/GPU busy ms with one decimal each to keep GPU tables narrow."""
     if not gpu:
-        return _fmt(phase.cpu_ms)
-    return f"{phase.cpu_ms:,.1f}/{phase.gpu_busy_ms:,.1f}"
+        return _fmt(phase.host_ms)
+    return f"{phase.host_ms:,.1f}/{phase.gpu_busy_ms:,.1f}"
 
 
 def _gpu_line(g: GpuTime) -> str:
@@ -174,7 +174,7 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
         style = "dim" if row.empty else ("yellow" if row.step in outliers else None)
         g = row.gpu_time
         extra = [_fmt(g and g.busy_ms), _fmt(g and g.window_ms), _fmt(row.gpu_idle_ms)] if gpu else []
-        extra += [_outside_cell(row, kind, gpu) for kind, _ in apart]
+        extra += [_apart_cell(row, kind, gpu) for kind, _ in apart]
         _row(table, label, _fmt(row.wall_ms), *cells, *extra, style=style)
     if summary.mean is not None and len(w.steps) > 1:
         mean = summary.mean
@@ -287,7 +287,7 @@ def _figure(value) -> str:
     return head + (f", … ({len(value) - _EDGE:,} more)" if len(value) > _EDGE else "")
 
 
-def _outside_cell(row: StepRow, kind: str, gpu: bool) -> str:
+def _apart_cell(row: StepRow, kind: str, gpu: bool) -> str:
     """A step's time of one kind kept out of it: host ms (host/GPU ms on GPU runs), blank if none."""
     host, device = getattr(row, f"{kind}_ms"), getattr(row, f"{kind}_gpu_ms")
     if not host and not device:
@@ -314,11 +314,11 @@ def _whole_run(run: str, w: WholeRun, console: Console) -> None:
     if w.slowest:
         console.print(say("  slowest steps: " + ", ".join(
             f"{s.step} ({_fmt(s.wall_ms)} ms; {plain(s.phase)} +{_fmt(s.phase_over_median_ms)})" for s in w.slowest)))
-    _outside_lines(w, console)
+    _apart_lines(w, console)
     console.print()
 
 
-def _outside_lines(w: WholeRun, console: Console) -> None:
+def _apart_lines(w: WholeRun, console: Console) -> None:
     """The time the run spent outside its steps: evaluation passes and the profiler's own."""
     if w.eval and w.eval.total_ms:
         e = w.eval
@@ -339,18 +339,18 @@ def _ranks_whole_run(run: str, ranks: list[WholeRun], console: Console) -> None:
         phases += [p.phase for p in w.phases if p.clock == "host" and p.phase not in phases]
     medians = [{p.phase: p.median_ms for p in w.phases if p.clock == "host"} for w in ranks]
     worst = {ph: max(m.get(ph, float("-inf")) for m in medians) for ph in phases}
-    outside = [(label, kind) for label, kind in (("eval ms in all", "eval"), ("profiler ms in all", "profiler"))
+    apart = [(label, kind) for label, kind in (("eval ms in all", "eval"), ("profiler ms in all", "profiler"))
                if any(getattr(w, kind) and getattr(w, kind).total_ms for w in ranks)]
     t = _table(caption="median ms per step over every steady step (the first and compiling ones left out); the "
                        "highest of each column in bold"
-                       + ("; outside the steps: " + " and ".join(label for label, _ in outside) if outside else ""))
+                       + ("; outside the steps: " + " and ".join(label for label, _ in apart) if apart else ""))
     for col in ("rank", "steps", "step p90", "step max", *(plain(ph) for ph in phases),
-                *(label for label, _ in outside)):
+                *(label for label, _ in apart)):
         t.add_column(say(col), justify="right")
     for w, m in zip(ranks, medians):
         step = next(p for p in w.phases if p.phase == "step" and p.clock == "host")
         cells = [say(_fmt(m.get(ph)), "bold" if m.get(ph) == worst[ph] else "") for ph in phases]
-        cells += [say(_fmt(getattr(w, kind).total_ms if getattr(w, kind) else None), "dim") for _, kind in outside]
+        cells += [say(_fmt(getattr(w, kind).total_ms if getattr(w, kind) else None), "dim") for _, kind in apart]
         _row(t, "-" if w.rank is None else str(w.rank), f"{w.steps:,}", _fmt(step.p90_ms), _fmt(step.max_ms), *cells)
     console.print(t)
     slowest = max((s for w in ranks for s in w.slowest[:1]), key=lambda s: s.wall_ms, default=None)
@@ -391,7 +391,7 @@ def _overview(summary: Summary, console: Console) -> None:
         line += (f", {_fmt(slow.vs_median_ms)} ms over the median step {slow.median_step} (beyond the noise of "
                  f"±{_fmt(slow.noise_ms)} ms); {plain(slow.phase)} grew {_fmt(slow.phase_delta_ms)} ms")
         if slow.ops:
-            line += ": " + ", ".join(f"{plain(o.name)} {o.delta_self_cpu_ms:+.2f} ms" for o in slow.ops[:3])
+            line += ": " + ", ".join(f"{plain(o.name)} {o.delta_self_host_ms:+.2f} ms" for o in slow.ops[:3])
     console.print(say(line))
     if not summary.top_ops:
         return
@@ -407,7 +407,7 @@ def _overview(summary: Summary, console: Console) -> None:
         t.add_column("GPU ms", justify="right")
     for o in summary.top_ops:
         extra = [_fmt(o.self_gpu_ms), _fmt(o.gpu_ms)] if gpu else []
-        _row(t, plain(o.name), f"{o.calls:g}", _fmt(o.self_cpu_ms), _fmt(o.cpu_ms), *extra)
+        _row(t, plain(o.name), f"{o.calls:g}", _fmt(o.self_host_ms), _fmt(o.host_ms), *extra)
     console.print(t)
 
 
@@ -420,7 +420,7 @@ def _detail(detail: StepDetail, phases: list[str], console: Console) -> None:
         times = detail.phases[p]
         gpu = (f", GPU busy {_fmt(times.gpu_busy_ms)} ms, kernel time (summed over streams) {_fmt(times.gpu_ms)} ms"
                if detail.gpu_time is not None else "")
-        t = _table(title=f"step {detail.step} · {plain(p)}: {_fmt(times.cpu_ms)} ms host{gpu}", title_justify="left")
+        t = _table(title=f"step {detail.step} · {plain(p)}: {_fmt(times.host_ms)} ms host{gpu}", title_justify="left")
         gpu = any(o.gpu_ms for o in ops)
         columns = [("op", "left"), ("input shapes", "left"), ("calls", "right"), ("self ms", "right"),
                    ("total ms", "right")] + ([("self GPU ms", "right"), ("GPU ms", "right")] if gpu else [])
@@ -428,7 +428,7 @@ def _detail(detail: StepDetail, phases: list[str], console: Console) -> None:
             t.add_column(col, justify=just, overflow="fold")
         for o in ops[:10]:
             extra = [_fmt(o.self_gpu_ms), _fmt(o.gpu_ms)] if gpu else []
-            _row(t, plain(o.name), plain(o.shapes or ""), str(o.calls), _fmt(o.self_cpu_ms), _fmt(o.cpu_ms), *extra)
+            _row(t, plain(o.name), plain(o.shapes or ""), str(o.calls), _fmt(o.self_host_ms), _fmt(o.host_ms), *extra)
         console.print(t)
         for device, m in mem.items():
             peak = "-" if m.peak_bytes is None else f"{m.peak_bytes / 2**20:,.1f} MiB"

@@ -117,7 +117,7 @@ def advise(f: Figures, c: Costs, ctx: Context) -> list[Advice]:
 def _phase_finding(f: Figures, c: Costs, ctx: Context, phase: str) -> Advice:
     j = f.phases.index(phase)
     cost = c.cost_us[phase]
-    evidence = Evidence(measure=c.measure, cost_ms=_ms(cost), wall_ms=_ms(f.wall_us), host_ms=_ms(f.cpu_us[j]))
+    evidence = Evidence(measure=c.measure, cost_ms=_ms(cost), wall_ms=_ms(f.wall_us), host_ms=_ms(f.host_us[j]))
     if f.has_gpu:
         evidence.gpu_ms = _ms(f.gpu_us[j])
         evidence.gpu_idle_ms = _ms(f.idle_us[j])
@@ -152,7 +152,7 @@ def _cost_sentence(f: Figures, c: Costs, phase: str) -> str:
                 "compute a phase launches is what it adds")
     text = (f"{phase} costs the most host time: {cost:.2f} ms of the {wall:.2f} ms step ({share:.0%}), on the "
             "critical path" if first else f"{phase} costs {cost:.2f} ms of host time per step ({share:.0%})")
-    if f.has_gpu and not np.isnan(f.idle_us[j]) and f.cpu_us[j] > 0:
+    if f.has_gpu and not np.isnan(f.idle_us[j]) and f.host_us[j] > 0:
         text += f"; the GPU idles {_ms(f.idle_us[j]):.2f} ms of it"
     return text
 
@@ -171,7 +171,7 @@ def _data(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
     if ctx.loader:
         evidence.loader = ctx.loader
     evidence.cpus = ctx.cpus
-    host, untraced = float(f.cpu_us[f.phases.index(DATA)]), ctx.untraced_us.get(DATA, 0.0)
+    host, untraced = float(f.host_us[f.phases.index(DATA)]), ctx.untraced_us.get(DATA, 0.0)
     if ctx.loader != "worker processes" and host > 0 and untraced >= UNTRACED_SHARE * host:
         evidence.untraced_ms = _ms(untraced)
         advice += (f"; {_ms(untraced):.2f} ms of it ({untraced / host:.0%}) records no op: the dataset's Python "
@@ -212,9 +212,9 @@ def _optimizer(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
         return "optimizer", (f"it launches {launches:.0f} kernels per step averaging {gpu / launches:.1f} µs, one per "
                              "parameter and operation: a foreach or fused optimizer (foreach=True, or fused=True "
                              "where the optimizer offers it) updates all parameters in a few kernels")
-    if not f.has_gpu and ops >= MANY_OPS and f.cpu_us[j] / ops < TINY_KERNEL_US:
-        evidence.mean_op_us = round(float(f.cpu_us[j]) / ops, 2)
-        return "optimizer", (f"it runs {ops:.0f} ops per step averaging {f.cpu_us[j] / ops:.1f} µs, a few per "
+    if not f.has_gpu and ops >= MANY_OPS and f.host_us[j] / ops < TINY_KERNEL_US:
+        evidence.mean_op_us = round(float(f.host_us[j]) / ops, 2)
+        return "optimizer", (f"it runs {ops:.0f} ops per step averaging {f.host_us[j] / ops:.1f} µs, a few per "
                              "parameter: foreach=True updates all parameters in a few ops")
     return "optimizer", _top_ops(f, ctx, OPTIMIZER, evidence)
 
@@ -270,7 +270,7 @@ def tensor_cores(name: str, capability: str) -> str | None:
 
 def _host_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tuple[str, str]:
     j = f.phases.index(phase)
-    launches, gpu, cpu = float(f.launches[j]), float(f.gpu_us[j]), float(f.cpu_us[j])
+    launches, gpu, cpu = float(f.launches[j]), float(f.gpu_us[j]), float(f.host_us[j])
     idle = float(f.idle_us[j]) if f.has_gpu else np.nan
     if f.has_gpu and cpu > 0 and launches > 0 and idle / cpu >= LAUNCH_IDLE_SHARE \
             and gpu / launches < SHORT_KERNEL_US:
@@ -287,7 +287,7 @@ def _top_ops(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> str:
     """The phase's ops with the most self time; first its untraced time (`untraced`) where that is
     more than any op's and at least ``UNTRACED_SHARE`` of the phase: it is nobody's."""
     ops = sorted(((name, v) for (p, name), v in ctx.ops.items() if p == phase), key=lambda kv: -kv[1][1])[:3]
-    host = float(f.cpu_us[f.phases.index(phase)])
+    host = float(f.host_us[f.phases.index(phase)])
     untraced = ctx.untraced_us.get(phase, 0.0)
     text = ""
     if host > 0 and untraced >= UNTRACED_SHARE * host and untraced > max((float(v[1]) for _, v in ops), default=0.0):

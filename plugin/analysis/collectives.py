@@ -235,7 +235,7 @@ def breakdown(w: Worker, rows: list[int], phases: list[str]) -> RankBreakdown:
         compute, comm = table(w.gpu_compute_us), table(w.comm_us)
         overlap, other = comm - table(w.exposed_comm_us), np.nan_to_num(table(w.gpu_idle_us))
     else:
-        cpu = table(w.cpu_us)
+        cpu = table(w.host_us)
         comm = np.minimum(w.collective_us(r, phases, COLLECTIVE_OP.match), cpu)
         compute, overlap, other = cpu - comm, np.zeros_like(cpu), np.zeros_like(cpu)
 

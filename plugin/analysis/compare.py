@@ -24,7 +24,7 @@ def mean_side(w: Worker, rows: np.ndarray, phases: list[str], label: str = "") -
         label=label,
         steps=[w.numbers[k] for k in rows.tolist()],
         wall_ms=ms(sum(w.wall_us[rows].tolist()) / max(len(rows), 1)),
-        phases={p: Times(cpu_ms=ms(cpu[j]), gpu_ms=ms(gpu[j])) for j, p in enumerate(phases)},
+        phases={p: Times(host_ms=ms(cpu[j]), gpu_ms=ms(gpu[j])) for j, p in enumerate(phases)},
     )
 
 
@@ -38,7 +38,7 @@ def compare(a: tuple[Worker, np.ndarray], b: tuple[Worker, np.ndarray], phases: 
     delta = Delta(
         wall_ms=round(side_b.wall_ms - side_a.wall_ms, 3),
         phases={
-            p: Times(cpu_ms=round(side_b.phases[p].cpu_ms - side_a.phases[p].cpu_ms, 3),
+            p: Times(host_ms=round(side_b.phases[p].host_ms - side_a.phases[p].host_ms, 3),
                      gpu_ms=round(side_b.phases[p].gpu_ms - side_a.phases[p].gpu_ms, 3))
             for p in phases
         },
@@ -62,15 +62,15 @@ def changed_ops(ops_a: dict, ops_b: dict, by: str = "both") -> list[ChangedOp]:
         (ca, sa, ta, sga, ga), (cb, sb, tb, sgb, gb) = ops_a.get(key, zero).tolist(), ops_b.get(key, zero).tolist()
         rows.append(ChangedOp(
             phase=key[0], name=key[1], a_calls=round(ca, 2), b_calls=round(cb, 2),
-            a_self_cpu_ms=ms(sa), b_self_cpu_ms=ms(sb), delta_self_cpu_ms=ms(sb - sa),
-            a_cpu_ms=ms(ta), b_cpu_ms=ms(tb), delta_cpu_ms=ms(tb - ta),
+            a_self_host_ms=ms(sa), b_self_host_ms=ms(sb), delta_self_host_ms=ms(sb - sa),
+            a_host_ms=ms(ta), b_host_ms=ms(tb), delta_host_ms=ms(tb - ta),
             a_self_gpu_ms=ms(sga), b_self_gpu_ms=ms(sgb), delta_self_gpu_ms=ms(sgb - sga),
             a_gpu_ms=ms(ga), b_gpu_ms=ms(gb), delta_gpu_ms=ms(gb - ga),
         ))
     if by == "gpu":
         rows.sort(key=lambda r: (-abs(r.delta_self_gpu_ms), -abs(r.delta_gpu_ms), r.phase, r.name))
     else:
-        rows.sort(key=lambda r: (-(abs(r.delta_self_cpu_ms) + abs(r.delta_self_gpu_ms)), r.phase, r.name))
+        rows.sort(key=lambda r: (-(abs(r.delta_self_host_ms) + abs(r.delta_self_gpu_ms)), r.phase, r.name))
     return rows
 
 
@@ -85,5 +85,5 @@ def median_row(w: Worker, rows: np.ndarray) -> int | None:
 
 def grew_most(delta: Delta) -> tuple[str, float]:
     """The phase whose host time grew most, and by how much (ms)."""
-    name = max(delta.phases, key=lambda p: delta.phases[p].cpu_ms)
-    return name, float(np.round(delta.phases[name].cpu_ms, 3))
+    name = max(delta.phases, key=lambda p: delta.phases[p].host_ms)
+    return name, float(np.round(delta.phases[name].host_ms, 3))

@@ -35,7 +35,7 @@ class Figures(msgspec.Struct):
     phases: list[str]
     steps: list[int]  # the step numbers averaged
     wall_us: float
-    cpu_us: np.ndarray  # per phase: host time (adds up to the wall time)
+    host_us: np.ndarray  # per phase: host time (adds up to the wall time)
     gpu_us: np.ndarray  # kernel time of the work launched in the phase (summed over streams)
     idle_us: np.ndarray  # host time with the GPU idle (NaN without GPU)
     wait_us: np.ndarray  # host time waiting for the GPU
@@ -68,10 +68,10 @@ class Costs(msgspec.Struct):
 
 def phase_costs(f: Figures) -> Costs:
     """Rank the phases of ``f`` by what they add to the step (see the module docstring)."""
-    host = f.cpu_us - f.wait_us
+    host = f.host_us - f.wait_us
     compute = float(f.compute_us.sum()) if f.has_gpu else 0.0
     measure = GPU if f.has_gpu and compute > 0 and compute >= host.sum() else HOST
-    cost = f.compute_us if measure == GPU else f.cpu_us
+    cost = f.compute_us if measure == GPU else f.host_us
     cost_us = {p: float(c) for p, c in zip(f.phases, cost.tolist())}
     order = sorted(f.phases, key=lambda p: -cost_us[p])
     busy = compute + float(f.exposed_comm_us.sum()) if f.has_gpu else 0.0

@@ -28,7 +28,7 @@ def findings(summary: Summary, w: Worker, full: np.ndarray, figures: Figures | N
     if summary.mean is None or figures is None or costs is None:
         if not summary.steps:
             return []
-        return [_note("no-work", "no profiled step holds any work", steps=list(w.numbers)), *_outside(summary, w)]
+        return [_note("no-work", "no profiled step holds any work", steps=list(w.numbers)), *_apart(summary, w)]
     total = costs.total_us  # the step's time in the measure that binds it: savings are shares of it
     ctx = Context(ops=w.op_means(full), kernels=w.kernel_means(full), loader=w.loader, gpu_names=w.gpu_names,
                   gpu_capabilities=w.gpu_capabilities, cpus=w.cpus,
@@ -106,13 +106,13 @@ def _notes(summary: Summary, w: Worker, full: np.ndarray) -> list[Finding]:
         j = w.phases.index(COMPILE)
         rows = [k for k, n in enumerate(w.numbers) if n in steps]
         out.append(_note("compiling-steps", f"step{'s' if len(steps) > 1 else ''} {_numbers(steps)} compiled "
-                                            f"(torch.compile: {ms(w.cpu_us[rows, j].sum()):,.2f} ms in the compile "
+                                            f"(torch.compile: {ms(w.host_us[rows, j].sum()):,.2f} ms in the compile "
                                             "phase): left out of the means, costs, slowest step, outliers and "
                                             "findings, as the training side's summary leaves them out",
                          steps=steps, phases=[COMPILE]))
     if summary.warmup_steps:
         out.append(_warmup(summary.warmup_steps, w, full))
-    return out + _outside(summary, w)
+    return out + _apart(summary, w)
 
 
 #: GPU work running on after its step's host window by more than this share of its GPU window is noted.
@@ -162,11 +162,11 @@ def _warmup(steps: list[int], w: Worker, full: np.ndarray) -> Finding:
                  median_wall_ms=median, setup_ms=ms(setup), ops=top or None)
 
 
-def _outside(summary: Summary, w: Worker) -> list[Finding]:
+def _apart(summary: Summary, w: Worker) -> list[Finding]:
     """What the profiled window held outside the steps: evaluation passes, ``prof.paused()`` blocks."""
     if not (summary.eval_ms or summary.paused_ms):
         return []
-    held = w.outside_us.sum(axis=1) > 0
+    held = w.apart_us.sum(axis=1) > 0
     steps = [n for n, h in zip(w.numbers, held.tolist()) if h]
     parts = []
     if summary.eval_ms:
@@ -174,7 +174,7 @@ def _outside(summary: Summary, w: Worker) -> list[Finding]:
     if summary.paused_ms:
         parts.append(f"prof.paused() blocks {summary.paused_ms:,.2f} ms")
     where = f"step{'s' if len(steps) > 1 else ''} {_numbers(steps)}"
-    return [_note("outside-steps", f"time kept out of the steps ran inside the profiled window ({where}): "
+    return [_note("kept-apart", f"time kept out of the steps ran inside the profiled window ({where}): "
                                    f"{' and '.join(parts)}; not counted in any step's time, phases or findings",
                   steps=steps, eval_ms=summary.eval_ms, paused_ms=summary.paused_ms)]
 

@@ -194,7 +194,7 @@ class MemoryEventTable(msgspec.Struct):
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
 
 
-class Outside(msgspec.Struct):
+class Apart(msgspec.Struct):
     """Time kept out of the steps (evaluation passes, ``prof.paused()`` blocks) within the step
     windows, as host intervals in time order; ``kind`` indexes `phaseprof.contract.OUT_OF_STEP`."""
 
@@ -237,7 +237,7 @@ class SpanAnalysis(msgspec.Struct):
     phases: list[str]
     names: list[str]
     shapes: list[str]
-    cpu_us: np.ndarray  # (steps, phases) host time per phase; rows add up to the step's wall time (`Step.wall`)
+    host_us: np.ndarray  # (steps, phases) host time per phase; rows add up to the step's wall time (`Step.wall`)
     gpu_us: np.ndarray  # (steps, phases) device time of work launched in the phase
     gpu_idle_us: np.ndarray  # (steps, phases) time in the phase's host windows with no device work
     launches: np.ndarray  # (steps, phases) device events launched
@@ -263,10 +263,10 @@ class SpanAnalysis(msgspec.Struct):
     memory_ops: MemoryOpTable
     memory_events: MemoryEventTable
     lanes: Lanes
-    #: Time in the step windows kept out of the steps; its host µs per step and kind are `Step.outside`.
-    outside: Outside
+    #: Time in the step windows kept out of the steps; its host µs per step and kind are `Step.apart`.
+    apart: Apart
     #: (steps, kinds of OUT_OF_STEP) device time of the work launched in the time kept out of each step
-    outside_gpu_us: np.ndarray
+    apart_gpu_us: np.ndarray
     has_gpu: bool
     rank: int | None = None
     world_size: int | None = None

@@ -168,7 +168,7 @@ def modules_answer(run: str, w: Worker, rows: list[int], step: int | None) -> Mo
         t = span.modules
         j = span.phases.index("forward") if "forward" in span.phases else None
         if j is not None:
-            forward_us += float(span.cpu_us[indices, j].sum())
+            forward_us += float(span.host_us[indices, j].sum())
         if t.source:
             sources.add(t.source)
         for k in np.flatnonzero(np.isin(t.step, indices)).tolist():
@@ -195,9 +195,9 @@ def modules_answer(run: str, w: Worker, rows: list[int], step: int | None) -> Mo
         depth, up = 0, e["parent"]
         while up is not None and up in acc and depth < 256:
             depth, up = depth + 1, acc[up]["parent"]
-        ops = [ModuleOp(name=name, backward=back, calls=calls, cpu_ms=ms(us), gpu_ms=ms(gpu))
+        ops = [ModuleOp(name=name, backward=back, calls=calls, host_ms=ms(us), gpu_ms=ms(gpu))
                for (name, back), (calls, us, gpu) in e["ops"].items()]
-        ops.sort(key=lambda o: (-(o.cpu_ms + o.gpu_ms), o.name))
+        ops.sort(key=lambda o: (-(o.host_ms + o.gpu_ms), o.name))
         out.append(ModuleRow(
             path=path, parent=e["parent"], depth=depth, calls=e["calls"], forward_ms=ms(fwd),
             forward_self_ms=ms(fwd_self), forward_gpu_ms=ms(fwd_gpu), backward_ms=ms(bwd), backward_gpu_ms=ms(bwd_gpu),

@@ -24,7 +24,7 @@ def run_ops(w: Worker, phase: str | None = None, group: str = "name") -> OpsAnsw
         gpu_us = float(w.gpu_us[steps].sum())
     else:
         j = w.phases.index(phase) if phase in w.phases else None
-        wall_us = float(w.cpu_us[steps, j].sum()) if j is not None else 0.0
+        wall_us = float(w.host_us[steps, j].sum()) if j is not None else 0.0
         gpu_us = float(w.gpu_us[steps, j].sum()) if j is not None else 0.0
     acc: dict[tuple[str, str | None], list] = {}
     for span, _, indices in w.by_span(steps.tolist()):
@@ -77,15 +77,15 @@ def run_ops(w: Worker, phase: str | None = None, group: str = "name") -> OpsAnsw
     n = max(len(steps), 1)
     out = [
         RunOpRow(
-            name=name, shapes=shapes, calls=int(calls), self_cpu_ms=ms(self_cpu), cpu_ms=ms(cpu),
+            name=name, shapes=shapes, calls=int(calls), self_host_ms=ms(self_cpu), host_ms=ms(cpu),
             self_gpu_ms=ms(self_gpu), gpu_ms=ms(gpu), calls_per_step=round(calls / n, 3),
-            self_cpu_ms_per_step=ms(self_cpu / n), self_gpu_ms_per_step=ms(self_gpu / n),
-            self_cpu_share=round(self_cpu / wall_us, 4) if wall_us else 0.0,
+            self_host_ms_per_step=ms(self_cpu / n), self_gpu_ms_per_step=ms(self_gpu / n),
+            self_host_share=round(self_cpu / wall_us, 4) if wall_us else 0.0,
             self_gpu_share=(round(self_gpu / gpu_us, 4) if gpu_us else 0.0) if w.has_gpu else None,
             steps=sorted(ran), phases=sorted(phases, key=lambda p: -phases[p]), **stack,
         )
         for (name, shapes), (calls, self_cpu, cpu, self_gpu, gpu, ran, phases, _, stack) in acc.items()
     ]
-    out.sort(key=lambda r: (-r.self_cpu_ms, r.name))
+    out.sort(key=lambda r: (-r.self_host_ms, r.name))
     return OpsAnswer(run="", worker=w.name, phase=phase, group=group, steps=len(steps), wall_ms=ms(wall_us),
                      gpu_ms=ms(gpu_us), ops=out)

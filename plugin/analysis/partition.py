@@ -18,7 +18,7 @@ Time kept out of the training steps — the hook's ``phaseprof::eval`` (an evalu
 ``phaseprof::paused`` (``with prof.paused():``) ranges — belongs to no phase and no step, whatever
 ranges lie inside it: those instants are holes in the partition (`Partition.locate` places them in no
 step, so nothing launched or allocated there counts either), and each step records how much of its
-window they held (`Step.outside`). As the hook does, an evaluation pass that begins before the
+window they held (`Step.apart`). As the hook does, an evaluation pass that begins before the
 step's first training work also takes the ``other`` time just before its first forward (the eval
 loader's first batch, ``model.eval()``).
 
@@ -45,13 +45,13 @@ from .nesting import Nesting
 Interval = tuple[float, float]  # (start, end) µs
 Segment = tuple[float, float, int]  # (start, end, phase code)
 
-OUTSIDE = 2  # tiers: time kept out of the steps beats every phase range,
+APART = 2  # tiers: time kept out of the steps beats every phase range,
 EXPLICIT = 1  # and a range in the trace beats an inferred one wherever they overlap
 INFERRED = 0
 NO_PHASE = -1  # phase code of events that mark no phase; out-of-step kinds are coded below it
 
 
-def outside_code(kind: int) -> int:
+def apart_code(kind: int) -> int:
     """The phase code of out-of-step kind ``kind`` (an index into `OUT_OF_STEP`) while partitioning."""
     return -2 - kind
 
@@ -71,7 +71,7 @@ class Step(msgspec.Struct):
     inferred_step: bool = False
     #: Host µs of the window kept out of the step, by kind (`phaseprof.contract.OUT_OF_STEP`); only
     #: the kinds it held.
-    outside: dict[str, float] = msgspec.field(default_factory=dict)
+    apart: dict[str, float] = msgspec.field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -80,12 +80,12 @@ class Step(msgspec.Struct):
     @property
     def wall(self) -> float:
         """The step's own time (µs): its window less the time kept out of it."""
-        return self.end - self.start - sum(self.outside.values())
+        return self.end - self.start - sum(self.apart.values())
 
 
 class Partition(msgspec.Struct):
     """The phase segments of all steps in time order; every step is covered without gaps but for
-    the time kept out of it, the ``outside_*`` segments (kind: an index into `OUT_OF_STEP`)."""
+    the time kept out of it, the ``apart_*`` segments (kind: an index into `OUT_OF_STEP`)."""
 
     steps: list[Step]
     phases: list[str]  # phase names by code: the canonical ones first, then user phases
@@ -96,19 +96,19 @@ class Partition(msgspec.Struct):
     main_thread: int  # thread code of the thread that runs the loop
     process_threads: np.ndarray  # bool per thread code: a thread of the loop's process
     marker_names: np.ndarray  # bool per name code: a phase range or step marker (not an op)
-    outside_start: np.ndarray  # float64 µs, in time order
-    outside_end: np.ndarray
-    outside_kind: np.ndarray  # int32 index into OUT_OF_STEP
-    outside_step: np.ndarray  # int32 index into `steps`: the step whose window holds it
+    apart_start: np.ndarray  # float64 µs, in time order
+    apart_end: np.ndarray
+    apart_kind: np.ndarray  # int32 index into OUT_OF_STEP
+    apart_step: np.ndarray  # int32 index into `steps`: the step whose window holds it
 
-    def locate_outside(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def locate_apart(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(step index, out-of-step kind) of each instant in ``ts`` kept out of a step; -1 elsewhere."""
-        if not len(self.outside_start):
+        if not len(self.apart_start):
             return np.full(len(ts), -1, np.int32), np.full(len(ts), -1, np.int32)
-        seg = np.searchsorted(self.outside_start, ts, side="right") - 1
-        inside = (seg >= 0) & (ts < self.outside_end[np.maximum(seg, 0)])
+        seg = np.searchsorted(self.apart_start, ts, side="right") - 1
+        inside = (seg >= 0) & (ts < self.apart_end[np.maximum(seg, 0)])
         seg = np.where(inside, seg, -1)
-        return np.where(inside, self.outside_step[seg], -1), np.where(inside, self.outside_kind[seg], -1)
+        return np.where(inside, self.apart_step[seg], -1), np.where(inside, self.apart_kind[seg], -1)
 
     def locate(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(step index, phase code) of each instant in ``ts``; -1 for instants outside every step."""
@@ -133,7 +133,7 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
     for i, name in enumerate(names):
         kind = out_of_step(name)
         if kind is not None:
-            name_phase[i] = outside_code(OUT_OF_STEP.index(kind))
+            name_phase[i] = apart_code(OUT_OF_STEP.index(kind))
         phase = range_phase(name)
         if phase is not None:
             if phase not in code_of:
@@ -187,7 +187,7 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
         for s, e, p in _eval_since_work(segments, code_of[OTHER], work):
             if p < NO_PHASE:
                 kind = -2 - p
-                step.outside[OUT_OF_STEP[kind]] = step.outside.get(OUT_OF_STEP[kind], 0.0) + (e - s)
+                step.apart[OUT_OF_STEP[kind]] = step.apart.get(OUT_OF_STEP[kind], 0.0) + (e - s)
                 out_start.append(s)
                 out_end.append(e)
                 out_kind.append(kind)
@@ -198,7 +198,7 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
             seg_phase.append(p)
             seg_step.append(index)
     if out_start:
-        _uncount_outside(steps, nest.ts[in_process], out_start, out_end, out_step)
+        _uncount_apart(steps, nest.ts[in_process], out_start, out_end, out_step)
     return Partition(
         steps=steps,
         phases=phases,
@@ -209,10 +209,10 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
         main_thread=main_thread,
         process_threads=process_threads,
         marker_names=(name_phase != NO_PHASE) | (name_step >= 0),
-        outside_start=np.array(out_start, dtype=np.float64),
-        outside_end=np.array(out_end, dtype=np.float64),
-        outside_kind=np.array(out_kind, dtype=np.int32),
-        outside_step=np.array(out_step, dtype=np.int32),
+        apart_start=np.array(out_start, dtype=np.float64),
+        apart_end=np.array(out_end, dtype=np.float64),
+        apart_kind=np.array(out_kind, dtype=np.int32),
+        apart_step=np.array(out_step, dtype=np.int32),
     )
 
 
@@ -221,7 +221,7 @@ def _eval_since_work(segments: list[Segment], other: int, work: set[int]) -> lis
     before the step's first training work (forward, backward, optimizer), right after ``other``
     time, also takes that time (the eval loader's first batch and ``model.eval()`` ran before the
     forward that opened the pass)."""
-    code = outside_code(OUT_OF_STEP.index(EVAL))
+    code = apart_code(OUT_OF_STEP.index(EVAL))
     out: list[Segment] = []
     worked = False
     for s, e, p in segments:
@@ -234,7 +234,7 @@ def _eval_since_work(segments: list[Segment], other: int, work: set[int]) -> lis
     return out
 
 
-def _uncount_outside(steps: list[Step], process_ts: np.ndarray, start: list[float], end: list[float],
+def _uncount_apart(steps: list[Step], process_ts: np.ndarray, start: list[float], end: list[float],
                      step: list[int]) -> None:
     """Take the events that start in time kept out of a step off that step's count: a window
     holding nothing but an evaluation pass is an empty step."""
@@ -448,7 +448,7 @@ def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], w: np.ndarra
     PyTorchProfiler cuts its steps inside the optimizer's step, whose range runs on into the next."""
     a, b = step.start, step.end
     ranges = [
-        (max(s, a), min(e, b), int(p), OUTSIDE if p < NO_PHASE else EXPLICIT)
+        (max(s, a), min(e, b), int(p), APART if p < NO_PHASE else EXPLICIT)
         for s, e, p in zip(ctx.ranges.start[w].tolist(), ctx.ranges.end[w].tolist(), ctx.ranges.phase[w].tolist())
         if min(e, b) > max(s, a)
     ]

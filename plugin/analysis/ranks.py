@@ -54,7 +54,7 @@ class _Rank:
             self.step = self.compute + exposed.sum(axis=1)  # GPU busy: compute plus exposed communication
             self.exposed = exposed.sum(axis=1)
         else:
-            cpu = table(w.cpu_us)
+            cpu = table(w.host_us)
             comm = np.minimum(w.collective_us(rows, phases, COLLECTIVE_OP.match), cpu)
             phase_compute = cpu - comm
             self.step = w.wall_us[rows]

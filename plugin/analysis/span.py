@@ -5,7 +5,7 @@ call that launched it -> the phase covering that call's start on the host timeli
 ranges do not contain backward kernels (autograd launches them from its own thread), and the GPU
 may run a step's work after the CPU has moved on; the launch instant is what ties work to a phase.
 Work launched in time kept out of the steps (an evaluation pass, ``prof.paused()``) is in no step's
-figures: it is counted apart, per step window and kind (`SpanAnalysis.outside_gpu_us`).
+figures: it is counted apart, per step window and kind (`SpanAnalysis.apart_gpu_us`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .collectives import collective_table
 from .kernels import kernel_table
 from .memory import has_baseline, memory_curve, running_allocated
 from .memory_ops import memory_tables
-from .model import GpuMeasures, Lanes, OpTable, Outside, SpanAnalysis
+from .model import Apart, GpuMeasures, Lanes, OpTable, SpanAnalysis
 from .modules import module_range_names, module_table
 from .nesting import Nesting, nest
 from .partition import Partition, partition
@@ -59,7 +59,7 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
     flat_size = shape2[0] * shape2[1]
 
     seg_key = part.step.astype(np.int64) * len(phases) + part.phase
-    cpu_us = _sums(seg_key, part.end - part.start, shape2)
+    host_us = _sums(seg_key, part.end - part.start, shape2)
 
     launch = launches(trace, n)
     dev = trace.device
@@ -74,15 +74,15 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
     gpu_idle = _sums(seg_key, seg_idle, shape2)
     step_idle = np.bincount(part.step, weights=seg_idle, minlength=len(steps)).astype(np.float64)
     step_gpu = gpu_us.sum(axis=1)
-    out_step, out_kind = part.locate_outside(launch.ts)
+    out_step, out_kind = part.locate_apart(launch.ts)
     away = out_step >= 0
-    outside_gpu = _sums(out_step[away].astype(np.int64) * len(OUT_OF_STEP) + out_kind[away], dev.dur[away],
+    apart_gpu = _sums(out_step[away].astype(np.int64) * len(OUT_OF_STEP) + out_kind[away], dev.dur[away],
                         (len(steps), len(OUT_OF_STEP)))
     if not has_gpu:
         gpu_idle[:] = np.nan
         step_idle[:] = np.nan
 
-    wait = np.minimum(_waits(trace, n, part, shape2), cpu_us)
+    wait = np.minimum(_waits(trace, n, part, shape2), host_us)
     comm = communication(trace, n, launch)
     gpu = gpu_measures(trace, part, dev_step, dev_phase, comm, shape2)
     allocated = running_allocated(trace)
@@ -101,7 +101,7 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
         phases=phases,
         names=trace.names,
         shapes=trace.shapes,
-        cpu_us=cpu_us,
+        host_us=host_us,
         gpu_us=gpu_us,
         gpu_idle_us=gpu_idle,
         launches=launch_count,
@@ -123,9 +123,9 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
         memory_ops=memory_ops,
         memory_events=memory_events,
         lanes=lanes,
-        outside=Outside(step=part.outside_step, kind=part.outside_kind, start=part.outside_start,
-                        end=part.outside_end),
-        outside_gpu_us=outside_gpu,
+        apart=Apart(step=part.apart_step, kind=part.apart_kind, start=part.apart_start,
+                        end=part.apart_end),
+        apart_gpu_us=apart_gpu,
         has_gpu=has_gpu,
         rank=trace.rank,
         world_size=trace.world_size,

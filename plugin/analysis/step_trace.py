@@ -5,7 +5,7 @@ each launch to the work it launched, and the step's phases on a lane of their ow
 "The step" is its host window [start, end): host events that start inside it, and the device work
 launched inside it (which may run after the window ends: the CPU runs ahead). Time in the window kept
 out of the step (an evaluation pass, ``prof.paused()``) is shown as such: on the phase lane under its
-own name, and its events marked ``outside`` rather than with a phase.
+own name, and its events marked ``apart`` rather than with a phase.
 
 Two stages, so that a step can be served without decoding its trace again: `StepCutter` cuts every
 step's events out of a decoded trace as columns (`StepCut`, with the trace's string tables in
@@ -35,11 +35,11 @@ _HOST_CATEGORY = {OP: "cpu_op", ANNOTATION: "user_annotation", RUNTIME: "cuda_ru
 _DEVICE_CATEGORY = {KERNEL: "kernel", MEMCPY: "gpu_memcpy"}
 _PHASE_LANE = "Step phases"
 #: An event's label code (`StepCut.host_label`, `dev_label`): a phase code (>= 0), no label, or
-#: ``OUTSIDE - k`` for time kept out of the step of kind ``OUT_OF_STEP[k]``.
-NO_LABEL, OUTSIDE = -1, -2
+#: ``APART - k`` for time kept out of the step of kind ``OUT_OF_STEP[k]``.
+NO_LABEL, APART = -1, -2
 
 
-def outside_label(kind: str) -> str:
+def apart_label(kind: str) -> str:
     """How the phase lane names time kept out of the step."""
     return f"{kind} (outside the step)"
 
@@ -70,7 +70,7 @@ class StepCut(msgspec.Struct):
     host_kind: np.ndarray  # int8
     host_shapes: np.ndarray  # int32 codes into StepTables.shapes (0: none)
     host_corr: np.ndarray  # int64
-    host_label: np.ndarray  # int32 (NO_LABEL, a phase code, or OUTSIDE - kind)
+    host_label: np.ndarray  # int32 (NO_LABEL, a phase code, or APART - kind)
     host_stack: np.ndarray  # int32 index into `stacks` (-1: no Python frame covers the event)
     dev_ts: np.ndarray
     dev_dur: np.ndarray
@@ -79,7 +79,7 @@ class StepCut(msgspec.Struct):
     dev_name: np.ndarray  # int32
     dev_kind: np.ndarray  # int8
     dev_corr: np.ndarray  # int64
-    dev_label: np.ndarray  # int32 (a phase code, or OUTSIDE - kind)
+    dev_label: np.ndarray  # int32 (a phase code, or APART - kind)
     dev_owner: np.ndarray  # int32 name code of the launching op, -1 unknown
     launch_thread: np.ndarray  # int32 thread code of the launching runtime call
     launch_ts: np.ndarray  # float64 its start
@@ -106,11 +106,11 @@ class StepCutter:
         self._by_ts = np.argsort(n.ts, kind="stable")
         self._sorted_ts = n.ts[self._by_ts]
         _, self._host_phase = part.locate(n.ts)
-        self._host_out_step, self._host_out = part.locate_outside(n.ts)
+        self._host_out_step, self._host_out = part.locate_apart(n.ts)
         self._dur = n.end - n.ts
         self._launch = launch = launches(trace, n)
         self._dev_step, self._dev_phase = part.locate(launch.ts)
-        self._dev_out_step, self._dev_out = part.locate_outside(launch.ts)
+        self._dev_out_step, self._dev_out = part.locate_apart(launch.ts)
         self._owner = launch.op_name(n)
         self._paths, self._op_stack = op_paths(trace.python, n)  # with_stack: each event's call path
 
@@ -126,14 +126,14 @@ class StepCutter:
         host = np.sort(self._by_ts[lo:hi])
         out_here = self._host_out_step[host] == index
         phase = self._host_phase[host]
-        host_label = np.where(phase >= 0, phase, np.where(out_here, OUTSIDE - self._host_out[host], NO_LABEL))
+        host_label = np.where(phase >= 0, phase, np.where(out_here, APART - self._host_out[host], NO_LABEL))
         in_step = self._dev_step == index
         device = np.flatnonzero(in_step | (self._dev_out_step == index))
-        dev_label = np.where(in_step[device], self._dev_phase[device], OUTSIDE - self._dev_out[device])
+        dev_label = np.where(in_step[device], self._dev_phase[device], APART - self._dev_out[device])
         call = self._launch.runtime[device]
         dev = trace.device
         seg = np.flatnonzero(part.step == index)
-        out = np.flatnonzero(part.outside_step == index)
+        out = np.flatnonzero(part.apart_step == index)
         nodes = self._op_stack[host]
         distinct, host_stack = np.unique(nodes, return_inverse=True)
         if len(distinct) and distinct[0] < 0:  # events no frame covers
@@ -151,8 +151,8 @@ class StepCutter:
             dev_label=dev_label.astype(np.int32), dev_owner=self._owner[device].astype(np.int32),
             launch_thread=n.thread[call].astype(np.int32), launch_ts=n.ts[call],
             seg_start=part.start[seg], seg_end=part.end[seg], seg_phase=part.phase[seg].astype(np.int32),
-            out_start=part.outside_start[out], out_end=part.outside_end[out],
-            out_kind=part.outside_kind[out].astype(np.int32),
+            out_start=part.apart_start[out], out_end=part.apart_end[out],
+            out_kind=part.apart_kind[out].astype(np.int32),
             stacks=[stack(self._paths, trace.names, int(node)) for node in distinct.tolist()])
 
 
@@ -170,7 +170,7 @@ def document(tables: StepTables, cut: StepCut) -> StepTrace:
     def label(code: int) -> dict[str, Any]:
         if code >= 0:
             return {"phase": phases[code]}
-        return {"outside": OUT_OF_STEP[OUTSIDE - code]} if code <= OUTSIDE else {}
+        return {"apart": OUT_OF_STEP[APART - code]} if code <= APART else {}
 
     events: list[TraceEvent] = []
     for t in sorted(set(cut.host_thread.tolist())):
@@ -222,8 +222,8 @@ def document(tables: StepTables, cut: StepCut) -> StepTrace:
                                      args={"phase": phases[p], "inferred": phases[p] in inferred}))
         for a, b, k in zip(cut.out_start.tolist(), cut.out_end.tolist(), cut.out_kind.tolist()):
             kind = OUT_OF_STEP[k]
-            events.append(TraceEvent(ph="X", name=outside_label(kind), cat="outside", pid=main.pid, tid=lane, ts=a,
-                                     dur=b - a, args={"outside": kind}))
+            events.append(TraceEvent(ph="X", name=apart_label(kind), cat="apart", pid=main.pid, tid=lane, ts=a,
+                                     dur=b - a, args={"apart": kind}))
     info = StepTraceInfo(step=cut.number, start_us=cut.start, end_us=cut.end, phases=phases,
                          host_events=len(cut.host_ts), device_events=len(cut.dev_ts))
     return StepTrace(traceEvents=events, otherData=info)

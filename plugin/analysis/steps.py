@@ -22,11 +22,11 @@ CPU_BOUND_IDLE = 0.5
 GPU_BOUND_IDLE = 0.1
 
 
-def verdict(cpu_us: float, idle_us: float, has_gpu: bool) -> str | None:
+def verdict(host_us: float, idle_us: float, has_gpu: bool) -> str | None:
     """``cpu-bound`` / ``balanced`` / ``gpu-bound`` from how idle the GPU was during the phase."""
-    if not has_gpu or cpu_us <= 0 or np.isnan(idle_us):
+    if not has_gpu or host_us <= 0 or np.isnan(idle_us):
         return None
-    share = idle_us / cpu_us
+    share = idle_us / host_us
     if share >= CPU_BOUND_IDLE:
         return "cpu-bound"
     if share <= GPU_BOUND_IDLE:
@@ -38,12 +38,12 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
     """The figures of each step (all, or ``rows``): wall time, and host/GPU time, GPU idle and
     verdict per phase."""
     rows = list(range(len(w.refs))) if rows is None else rows
-    cpu, idle = w.cpu_us[rows], w.gpu_idle_us[rows]
-    cpu_ms, gpu_ms, idle_ms = (_ms_list(t) for t in (cpu, w.gpu_us[rows], idle))
+    cpu, idle = w.host_us[rows], w.gpu_idle_us[rows]
+    host_ms, gpu_ms, idle_ms = (_ms_list(t) for t in (cpu, w.gpu_us[rows], idle))
     busy_ms, compute_ms, comm_ms, exposed_ms = (
         _ms_list(t[rows]) for t in (w.gpu_busy_us, w.gpu_compute_us, w.comm_us, w.exposed_comm_us))
     launches = w.launches[rows].astype(np.int64).tolist()
-    outside, outside_gpu = _ms_list(w.outside_us[rows]), _ms_list(w.outside_gpu_us[rows])
+    apart, apart_gpu = _ms_list(w.apart_us[rows]), _ms_list(w.apart_gpu_us[rows])
     ev, pa = OUT_OF_STEP.index(EVAL), OUT_OF_STEP.index(PAUSED)
     phases = w.phases
     out = []
@@ -58,10 +58,10 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
             span=span.file,
             start_ms=ms(step.start),
             wall_ms=ms(step.wall),
-            eval_ms=outside[k][ev],
-            eval_gpu_ms=outside_gpu[k][ev],
-            paused_ms=outside[k][pa],
-            paused_gpu_ms=outside_gpu[k][pa],
+            eval_ms=apart[k][ev],
+            eval_gpu_ms=apart_gpu[k][ev],
+            paused_ms=apart[k][pa],
+            paused_gpu_ms=apart_gpu[k][pa],
             gpu_ms=ms(span.step_gpu_us[i]),
             gpu_idle_ms=None if np.isnan(step_idle) else ms(step_idle),
             inferred=bool(step.inferred),
@@ -70,7 +70,7 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
             empty=step.empty,
             phases={
                 name: PhaseTimes(
-                    cpu_ms=cpu_ms[k][j],
+                    host_ms=host_ms[k][j],
                     gpu_ms=gpu_ms[k][j],
                     gpu_idle_ms=idle_ms[k][j],
                     launches=launches[k][j],
@@ -135,8 +135,8 @@ def op_rows(span: SpanAnalysis, rows: slice | np.ndarray, limit: int | None = No
             name=span.names[t.name[k]],
             shapes=span.shapes[t.shapes[k]] or None,
             calls=int(t.calls[k]),
-            self_cpu_ms=ms(t.self_us[k]),
-            cpu_ms=ms(t.total_us[k]),
+            self_host_ms=ms(t.self_us[k]),
+            host_ms=ms(t.total_us[k]),
             self_gpu_ms=ms(t.self_gpu_us[k]),
             gpu_ms=ms(t.gpu_us[k]),
             **op_stack(span, int(t.stack[k])),
@@ -192,13 +192,13 @@ def step_detail(w: Worker, row: int, run: str, op_limit: int | None = None) -> S
         memory=memory,
         lanes=Lanes(labels=[lanes.labels[k] for k in used], bands=[(remap[b[0]], *b[1:]) for b in bands]),
         gpu_names=span.gpu_names,
-        outside=outside_bands(span, i),
+        apart=apart_bands(span, i),
     )
 
 
-def outside_bands(span: SpanAnalysis, i: int) -> list[tuple[float, float, str]]:
+def apart_bands(span: SpanAnalysis, i: int) -> list[tuple[float, float, str]]:
     """Where step ``i`` of ``span`` held time kept out of it: ``(from ms, to ms, kind)`` from its start."""
-    o = span.outside
+    o = span.apart
     rows = o.rows(i)
     start = span.steps[i].start
     return [(round((a - start) / 1000.0, 4), round((b - start) / 1000.0, 4), OUT_OF_STEP[k])

@@ -32,14 +32,14 @@ def timeline(run: str, series: dict[str, list[tuple[int, float]]], profiled: lis
     """
     cpu: dict[str, dict[int, float]] = {}
     gpu: dict[str, dict[int, float]] = {}
-    outside: dict[str, dict[int, float]] = {EVAL_TAG: {}, PROFILER_TAG: {}}
+    apart: dict[str, dict[int, float]] = {EVAL_TAG: {}, PROFILER_TAG: {}}
     steps: set[int] = set()
     for tag, points in series.items():
         parsed = parse_tag(tag)
         if parsed is None:
-            if tag not in outside:
+            if tag not in apart:
                 continue
-            target = outside[tag]
+            target = apart[tag]
         else:
             phase, is_gpu = parsed
             target = (gpu if is_gpu else cpu).setdefault(phase, {})
@@ -61,8 +61,8 @@ def timeline(run: str, series: dict[str, list[tuple[int, float]]], profiled: lis
         gpu={p: column(gpu[p]) for p in phases if p in gpu},
         wall=column(cpu.get(_STEP, {})),
         wall_gpu=column(gpu.get(_STEP, {})),
-        eval=column(outside[EVAL_TAG]),
-        profiler=column(outside[PROFILER_TAG]),
+        eval=column(apart[EVAL_TAG]),
+        profiler=column(apart[PROFILER_TAG]),
         profiled=windows(profiled),
         downsampled=not kept_all,
     )

@@ -21,12 +21,12 @@ from phaseprof.contract import (
     PROFILER_TAG,
     STEP_GPU_TAG,
     STEP_TAG,
-    cpu_tag,
+    host_tag,
     parse_tag,
 )
 from phaseprof.steady import steady_steps
 
-from ..answers import OutsideTime, PhaseSpread, SlowStep, WholeRun
+from ..answers import ApartTime, PhaseSpread, SlowStep, WholeRun
 from ..reading.scalars import Scalars
 
 #: Slowest steps listed.
@@ -55,7 +55,7 @@ def whole_run(scalars: Scalars, rank: int | None = None) -> WholeRun | None:
     if not timed.any():
         return None
     everything = scalars.steps[timed]
-    compile_ms = scalars.values.get(cpu_tag(COMPILE))
+    compile_ms = scalars.values.get(host_tag(COMPILE))
     steady, left_out = steady_steps(everything, compile_ms[timed] if compile_ms is not None else None)
     timed[timed] = steady
     numbers = scalars.steps[timed]
@@ -82,8 +82,8 @@ def whole_run(scalars: Scalars, rank: int | None = None) -> WholeRun | None:
     run_ms = sum(float(np.nansum(v)) for v in (step_ms, profiler, evaluation) if v is not None)
     return WholeRun(rank=rank, steps=int(timed.sum()), first_step=int(everything[0]),
                     last_step=int(everything[-1]), phases=spreads, slowest=_slowest(numbers, step_ms[timed], host),
-                    profiler=_outside(scalars.steps, profiler, run_ms),
-                    eval=_outside(scalars.steps, evaluation, run_ms), left_out=left_out)
+                    profiler=_apart(scalars.steps, profiler, run_ms),
+                    eval=_apart(scalars.steps, evaluation, run_ms), left_out=left_out)
 
 
 def _phase_order(tag: str) -> tuple:
@@ -114,15 +114,15 @@ def _slowest(numbers: np.ndarray, step_ms: np.ndarray, host: dict[str, np.ndarra
     return out
 
 
-def _outside(steps: np.ndarray, column: np.ndarray | None, run_ms: float) -> OutsideTime | None:
-    """The figures of one tag of time outside the steps (``run_ms``: steps and outside time together)."""
+def _apart(steps: np.ndarray, column: np.ndarray | None, run_ms: float) -> ApartTime | None:
+    """The figures of one tag of time outside the steps (``run_ms``: steps and apart time together)."""
     if column is None:
         return None
     values = np.nan_to_num(column, nan=0.0)
     some = values[values > 0]
     total = float(values.sum())
     k = int(np.argmax(values))
-    return OutsideTime(total_ms=_r(total), steps=len(some), median_ms=_r(np.median(some)) if len(some) else 0.0,
+    return ApartTime(total_ms=_r(total), steps=len(some), median_ms=_r(np.median(some)) if len(some) else 0.0,
                        max_ms=_r(values[k]), max_step=int(steps[k]), share=round(total / run_ms, 5) if total else 0.0)
 
 

@@ -46,14 +46,14 @@ class Worker:
         self.numbers = [s.number for s in steps]
         self.wall_us = np.array([s.wall for s in steps], dtype=np.float64)
         #: (steps, kinds of OUT_OF_STEP) host and device µs in each step's window kept out of the step
-        self.outside_us = np.array([[s.outside.get(k, 0.0) for k in OUT_OF_STEP] for s in steps],
+        self.apart_us = np.array([[s.apart.get(k, 0.0) for k in OUT_OF_STEP] for s in steps],
                                    dtype=np.float64).reshape(len(steps), len(OUT_OF_STEP))
-        self.outside_gpu_us = np.array([r.span.outside_gpu_us[r.index] for r in refs],
+        self.apart_gpu_us = np.array([r.span.apart_gpu_us[r.index] for r in refs],
                                        dtype=np.float64).reshape(len(steps), len(OUT_OF_STEP))
         self.empty = np.array([s.empty for s in steps], dtype=bool)
         self.on_gpu = np.array([r.span.has_gpu for r in refs], dtype=bool)
         self.has_gpu = any(s.has_gpu for s in spans)
-        self.cpu_us = self._gather("cpu_us")
+        self.host_us = self._gather("host_us")
         self.gpu_us = self._gather("gpu_us")
         # a phase a span lacks had no host time there, so no idle time either (NaN only without GPU)
         self.gpu_idle_us = self._gather("gpu_idle_us")
@@ -71,7 +71,7 @@ class Worker:
         self.gpu_window_us = np.array([r.span.gpu.window_us[r.index] for r in refs], dtype=np.float64)
         self.past_host_us = np.array([r.span.gpu.past_host_us[r.index] for r in refs], dtype=np.float64)
         #: Steps in which torch.compile compiled (their ``compile`` phase took time).
-        self.compiling = (self.cpu_us[:, self.phases.index(COMPILE)] > 0 if COMPILE in self.phases
+        self.compiling = (self.host_us[:, self.phases.index(COMPILE)] > 0 if COMPILE in self.phases
                           else np.zeros(len(refs), dtype=bool))
         #: Host µs of one-off setup calls per step, and the steps whose time went to them (`warmup`).
         self.setup_us = np.concatenate([setup_us(s) for s in spans])[self._span_order()] if refs else np.zeros(0)
@@ -150,7 +150,7 @@ class Worker:
         """Mean host and GPU µs per phase of ``phases`` over ``rows`` (0 for a phase it lacks)."""
         n = max(len(rows), 1)
         cols = self.columns(phases)
-        cpu = np.where(cols >= 0, self.cpu_us[rows].sum(axis=0)[cols] / n, 0.0) if len(phases) else np.zeros(0)
+        cpu = np.where(cols >= 0, self.host_us[rows].sum(axis=0)[cols] / n, 0.0) if len(phases) else np.zeros(0)
         gpu = np.where(cols >= 0, self.gpu_us[rows].sum(axis=0)[cols] / n, 0.0) if len(phases) else np.zeros(0)
         return cpu, gpu
 
@@ -220,7 +220,7 @@ def phase_names(spans: list[SpanAnalysis]) -> list[str]:
     names = list(PHASES)
     for span in spans:
         names += [p for p in span.phases if p not in names]
-    timed = {p for s in spans for j, p in enumerate(s.phases) if s.cpu_us[:, j].any() or s.gpu_us[:, j].any()}
+    timed = {p for s in spans for j, p in enumerate(s.phases) if s.host_us[:, j].any() or s.gpu_us[:, j].any()}
     return [p for p in names if p in timed] or names
 
 

@@ -35,9 +35,9 @@ def summarize(w: Worker, top: int = TOP_OPS) -> Summary:
     full = w.steady()
     out = Summary(steps=len(w.refs), empty_steps=[w.numbers[k] for k in np.flatnonzero(w.empty).tolist()],
                   gpu=w.has_gpu, phases=phases, findings=[])
-    outside = w.outside_us.sum(axis=0)
-    out.eval_ms = ms(outside[OUT_OF_STEP.index(EVAL)]) or None
-    out.paused_ms = ms(outside[OUT_OF_STEP.index(PAUSED)]) or None
+    apart = w.apart_us.sum(axis=0)
+    out.eval_ms = ms(apart[OUT_OF_STEP.index(EVAL)]) or None
+    out.paused_ms = ms(apart[OUT_OF_STEP.index(PAUSED)]) or None
     compiling = [w.numbers[k] for k in w.full().tolist() if w.compiling[k]]
     if compiling and len(full) < len(w.full()):
         out.compiling_steps = compiling
@@ -49,7 +49,7 @@ def summarize(w: Worker, top: int = TOP_OPS) -> Summary:
         return out
     walls = w.wall_us[full].tolist()
     mean_wall = sum(walls) / len(walls)
-    cpu = w.cpu_us[full].mean(axis=0)
+    cpu = w.host_us[full].mean(axis=0)
     gpu = w.gpu_us[full].mean(axis=0)
     on_gpu = full[w.on_gpu[full]]
     idle = w.gpu_idle_us[on_gpu].mean(axis=0).tolist() if len(on_gpu) else [None] * len(phases)
@@ -57,7 +57,7 @@ def summarize(w: Worker, top: int = TOP_OPS) -> Summary:
     comm, exposed = w.comm_us[full].mean(axis=0), w.exposed_comm_us[full].mean(axis=0)
     total_busy = float(busy.sum())
     out.mean = {
-        p: PhaseMean(cpu_ms=ms(cpu[j]), gpu_ms=ms(gpu[j]), gpu_idle_ms=None if idle[j] is None else ms(idle[j]),
+        p: PhaseMean(host_ms=ms(cpu[j]), gpu_ms=ms(gpu[j]), gpu_idle_ms=None if idle[j] is None else ms(idle[j]),
                      share=round(float(cpu[j]) / mean_wall, 4) if mean_wall else 0.0,
                      gpu_busy_ms=ms(busy[j]), gpu_compute_ms=ms(compute[j]), comm_ms=ms(comm[j]),
                      exposed_comm_ms=ms(exposed[j]),
@@ -92,7 +92,7 @@ def typical_step(w: Worker, full: np.ndarray) -> Figures:
         phases=w.phases,
         steps=[w.numbers[k] for k in full.tolist()],
         wall_us=float(w.wall_us[full].mean()),
-        cpu_us=w.cpu_us[full].mean(axis=0),
+        host_us=w.host_us[full].mean(axis=0),
         gpu_us=w.gpu_us[full].mean(axis=0),
         idle_us=w.gpu_idle_us[on_gpu].mean(axis=0) if len(on_gpu) else nan,
         wait_us=w.wait_us[full].mean(axis=0),
@@ -131,23 +131,23 @@ def _slowest(w: Worker, full: np.ndarray, band: Noise, typical: int) -> Slowest:
         return out
     why = compare((w, np.array([typical])), (w, np.array([slowest])), w.phases, top=50)
     phase, grew = grew_most(why.delta)
-    grown = sorted((o for o in why.ops if o.phase == phase), key=lambda o: (-o.delta_self_cpu_ms, o.name))
+    grown = sorted((o for o in why.ops if o.phase == phase), key=lambda o: (-o.delta_self_host_ms, o.name))
     out.median_step = w.numbers[typical]
     out.vs_median_ms = ms(wall - w.wall_us[typical])
     out.phase = phase
     out.phase_delta_ms = grew
-    out.ops = [o for o in grown if o.delta_self_cpu_ms > 0][:GROWN_OPS]
+    out.ops = [o for o in grown if o.delta_self_host_ms > 0][:GROWN_OPS]
     return out
 
 
 def _top_ops(w: Worker, full: np.ndarray, phase: str, costs: Costs, top: int) -> list[MeanOp]:
     """The ops of ``phase`` with the most self time per step: GPU time where the step is GPU-bound."""
     rows = [
-        MeanOp(name=name, calls=round(float(calls), 2), self_cpu_ms=ms(self_cpu), cpu_ms=ms(cpu),
+        MeanOp(name=name, calls=round(float(calls), 2), self_host_ms=ms(self_cpu), host_ms=ms(cpu),
                self_gpu_ms=ms(self_gpu), gpu_ms=ms(gpu))
         for (p, name), (calls, self_cpu, cpu, self_gpu, gpu) in w.op_means(full).items()
         if p == phase
     ]
     by_gpu = costs.measure == GPU
-    rows.sort(key=lambda r: (-(r.self_gpu_ms if by_gpu else r.self_cpu_ms), r.name))  # ties by name
+    rows.sort(key=lambda r: (-(r.self_gpu_ms if by_gpu else r.self_host_ms), r.name))  # ties by name
     return rows[:top]

@@ -34,7 +34,7 @@ from ..analysis.memory_ops import memory_devices
 from ..analysis.modules import modules_answer
 from ..analysis.operators import GROUPS, run_ops
 from ..analysis.ranks import ranks
-from ..analysis.steps import ms, outside_bands, step_detail, step_rows
+from ..analysis.steps import apart_bands, ms, step_detail, step_rows
 from ..analysis.timeline import timeline
 from ..analysis.whole_run import scalars_of, whole_run
 from ..analysis.worker import Worker, phase_names, rank_of, rank_order
@@ -324,7 +324,7 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
                                     lanes.phase[rows][main].tolist())]
         return MemoryAnswer(run=target.run.name, worker=w.name, step=target.step, wall_ms=ms(step.wall),
                             recorded=any(len(s.memory_curve.step) for s in w.spans),
-                            devices=memory_series(span, i), bands=bands, outside=outside_bands(span, i))
+                            devices=memory_series(span, i), bands=bands, apart=apart_bands(span, i))
 
     @wrappers.Request.application
     def _serve_memory_events(self, request):

@@ -151,10 +151,10 @@ def test_operators_view_lists_every_op_sorted_by_self_cpu_and_searches(tab, run)
     assert len(rows) == min(50, len(answer["ops"]))
     gpu = answer["gpu_ms"] > 0
     for row, o in zip(rows[:5], answer["ops"]):
-        expected = [o["name"].replace(" ", ""), f"{o['calls']:,}", ms(o["self_cpu_ms"]), ms(o["cpu_ms"])]
+        expected = [o["name"].replace(" ", ""), f"{o['calls']:,}", ms(o["self_host_ms"]), ms(o["host_ms"])]
         if gpu:
             expected += [ms(o["self_gpu_ms"]), ms(o["gpu_ms"])]
-        expected += [count(o["calls_per_step"]), ms(o["self_cpu_ms_per_step"]), pct(o["self_cpu_share"])]
+        expected += [count(o["calls_per_step"]), ms(o["self_host_ms_per_step"]), pct(o["self_host_share"])]
         assert [row[0].replace(" ", ""), *row[1:len(expected)]] == expected
     assert tab.figure("Steps") == str(answer["steps"])
 
@@ -235,10 +235,10 @@ def test_tables_download_as_csv(tab):
     with tab.page.expect_download() as download:
         tab.card("Operators over").get_by_role("button", name="CSV").click()
     rows = list(csv.reader(io.StringIO(download.value.path().read_text(encoding="utf-8"))))
-    assert rows[0][:4] == ["Op", "Calls", "Self CPU ms", "CPU ms"]
+    assert rows[0][:4] == ["Op", "Calls", "Self host ms", "Host ms"]
     assert len(rows) == len(answer["ops"]) + 1  # every row, not only those shown
     assert [r[0] for r in rows[1:]] == [o["name"] for o in answer["ops"]]
-    assert [float(r[2]) for r in rows[1:6]] == [o["self_cpu_ms"] for o in answer["ops"][:5]]
+    assert [float(r[2]) for r in rows[1:6]] == [o["self_host_ms"] for o in answer["ops"][:5]]
     assert download.value.suggested_filename == "operators.csv"
     # every table has one
     tab.open(view="overview", run="gpu")

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests.logdir import settled, write_trace
-from tests.test_outside_steps import compile_trace
+from tests.test_kept_apart import compile_trace
 from tests.test_warmup import _resnet_with_a_warmup_step
 from tests.tracebuilder import annotation, kernel, launch, op, step, thread_names
 

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.browser
 RUN = "alexnet"  # the kernel table
 LOOP = "loop"  # the trace view
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
-LANE_CATEGORIES = {"phase", "outside"}  # the phase lane, left out of the range's statistics
+LANE_CATEGORIES = {"phase", "apart"}  # the phase lane, left out of the range's statistics
 
 
 @pytest.fixture(scope="module")

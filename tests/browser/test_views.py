@@ -34,7 +34,7 @@ def test_overview_shows_the_steps_route(tab):
     assert tab.figure("Mean step") == f"{ms(s['mean_wall_ms'])} ms"
     assert tab.figure("Median step") == f"{ms(s['median_wall_ms'])} ms"
     assert tab.rows("Mean step by phase") == [
-        [p, ms(m["cpu_ms"]), pct(m["share"]), ms(m["gpu_busy_ms"]), pct(m["gpu_share"]), ms(m["gpu_ms"]),
+        [p, ms(m["host_ms"]), pct(m["share"]), ms(m["gpu_busy_ms"]), pct(m["gpu_share"]), ms(m["gpu_ms"]),
          ms(m["gpu_idle_ms"]), ms(s["costs"][p])]
         for p, m in s["mean"].items()
     ]
@@ -46,11 +46,11 @@ def test_overview_shows_the_steps_route(tab):
     assert (f"Step {slow['step']}: {ms(slow['wall_ms'])} ms. Within the steps' noise (±{ms(slow['noise_ms'])} ms "
             f"of the median step, {ms(s['median_wall_ms'])} ms)") in text
     assert tab.rows("Top ops of")[0] == [s["top_ops"][0]["name"], count(s["top_ops"][0]["calls"])] + [
-        ms(s["top_ops"][0][k]) for k in ("self_cpu_ms", "cpu_ms", "self_gpu_ms", "gpu_ms")]
+        ms(s["top_ops"][0][k]) for k in ("self_host_ms", "host_ms", "self_gpu_ms", "gpu_ms")]
     first = data["phases"][0]  # phases with time only: this run loads no data in a range
     assert first == "forward"
     assert [r[:3] for r in tab.rows("Every profiled step")] == [  # host time only
-        [str(r["step"]), ms(r["wall_ms"]), ms(r["phases"][first]["cpu_ms"])] for r in data["steps"]
+        [str(r["step"]), ms(r["wall_ms"]), ms(r["phases"][first]["host_ms"])] for r in data["steps"]
     ]
     tab.screenshot("overview")
 
@@ -92,13 +92,13 @@ def test_clicking_a_bar_opens_that_step(tab):
     detail = tab.api("step", run="gpu", worker=data["worker"], step=target)
     assert tab.figure("Wall") == f"{ms(detail['wall_ms'])} ms"
     assert [r[:4] for r in tab.rows(f"Phases of step {target}")] == [
-        [p, ms(t["cpu_ms"]), pct(t["cpu_ms"] / detail["wall_ms"]), ms(t["gpu_busy_ms"])]
+        [p, ms(t["host_ms"]), pct(t["host_ms"] / detail["wall_ms"]), ms(t["gpu_busy_ms"])]
         for p, t in detail["phases"].items()
     ]
     forward = detail["ops"]["forward"][0]
     first_ops_row = tab.card("Ops by phase").locator("tbody tr").first.inner_text().split("\t")
-    assert first_ops_row == [forward["name"], count(forward["calls"]), ms(forward["self_cpu_ms"]),
-                             ms(forward["cpu_ms"]), ms(forward["self_gpu_ms"]), ms(forward["gpu_ms"])]
+    assert first_ops_row == [forward["name"], count(forward["calls"]), ms(forward["self_host_ms"]),
+                             ms(forward["host_ms"]), ms(forward["self_gpu_ms"]), ms(forward["gpu_ms"])]
     tab.screenshot("step")
 
 
@@ -164,17 +164,17 @@ def test_compare_two_steps_shows_the_deltas(tab):
     result = tab.api("compare", run_a="gpu", worker_a=worker, step_a=a, run_b="gpu", worker_b=worker, step_b=b)
     rows = tab.rows("Per phase")
     assert rows[:-1] == [
-        [p, ms(result["a"]["phases"][p]["cpu_ms"]), ms(result["b"]["phases"][p]["cpu_ms"]),
-         signed_ms(result["delta"]["phases"][p]["cpu_ms"]),
-         change(result["a"]["phases"][p]["cpu_ms"], result["b"]["phases"][p]["cpu_ms"])]
+        [p, ms(result["a"]["phases"][p]["host_ms"]), ms(result["b"]["phases"][p]["host_ms"]),
+         signed_ms(result["delta"]["phases"][p]["host_ms"]),
+         change(result["a"]["phases"][p]["host_ms"], result["b"]["phases"][p]["host_ms"])]
         for p in result["phases"]
     ]
     assert rows[-1][:4] == ["step (wall)", ms(result["a"]["wall_ms"]), ms(result["b"]["wall_ms"]),
                             signed_ms(result["delta"]["wall_ms"])]
     op = result["ops"][0]
     assert tab.rows("Ops that changed most")[0] == [
-        op["phase"], op["name"], count(op["a_calls"]), count(op["b_calls"]), ms(op["a_self_cpu_ms"]),
-        ms(op["b_self_cpu_ms"]), signed_ms(op["delta_self_cpu_ms"]), signed_ms(op["delta_cpu_ms"]),
+        op["phase"], op["name"], count(op["a_calls"]), count(op["b_calls"]), ms(op["a_self_host_ms"]),
+        ms(op["b_self_host_ms"]), signed_ms(op["delta_self_host_ms"]), signed_ms(op["delta_host_ms"]),
         signed_ms(op["delta_gpu_ms"])]
     assert result["a"]["label"] in tab.text() and result["b"]["label"] in tab.text()
     tab.screenshot("compare-steps")

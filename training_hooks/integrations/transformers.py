@@ -82,7 +82,7 @@ class PhaseProfilerCallback(TrainerCallback):
 
         def fetching(function: Any) -> Any:
             def fetch(*args: Any, **kwargs: Any) -> Any:
-                if tracker.outside and attachment.training_mode():
+                if tracker.apart and attachment.training_mode():
                     tracker.leave_eval()
                 opened = tracker.begin(DATA)
                 try:

@@ -5,7 +5,7 @@
  */
 
 import { bytes, ms } from '../format';
-import { asOutside, outsideColour, outsideLabel } from '../outside';
+import { asApart, apartColour, apartLabel } from '../apart';
 import { phaseColour } from '../phase_colours';
 import { chartColours } from '../theme';
 import type { MemoryAnswer } from '../types';
@@ -37,8 +37,8 @@ export function drawMemory(chart: Chart, answer: MemoryAnswer): void {
                 { xAxis: from, itemStyle: { color: phaseColour(phase), opacity: 0.12 } },
                 { xAxis: to },
               ]),
-              ...answer.outside.map(([from, to, kind]) => [
-                { xAxis: from, itemStyle: { color: outsideColour(asOutside(kind) ?? 'paused'), opacity: 0.18 } },
+              ...answer.apart.map(([from, to, kind]) => [
+                { xAxis: from, itemStyle: { color: apartColour(asApart(kind) ?? 'paused'), opacity: 0.18 } },
                 { xAxis: to },
               ]),
             ] as never,
@@ -74,7 +74,7 @@ export function drawMemory(chart: Chart, answer: MemoryAnswer): void {
     xAxis: {
       type: 'value',
       min: 0,
-      max: (extent: { max: number }) => Math.max(extent.max, answer.wall_ms + answer.outside.reduce((t, [from, to]) => t + to - from, 0)),
+      max: (extent: { max: number }) => Math.max(extent.max, answer.wall_ms + answer.apart.reduce((t, [from, to]) => t + to - from, 0)),
       name: 'ms from step start',
       nameLocation: 'middle',
       nameGap: 22,
@@ -89,11 +89,11 @@ export function drawMemory(chart: Chart, answer: MemoryAnswer): void {
         if (!list.length) return '';
         const t = list[0].value[0];
         const phase = answer.bands.find(([from, to]) => t >= from && t < to)?.[2];
-        const outside = asOutside(answer.outside.find(([from, to]) => t >= from && t < to)?.[2]);
+        const apart = asApart(answer.apart.find(([from, to]) => t >= from && t < to)?.[2]);
         return tooltipBody(
           `${ms(t)} ms from the step's start`,
           list.map((p) => ({ label: p.seriesName, value: bytes(p.value[1]) })),
-          phase ? `in ${phase}` : outside ? `in ${outsideLabel(outside)}` : undefined,
+          phase ? `in ${phase}` : apart ? `in ${apartLabel(apart)}` : undefined,
         );
       },
     },

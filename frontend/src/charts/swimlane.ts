@@ -8,9 +8,9 @@
 import { graphic } from 'echarts/core';
 
 import { ms } from '../format';
-import { asOutside, outsideColour, outsideLabel, type Outside } from '../outside';
+import { asApart, apartColour, apartLabel, type Apart } from '../apart';
 import { phaseColour } from '../phase_colours';
-import type { Band, OutsideBand } from '../types';
+import type { Band, ApartBand } from '../types';
 import { axisStyle, baseOption, type Chart, type ChartOption } from './echarts';
 import { tooltipBody } from './tooltip';
 
@@ -18,7 +18,7 @@ export interface Swimlanes {
   labels: string[];
   bands: Band[];
   /** Stretches of the window kept out of the step: drawn on lane 0, apart from the phases. */
-  outside: OutsideBand[];
+  apart: ApartBand[];
   /** The step's window (its own time and what was kept out of it). */
   wallMs: number;
 }
@@ -27,9 +27,9 @@ export const LANE_HEIGHT = 22;
 
 export function drawSwimlanes(chart: Chart, lanes: Swimlanes): void {
   const axis = axisStyle();
-  const data: { value: number[]; phase?: string; outside?: Outside }[] = [
+  const data: { value: number[]; phase?: string; apart?: Apart }[] = [
     ...lanes.bands.map(([lane, start, end, phase]) => ({ value: [lane, start, end], phase })),
-    ...lanes.outside.map(([start, end, kind]) => ({ value: [0, start, end], outside: asOutside(kind) ?? undefined })),
+    ...lanes.apart.map(([start, end, kind]) => ({ value: [0, start, end], apart: asApart(kind) ?? undefined })),
   ];
   const option: ChartOption = {
     ...baseOption(),
@@ -58,10 +58,10 @@ export function drawSwimlanes(chart: Chart, lanes: Swimlanes): void {
       trigger: 'item',
       formatter: (params: unknown) => {
         const { dataIndex } = params as { dataIndex: number };
-        const { value: [lane, start, end], phase, outside } = data[dataIndex];
+        const { value: [lane, start, end], phase, apart } = data[dataIndex];
         return tooltipBody(lanes.labels[lane], [
-          outside
-            ? { outside, label: outsideLabel(outside), value: `${ms(end - start)} ms`, strong: true }
+          apart
+            ? { apart, label: apartLabel(apart), value: `${ms(end - start)} ms`, strong: true }
             : { phase, label: phase ?? '', value: `${ms(end - start)} ms`, strong: true },
           { label: 'from', value: `${ms(start)} ms` },
           { label: 'to', value: `${ms(end)} ms` },
@@ -79,13 +79,13 @@ export function drawSwimlanes(chart: Chart, lanes: Swimlanes): void {
           const lane = api.value(0);
           const from = api.coord([api.value(1), lane]);
           const to = api.coord([api.value(2), lane]);
-          const { phase, outside } = data[params.dataIndex];
-          const height = (api.size?.([0, 1]) as number[])[1] * (outside ? 0.3 : 0.7);
+          const { phase, apart } = data[params.dataIndex];
+          const height = (api.size?.([0, 1]) as number[])[1] * (apart ? 0.3 : 0.7);
           const rect = graphic.clipRectByRect(
             { x: from[0], y: from[1] - height / 2, width: Math.max(to[0] - from[0], 1), height },
             params.coordSys as unknown as { x: number; y: number; width: number; height: number },
           );
-          return rect && { type: 'rect', shape: rect, style: { fill: outside ? outsideColour(outside) : phaseColour(phase ?? '') } };
+          return rect && { type: 'rect', shape: rect, style: { fill: apart ? apartColour(apart) : phaseColour(phase ?? '') } };
         },
       },
     ],

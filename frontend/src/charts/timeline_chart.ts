@@ -8,7 +8,7 @@
  * as bars at the steps they preceded, the profiler's own time as a line.
  */
 
-import { outsideColour, outsideLabel, type Outside } from '../outside';
+import { apartColour, apartLabel, type Apart } from '../apart';
 import { phaseColour } from '../phase_colours';
 import { chartColours } from '../theme';
 import type { Series } from '../types';
@@ -18,7 +18,7 @@ export type StepRange = [number, number];
 
 /** Grid heights (px) of the phases and, under them, of the time outside the steps. */
 export const PHASES_HEIGHT = 250;
-export const OUTSIDE_HEIGHT = 110;
+export const APART_HEIGHT = 110;
 const TOP = 28;
 const GAP = 34;
 const BOTTOM = 44;
@@ -26,8 +26,8 @@ const BOTTOM = 44;
 const LEFT = 64;
 
 /** The chart's height, with or without the grid of time outside the steps. */
-export function timelineHeight(withOutside: boolean): number {
-  return TOP + PHASES_HEIGHT + (withOutside ? GAP + OUTSIDE_HEIGHT : 0) + BOTTOM;
+export function timelineHeight(withApart: boolean): number {
+  return TOP + PHASES_HEIGHT + (withApart ? GAP + APART_HEIGHT : 0) + BOTTOM;
 }
 
 export interface TimelineChart {
@@ -36,7 +36,7 @@ export interface TimelineChart {
   values: Record<string, Series>;
   valueName: string;
   /** Time outside the steps, drawn apart (empty: no such grid). */
-  outside: { kind: Extract<Outside, 'eval' | 'profiler'>; values: Series }[];
+  apart: { kind: Extract<Apart, 'eval' | 'profiler'>; values: Series }[];
   profiled: StepRange[];
   tooltip: (index: number) => HTMLElement;
   /** A brushed range of steps (first, last), or null when the brush is cleared. */
@@ -67,9 +67,9 @@ export function drawTimeline(chart: Chart, input: TimelineChart): void {
   const totals = runningTotals(input.steps, input.phases, input.values);
   const source: Record<string, (number | null)[]> = { step: input.steps };
   input.phases.forEach((phase, k) => (source[`total ${phase}`] = totals[k]));
-  input.outside.forEach(({ kind, values }) => (source[kind] = values));
+  input.apart.forEach(({ kind, values }) => (source[kind] = values));
   const windows = input.profiled.map(([first, last]) => [{ xAxis: first - 0.5 }, { xAxis: last + 0.5 }]);
-  const apart = input.outside.length > 0;
+  const apart = input.apart.length > 0;
   const stepAxis = {
     type: 'value' as const,
     min: 'dataMin' as const,
@@ -88,7 +88,7 @@ export function drawTimeline(chart: Chart, input: TimelineChart): void {
     ...baseOption(),
     grid: [
       { left: LEFT, right: 36, top: TOP, height: PHASES_HEIGHT },
-      ...(apart ? [{ left: LEFT, right: 36, top: TOP + PHASES_HEIGHT + GAP, height: OUTSIDE_HEIGHT }] : []),
+      ...(apart ? [{ left: LEFT, right: 36, top: TOP + PHASES_HEIGHT + GAP, height: APART_HEIGHT }] : []),
     ],
     dataset: { source, dimensions: Object.keys(source) },
     xAxis: xAxes,
@@ -153,29 +153,29 @@ export function drawTimeline(chart: Chart, input: TimelineChart): void {
           data: windows as never,
         },
       },
-      ...input.outside.map(({ kind }) =>
+      ...input.apart.map(({ kind }) =>
         kind === 'eval'
           ? {
               type: 'bar' as const,
-              name: outsideLabel(kind),
+              name: apartLabel(kind),
               xAxisIndex: 1,
               yAxisIndex: 1,
               encode: { x: 'step', y: kind },
               barMinWidth: 2,
               barMaxWidth: 10,
-              itemStyle: { color: outsideColour(kind) },
+              itemStyle: { color: apartColour(kind) },
               emphasis: { disabled: true },
             }
           : {
               type: 'line' as const,
-              name: outsideLabel(kind),
+              name: apartLabel(kind),
               xAxisIndex: 1,
               yAxisIndex: 1,
               encode: { x: 'step', y: kind },
               showSymbol: false,
               symbol: 'none',
               sampling: 'max' as const,
-              lineStyle: { width: 1, color: outsideColour(kind) },
+              lineStyle: { width: 1, color: apartColour(kind) },
               emphasis: { disabled: true },
               connectNulls: false,
             },

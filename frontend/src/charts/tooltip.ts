@@ -2,12 +2,12 @@
 
 import { el, type Child } from '../dom';
 import { swatch } from '../components/layout';
-import { outsideMark, type Outside } from '../outside';
+import { apartMark, type Apart } from '../apart';
 
 export interface TooltipRow {
   phase?: string;
   /** Time kept out of the steps: its round mark instead of a phase's swatch. */
-  outside?: Outside;
+  apart?: Apart;
   label: string;
   value: string;
   strong?: boolean;
@@ -25,7 +25,7 @@ export function tooltipBody(title: Child, rows: TooltipRow[], footer?: Child): H
         el(
           'tr',
           { class: r.strong ? 'strong' : '' },
-          el('td', null, r.phase ? swatch(r.phase) : r.outside ? outsideMark(r.outside) : null, r.label),
+          el('td', null, r.phase ? swatch(r.phase) : r.apart ? apartMark(r.apart) : null, r.label),
           el('td', { class: 'num' }, r.value),
         ),
       ),

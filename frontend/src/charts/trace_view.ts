@@ -14,7 +14,7 @@
  */
 
 import { el, replace } from '../dom';
-import { asOutside, outsideColour } from '../outside';
+import { asApart, apartColour } from '../apart';
 import { phaseColour } from '../phase_colours';
 import type { Scope } from '../scope';
 import { chartColours } from '../theme';
@@ -26,7 +26,7 @@ const AXIS = 22;
 const LANE_GAP = 6;
 const PHASE_CATEGORY = 'phase';
 /** Time in the step's window kept out of the step, on the phase lane. */
-const OUTSIDE_CATEGORY = 'outside';
+const APART_CATEGORY = 'apart';
 const DEVICE_CATEGORIES = new Set(['kernel', 'gpu_memcpy', 'gpu_memset']);
 
 /** One drawn event: times in µs from the step's start; where it is drawn (lane index, row). */
@@ -84,7 +84,7 @@ export function layoutTrace(doc: StepTrace): TraceLayout {
   let span = doc.otherData.end_us - origin;
   for (const [key, events] of byLane) {
     const first = events[0];
-    const kind = first.cat === PHASE_CATEGORY || first.cat === OUTSIDE_CATEGORY ? 'phase' : DEVICE_CATEGORIES.has(first.cat ?? '') ? 'device' : 'host';
+    const kind = first.cat === PHASE_CATEGORY || first.cat === APART_CATEGORY ? 'phase' : DEVICE_CATEGORIES.has(first.cat ?? '') ? 'device' : 'host';
     events.sort((a, b) => a.ts! - b.ts! || b.dur! - a.dur!);
     const rows: Box[][] = [];
     const open: number[] = []; // end of the innermost open event at each depth
@@ -185,8 +185,8 @@ export function rangeStats(layout: TraceLayout, a: number, b: number): RangeRow[
 function colourOf(e: TraceEvent): string {
   const phase = e.args?.phase;
   if (typeof phase === 'string') return phaseColour(phase);
-  const outside = asOutside(e.args?.outside);
-  return outside ? outsideColour(outside) : '#9e9e9e';
+  const apart = asApart(e.args?.apart);
+  return apart ? apartColour(apart) : '#9e9e9e';
 }
 
 /** The first box of a row (in time order) that ends after `t`. */
@@ -543,7 +543,7 @@ function showTip(tip: HTMLElement, b: Box): void {
     line('duration', `${+((e.dur ?? 0) / 1000).toFixed(4)} ms`),
     line('starts at', `${+(b.start / 1000).toFixed(4)} ms`),
     line('phase', args.phase),
-    line('outside the step', args.outside),
+    line('outside the step', args.apart),
     line('shapes', args['Input Dims'] !== undefined ? JSON.stringify(args['Input Dims']) : undefined),
     line('launched by', args['launched by']),
     line('category', e.cat),

@@ -66,8 +66,8 @@ function byName(ops: OpFigures[]): OpFigures[] {
       continue;
     }
     seen.calls += o.calls;
-    seen.self_cpu_ms += o.self_cpu_ms;
-    seen.cpu_ms += o.cpu_ms;
+    seen.self_host_ms += o.self_host_ms;
+    seen.host_ms += o.host_ms;
     seen.self_gpu_ms += o.self_gpu_ms;
     seen.gpu_ms += o.gpu_ms;
   }
@@ -109,8 +109,8 @@ function opsGrid(ops: OpFigures[], options: OpsTableOptions, shapes: boolean): H
   const selfGpuColumn = columns.length + 3;
   columns.push(
     { label: 'Calls', value: (o) => o.calls, cell: (o) => count(o.calls), numeric: true },
-    { label: 'Self CPU ms', value: (o) => o.self_cpu_ms, cell: (o) => ms(o.self_cpu_ms), numeric: true, title: 'Own host time, without the ops it called' },
-    { label: 'CPU ms', value: (o) => o.cpu_ms, cell: (o) => ms(o.cpu_ms), numeric: true, title: 'Host time including the ops it called' },
+    { label: 'Self host ms', value: (o) => o.self_host_ms, cell: (o) => ms(o.self_host_ms), numeric: true, title: 'Own host time, without the ops it called' },
+    { label: 'Host ms', value: (o) => o.host_ms, cell: (o) => ms(o.host_ms), numeric: true, title: 'Host time including the ops it called' },
   );
   if (options.gpu) {
     columns.push(

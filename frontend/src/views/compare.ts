@@ -230,10 +230,10 @@ function opsCard(ctx: ViewContext, data: CompareAnswer, device: Device): HTMLEle
         { label: 'Δ GPU', value: (o: ChangedOp) => o.delta_gpu_ms, cell: (o: ChangedOp) => delta(o.delta_gpu_ms), numeric: true, title: 'Device time launched within the op' },
       ])
     : ([
-        { label: 'Self CPU A', value: (o: ChangedOp) => o.a_self_cpu_ms, cell: (o: ChangedOp) => ms(o.a_self_cpu_ms), numeric: true },
-        { label: 'Self CPU B', value: (o: ChangedOp) => o.b_self_cpu_ms, cell: (o: ChangedOp) => ms(o.b_self_cpu_ms), numeric: true },
-        { label: 'Δ self CPU', value: (o: ChangedOp) => o.delta_self_cpu_ms, cell: (o: ChangedOp) => delta(o.delta_self_cpu_ms), numeric: true },
-        { label: 'Δ CPU', value: (o: ChangedOp) => o.delta_cpu_ms, cell: (o: ChangedOp) => delta(o.delta_cpu_ms), numeric: true, title: 'Host time including called ops' },
+        { label: 'Self host A', value: (o: ChangedOp) => o.a_self_host_ms, cell: (o: ChangedOp) => ms(o.a_self_host_ms), numeric: true },
+        { label: 'Self host B', value: (o: ChangedOp) => o.b_self_host_ms, cell: (o: ChangedOp) => ms(o.b_self_host_ms), numeric: true },
+        { label: 'Δ self CPU', value: (o: ChangedOp) => o.delta_self_host_ms, cell: (o: ChangedOp) => delta(o.delta_self_host_ms), numeric: true },
+        { label: 'Δ CPU', value: (o: ChangedOp) => o.delta_host_ms, cell: (o: ChangedOp) => delta(o.delta_host_ms), numeric: true, title: 'Host time including called ops' },
         ...(gpu ? [{ label: 'Δ GPU', value: (o: ChangedOp) => o.delta_gpu_ms, cell: (o: ChangedOp) => delta(o.delta_gpu_ms), numeric: true, title: 'Device time launched within the op' }] : []),
       ]);
   return card(

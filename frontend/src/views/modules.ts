@@ -127,7 +127,7 @@ function moduleOps(m: ModuleRow, gpu: boolean): HTMLElement {
     { label: 'Op', value: (o) => o.name, cell: (o) => opName(o.name) },
     { label: 'Pass', value: (o) => (o.backward ? 'backward' : 'forward'), title: 'Forward op of the module, or gradient function of one' },
     { label: 'Calls', value: (o) => o.calls, cell: (o) => count(o.calls), numeric: true },
-    { label: 'CPU ms', value: (o) => o.cpu_ms, cell: (o) => ms(o.cpu_ms), numeric: true, title: 'Host time, the ops it called included' },
+    { label: 'Host ms', value: (o) => o.host_ms, cell: (o) => ms(o.host_ms), numeric: true, title: 'Host time, the ops it called included' },
   ];
   if (gpu) columns.push({ label: 'GPU ms', value: (o) => o.gpu_ms, cell: (o) => ms(o.gpu_ms), numeric: true, title: 'Device time it launched' });
   return table<ModuleOp>({

@@ -98,8 +98,8 @@ function opsTable(ctx: ViewContext, rows: RunOpRow[], answer: OpsAnswer, gpu: bo
   }
   columns.push(
     { label: 'Calls', value: (o) => o.calls, cell: (o) => thousands(o.calls), numeric: true },
-    { label: 'Self CPU ms', value: (o) => o.self_cpu_ms, cell: (o) => ms(o.self_cpu_ms), numeric: true, title: 'Own host time, without the ops it called' },
-    { label: 'CPU ms', value: (o) => o.cpu_ms, cell: (o) => ms(o.cpu_ms), numeric: true, title: 'Host time including the ops it called' },
+    { label: 'Self host ms', value: (o) => o.self_host_ms, cell: (o) => ms(o.self_host_ms), numeric: true, title: 'Own host time, without the ops it called' },
+    { label: 'Host ms', value: (o) => o.host_ms, cell: (o) => ms(o.host_ms), numeric: true, title: 'Host time including the ops it called' },
   );
   if (gpu) {
     columns.push(
@@ -109,8 +109,8 @@ function opsTable(ctx: ViewContext, rows: RunOpRow[], answer: OpsAnswer, gpu: bo
   }
   columns.push(
     { label: 'Calls / step', value: (o) => o.calls_per_step, cell: (o) => count(o.calls_per_step), numeric: true },
-    { label: 'Self CPU / step', value: (o) => o.self_cpu_ms_per_step, cell: (o) => ms(o.self_cpu_ms_per_step), numeric: true, title: 'Mean per profiled step, ms' },
-    { label: 'Self CPU share', value: (o) => o.self_cpu_share, cell: (o) => pct(o.self_cpu_share), numeric: true, title: 'Of the steps’ host time' },
+    { label: 'Self host / step', value: (o) => o.self_host_ms_per_step, cell: (o) => ms(o.self_host_ms_per_step), numeric: true, title: 'Mean per profiled step, ms' },
+    { label: 'Self host share', value: (o) => o.self_host_share, cell: (o) => pct(o.self_host_share), numeric: true, title: 'Of the steps’ host time' },
   );
   if (rows.some((o) => o.stack?.length)) columns.push(codeColumn<RunOpRow>());
   if (gpu) {

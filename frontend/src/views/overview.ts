@@ -14,7 +14,7 @@ import { opName, opsTable } from '../components/ops_table';
 import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { ms, pct, signedMs } from '../format';
-import { outsideLabel, outsideOf } from '../outside';
+import { apartLabel, apartOf } from '../apart';
 import type { ChangedOp, Device, Finding, PhaseMean, PhaseTimes, StepRow, StepsAnswer } from '../types';
 import { fetchInto, findRun, noSteps, type View, type ViewContext } from './view';
 
@@ -162,8 +162,8 @@ function stepTooltip(data: StepsAnswer, row: StepRow, device: Device): HTMLEleme
     .reverse()
     .map((phase) => ({ phase, label: phase, value: `${ms(phaseMs(row.phases[phase], device))} ms` }));
   lines.push({ label: device === 'gpu' ? 'GPU busy' : 'step (wall)', value: `${ms(device === 'gpu' ? (row.gpu_time?.busy_ms ?? 0) : row.wall_ms)} ms`, strong: true });
-  for (const { kind, ms: host, gpuMs } of outsideOf(row)) {
-    lines.push({ outside: kind, label: outsideLabel(kind), value: `${ms(device === 'gpu' ? gpuMs : host)} ms` });
+  for (const { kind, ms: host, gpuMs } of apartOf(row)) {
+    lines.push({ apart: kind, label: apartLabel(kind), value: `${ms(device === 'gpu' ? gpuMs : host)} ms` });
   }
   const notes = flags(data, row).map((b) => b.textContent).join(' · ');
   return tooltipBody(`Step ${row.step}`, lines, notes || 'click to open');
@@ -180,7 +180,7 @@ function phasesCard(data: StepsAnswer): HTMLElement {
   const rows: Row[] = data.phases.map((phase) => ({ phase, ...mean[phase] }));
   const columns: Column<Row>[] = [
     { label: 'Phase', value: (r) => r.phase, cell: (r) => phaseName(r.phase) },
-    { label: 'CPU ms', value: (r) => r.cpu_ms, cell: (r) => ms(r.cpu_ms), numeric: true },
+    { label: 'Host ms', value: (r) => r.host_ms, cell: (r) => ms(r.host_ms), numeric: true },
     { label: 'Host share', value: (r) => r.share, cell: (r) => pct(r.share), numeric: true, title: 'Share of the mean step’s host (wall) time' },
   ];
   const costs = data.summary.costs ?? {};
@@ -227,7 +227,7 @@ function gpuNote(data: StepsAnswer): HTMLElement | null {
 
 /** A phase's figure in the chosen measure: host time, or GPU busy time. */
 function phaseMs(times: PhaseTimes, device: Device): number {
-  return device === 'gpu' ? times.gpu_busy_ms : times.cpu_ms;
+  return device === 'gpu' ? times.gpu_busy_ms : times.host_ms;
 }
 
 function findingsCard(data: StepsAnswer): HTMLElement {
@@ -308,9 +308,9 @@ function changedOpsTable(ops: ChangedOp[], a: string, b: string): HTMLElement {
     rows: ops,
     columns: [
       { label: 'Op', value: (o) => o.name, cell: (o) => opName(o.name) },
-      { label: `Self CPU ms, ${a}`, value: (o) => o.a_self_cpu_ms, cell: (o) => ms(o.a_self_cpu_ms), numeric: true },
-      { label: `Self CPU ms, ${b}`, value: (o) => o.b_self_cpu_ms, cell: (o) => ms(o.b_self_cpu_ms), numeric: true },
-      { label: 'Δ self CPU ms', value: (o) => o.delta_self_cpu_ms, cell: (o) => signedMs(o.delta_self_cpu_ms), numeric: true },
+      { label: `Self host ms, ${a}`, value: (o) => o.a_self_host_ms, cell: (o) => ms(o.a_self_host_ms), numeric: true },
+      { label: `Self host ms, ${b}`, value: (o) => o.b_self_host_ms, cell: (o) => ms(o.b_self_host_ms), numeric: true },
+      { label: 'Δ self host ms', value: (o) => o.delta_self_host_ms, cell: (o) => signedMs(o.delta_self_host_ms), numeric: true },
     ],
   });
 }
@@ -328,7 +328,7 @@ function stepTableCard(ctx: ViewContext, data: StepsAnswer, device: Device): HTM
   // time kept out of the steps: a column of its own, after the phases, only where some step held any
   const gpu = device === 'gpu';
   const apart = (['eval', 'paused'] as const)
-    .filter((kind) => data.steps.some((r) => outsideOf(r).some((o) => o.kind === kind)))
+    .filter((kind) => data.steps.some((r) => apartOf(r).some((o) => o.kind === kind)))
     .map((kind): Column<StepRow> => {
       const value = (r: StepRow) => (kind === 'eval' ? (gpu ? r.eval_gpu_ms : r.eval_ms) : gpu ? r.paused_gpu_ms : r.paused_ms);
       return {
@@ -336,7 +336,7 @@ function stepTableCard(ctx: ViewContext, data: StepsAnswer, device: Device): HTM
         value,
         cell: (r) => (value(r) ? ms(value(r)) : ''),
         numeric: true,
-        title: `${outsideLabel(kind)}: inside the step's window, kept out of the step (not in its wall time or phases)`,
+        title: `${apartLabel(kind)}: inside the step's window, kept out of the step (not in its wall time or phases)`,
       };
     });
   return card(

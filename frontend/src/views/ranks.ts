@@ -141,7 +141,7 @@ function chartCard(ctx: ViewContext, data: RanksAnswer, device: Device): HTMLEle
 
 /** A phase's bar on the chart: its host time, or (GPU) its part of the GPU compute time. */
 function phaseValue(r: RankRow, phase: string, device: Device): number {
-  return device === 'gpu' ? (r.phase_compute_ms[phase] ?? 0) : r.phases[phase].cpu_ms;
+  return device === 'gpu' ? (r.phase_compute_ms[phase] ?? 0) : r.phases[phase].host_ms;
 }
 
 /** Every rank's figures, all in one measure (the answer's): host time, or GPU time. */
@@ -180,8 +180,8 @@ function tableCard(ctx: ViewContext, data: RanksAnswer, device: Device): HTMLEle
         },
         ...data.phases.map((phase) => ({
           label: phase,
-          value: (r: RankRow) => r.phases[phase].cpu_ms,
-          cell: (r: RankRow) => ms(r.phases[phase].cpu_ms),
+          value: (r: RankRow) => r.phases[phase].host_ms,
+          cell: (r: RankRow) => ms(r.phases[phase].host_ms),
           numeric: true,
         })),
         ...data.phases.map((phase) => ({

@@ -17,7 +17,7 @@ import { opName, opsTable } from '../components/ops_table';
 import { saveFile, table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { bytes, ms, pct, thousands } from '../format';
-import { asOutside, outsideLabel, outsideName, outsideOf } from '../outside';
+import { asApart, apartLabel, apartName, apartOf } from '../apart';
 import type { KernelRow, MemorySeries, StepDetail, StepTrace, StepsAnswer } from '../types';
 import { fetchInto, stepsToShow, type View, type ViewContext } from './view';
 
@@ -49,7 +49,7 @@ export const step: View = {
       body,
       headline(detail),
       aheadNote(detail),
-      outsideNote(detail),
+      apartNote(detail),
       phasesCard(detail),
       lanesCard(ctx, detail),
       traceCard(ctx, detail),
@@ -99,8 +99,8 @@ function headline(d: StepDetail): HTMLElement {
     figure('Worker', d.worker),
     figure('Span', el('span', { class: 'file', title: d.span }, d.span)),
     d.gpu_names.length ? figure('GPU model', d.gpu_names[0]) : null,
-    ...outsideOf(d).map(({ kind, ms: host }) =>
-      figure(kind === 'eval' ? 'Evaluation (outside)' : 'Paused (outside)', `${ms(host)} ms`, `${outsideLabel(kind)}: not in the step's wall time`)),
+    ...apartOf(d).map(({ kind, ms: host }) =>
+      figure(kind === 'eval' ? 'Evaluation (outside)' : 'Paused (outside)', `${ms(host)} ms`, `${apartLabel(kind)}: not in the step's wall time`)),
   );
 }
 
@@ -116,8 +116,8 @@ function aheadNote(d: StepDetail): HTMLElement | null {
 }
 
 /** What the step's window held that is not the step's, in a sentence. */
-function outsideNote(d: StepDetail): HTMLElement | null {
-  const held = outsideOf(d);
+function apartNote(d: StepDetail): HTMLElement | null {
+  const held = apartOf(d);
   if (!held.length) return null;
   const parts = held.map(({ kind, ms: host, gpuMs }) =>
     `${kind === 'eval' ? 'an evaluation pass' : 'a prof.paused() block'} (${ms(host)} ms${gpuMs ? `, launching ${ms(gpuMs)} ms of GPU work` : ''})`);
@@ -159,8 +159,8 @@ function phasesCard(d: StepDetail): HTMLElement {
           value: (r) => r.phase,
           cell: (r) => el('span', null, phaseName(r.phase), r.inferred ? badge('inferred', 'muted', 'Boundaries inferred from the ops') : null),
         },
-        { label: 'CPU ms', value: (r) => r.cpu_ms, cell: (r) => ms(r.cpu_ms), numeric: true },
-        { label: 'Host share', value: (r) => r.cpu_ms, cell: (r) => pct(d.wall_ms ? r.cpu_ms / d.wall_ms : null), numeric: true, title: 'Share of the step’s host (wall) time' },
+        { label: 'Host ms', value: (r) => r.host_ms, cell: (r) => ms(r.host_ms), numeric: true },
+        { label: 'Host share', value: (r) => r.host_ms, cell: (r) => pct(d.wall_ms ? r.host_ms / d.wall_ms : null), numeric: true, title: 'Share of the step’s host (wall) time' },
         ...gpuColumns,
       ],
     }),
@@ -172,11 +172,11 @@ function lanesCard(ctx: ViewContext, d: StepDetail): HTMLElement {
   const box = chartBox(d.lanes.labels.length * LANE_HEIGHT + 72);
   const out = card(
     'Timeline of the step',
-    outsideLegend(d),
+    apartLegend(d),
     box,
     el('p', { class: 'hint' }, 'Host threads with their phases, then GPU streams coloured by the phase that launched the work. Each lane is drawn where it was busy: gaps shorter than a pixel may be filled, never more than 0.5% of its busy time. Scroll to zoom.'),
   );
-  drawSwimlanes(mountChart(box, ctx.scope), { labels: d.lanes.labels, bands: d.lanes.bands, outside: d.outside, wallMs: windowMs(d) });
+  drawSwimlanes(mountChart(box, ctx.scope), { labels: d.lanes.labels, bands: d.lanes.bands, apart: d.apart, wallMs: windowMs(d) });
   return out;
 }
 
@@ -191,7 +191,7 @@ function traceCard(ctx: ViewContext, d: StepDetail): HTMLElement {
   };
   const out = card(
     'Trace of the step',
-    outsideLegend(d),
+    apartLegend(d),
     actions,
     panels.tools,
     box,
@@ -243,10 +243,10 @@ function rangeTable(ctx: ViewContext, d: StepDetail, rows: RangeRow[]): HTMLElem
 }
 
 /** The phases' legend, and the time kept out of the step where its window held some. */
-function outsideLegend(d: StepDetail): HTMLElement {
+function apartLegend(d: StepDetail): HTMLElement {
   const out = legend(Object.keys(d.phases));
-  const kinds = [...new Set(d.outside.map(([, , kind]) => asOutside(kind)))];
-  out.append(...kinds.flatMap((kind) => (kind ? [outsideName(kind)] : [])));
+  const kinds = [...new Set(d.apart.map(([, , kind]) => asApart(kind)))];
+  out.append(...kinds.flatMap((kind) => (kind ? [apartName(kind)] : [])));
   return out;
 }
 
@@ -391,7 +391,7 @@ function opsCard(ctx: ViewContext, d: StepDetail): HTMLElement {
       el(
         'div',
         { class: 'ops-phase' },
-        el('h4', null, phaseName(phase), el('span', { class: 'muted' }, ` ${ops.length} ops · ${ms(d.phases[phase].cpu_ms)} ms`)),
+        el('h4', null, phaseName(phase), el('span', { class: 'muted' }, ` ${ops.length} ops · ${ms(d.phases[phase].host_ms)} ms`)),
         opsTable(ops, { gpu, limit: OPS_SHOWN, shapes: true, label: `Ops of ${phase} in step ${d.step}`, name: (o) => opLink(ctx, o.name) }),
       ),
     );

@@ -14,7 +14,7 @@ import { notice } from '../components/status';
 import { table } from '../components/table';
 import { el, replace } from '../dom';
 import { ms, pct, thousands } from '../format';
-import { outsideLabel, outsideName } from '../outside';
+import { apartLabel, apartName } from '../apart';
 import type { Device, Series, TimelineAnswer } from '../types';
 import { deviceLabel, findRun, fetchInto, type View, type ViewContext } from './view';
 
@@ -62,7 +62,7 @@ function hasValues(series: Record<string, Series>): boolean {
 }
 
 /** The time outside the steps this run recorded any of, to draw apart. */
-function outsideSeries(data: TimelineAnswer) {
+function apartSeries(data: TimelineAnswer) {
   const all = [
     { kind: 'eval' as const, values: data.eval },
     { kind: 'profiler' as const, values: data.profiler },
@@ -87,8 +87,8 @@ function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
   performance.mark(DATA_MARK);
   const values = device === 'gpu' ? data.gpu : data.cpu;
   const phases = data.phases.filter((p) => values[p]);
-  const outside = outsideSeries(data);
-  const box = chartBox(timelineHeight(outside.length > 0));
+  const apart = apartSeries(data);
+  const box = chartBox(timelineHeight(apart.length > 0));
   const selection = el('div');
   const n = data.steps.length;
   const evaluation = sum(data.eval);
@@ -116,13 +116,13 @@ function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
     card(
       `Every step (${deviceLabel(device)} time)`,
       legend(phases),
-      outside.length
+      apart.length
         ? el('div', { class: 'legend' }, el('span', { class: 'legend-apart' }, 'Beneath, apart from the steps:'),
-          ...outside.map(({ kind }) => outsideName(kind)))
+          ...apart.map(({ kind }) => apartName(kind)))
         : null,
       box,
       el('p', { class: 'hint' }, 'Scroll to zoom, drag to select a range of steps, click a profiled step (shaded) to open it.',
-        outside.length ? ' Evaluation passes (at the step they preceded) and the profiler’s own time are in no step: they are drawn beneath, never stacked with the phases.' : ''),
+        apart.length ? ' Evaluation passes (at the step they preceded) and the profiler’s own time are in no step: they are drawn beneath, never stacked with the phases.' : ''),
     ),
     selection,
     windowsCard(ctx, data),
@@ -144,7 +144,7 @@ function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
     phases,
     values,
     valueName: `ms (${deviceLabel(device)})`,
-    outside,
+    apart,
     profiled: data.profiled,
     tooltip: (i) => stepTooltip(data, phases, values, i),
     onSelect: select,
@@ -166,8 +166,8 @@ function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
 function stepTooltip(data: TimelineAnswer, phases: string[], values: Record<string, Series>, i: number): HTMLElement {
   const rows: TooltipRow[] = [...phases].reverse().map((phase) => ({ phase, label: phase, value: `${ms(values[phase][i])} ms` }));
   rows.push({ label: 'step (wall)', value: `${ms(data.wall[i])} ms`, strong: true });
-  if (data.eval[i] !== null) rows.push({ outside: 'eval', label: outsideLabel('eval'), value: `${ms(data.eval[i])} ms` });
-  if (data.profiler[i]) rows.push({ outside: 'profiler', label: outsideLabel('profiler'), value: `${ms(data.profiler[i])} ms` });
+  if (data.eval[i] !== null) rows.push({ apart: 'eval', label: apartLabel('eval'), value: `${ms(data.eval[i])} ms` });
+  if (data.profiler[i]) rows.push({ apart: 'profiler', label: apartLabel('profiler'), value: `${ms(data.profiler[i])} ms` });
   const step = data.steps[i];
   return tooltipBody(`Step ${step}`, rows, isProfiled(data, step) ? 'profiled: click to open this step' : undefined);
 }
@@ -227,7 +227,7 @@ function selectionCard(
     `Selected: steps ${range[0]}–${range[1]}`,
     el('p', null, `${thousands(end - start)} steps recorded, mean step ${ms(stepMean)} ms (${deviceLabel(device)}).`),
     evaluation.count || profiler.count
-      ? el('p', { class: 'outside-note' }, 'Outside the steps, not in the figures above: ',
+      ? el('p', { class: 'apart-note' }, 'Outside the steps, not in the figures above: ',
         evaluation.count ? `${thousands(evaluation.count)} evaluation pass(es), ${ms(evaluation.total)} ms` : '',
         evaluation.count && profiler.count ? '; ' : '',
         profiler.count ? `the profiler’s own time, ${ms(profiler.total)} ms` : '', '.')

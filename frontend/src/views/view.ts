@@ -84,6 +84,6 @@ export function deviceLabel(device: Device): string {
 }
 
 /** The figure of a phase on the chosen device. */
-export function onDevice(times: { cpu_ms: number; gpu_ms: number }, device: Device): number {
-  return device === 'gpu' ? times.gpu_ms : times.cpu_ms;
+export function onDevice(times: { host_ms: number; gpu_ms: number }, device: Device): number {
+  return device === 'gpu' ? times.gpu_ms : times.host_ms;
 }

@@ -54,32 +54,32 @@ def test_time_kept_out_of_a_step_is_in_none_of_its_figures_and_carried_apart(eva
     for number, row in rows.items():
         # every step holds 10 ms of training: its window less the pass or the paused block
         assert row["wall_ms"] == pytest.approx(10.0), number
-        assert sum(p["cpu_ms"] for p in row["phases"].values()) == pytest.approx(row["wall_ms"])
+        assert sum(p["host_ms"] for p in row["phases"].values()) == pytest.approx(row["wall_ms"])
         assert row["phases"]["forward"]["gpu_ms"] == pytest.approx(1.0)  # not the pass's 5 ms kernel
         assert row["gpu_ms"] == pytest.approx(3.0)
     two, three = rows[2], rows[3]
     # the pass, and the 0.5 ms of other before it (its loader's first batch) as the hook counts it
     assert (two["eval_ms"], two["eval_gpu_ms"], two["paused_ms"]) == pytest.approx((14.5, 5.0, 0.0))
-    assert two["phases"]["data"]["cpu_ms"] == pytest.approx(0.5)
-    assert two["phases"]["forward"]["cpu_ms"] == pytest.approx(3.0)  # the forward range inside the pass is not
-    assert two["phases"]["other"]["cpu_ms"] == pytest.approx(0.5)
+    assert two["phases"]["data"]["host_ms"] == pytest.approx(0.5)
+    assert two["phases"]["forward"]["host_ms"] == pytest.approx(3.0)  # the forward range inside the pass is not
+    assert two["phases"]["other"]["host_ms"] == pytest.approx(0.5)
     assert (three["paused_ms"], three["paused_gpu_ms"], three["eval_ms"]) == pytest.approx((10.0, 1.0, 0.0))
     assert all(rows[n]["eval_ms"] == rows[n]["paused_ms"] == 0 for n in (1, 4, 5))
 
 
-def test_summary_slowest_step_and_findings_leave_the_outside_time_out(evaluation):
+def test_summary_slowest_step_and_findings_leave_the_time_kept_apart_out(evaluation):
     summary = worker(analyze(str(evaluation)))["summary"]
     assert summary["mean_wall_ms"] == pytest.approx(10.0) and summary["median_wall_ms"] == pytest.approx(10.0)
-    assert summary["mean"]["forward"]["cpu_ms"] == pytest.approx(3.0)
+    assert summary["mean"]["forward"]["host_ms"] == pytest.approx(3.0)
     assert summary["mean"]["forward"]["share"] == pytest.approx(0.3)
     assert summary["slowest"]["noise"] == "within-noise"  # step 2's 24.5 ms window is not a 24.5 ms step
     assert summary["outliers"] == []
     assert (summary["eval_ms"], summary["paused_ms"]) == pytest.approx((14.5, 10.0))
     notes = {f["kind"]: f for f in summary["findings"]}
     assert "fast-steps" not in notes and "slow-step" not in notes
-    outside = notes["outside-steps"]
-    assert outside["evidence"] == {"steps": [2, 3], "eval_ms": 14.5, "paused_ms": 10.0}
-    assert "evaluation passes 14.50 ms and prof.paused() blocks 10.00 ms" in outside["text"]
+    apart = notes["kept-apart"]
+    assert apart["evidence"] == {"steps": [2, 3], "eval_ms": 14.5, "paused_ms": 10.0}
+    assert "evaluation passes 14.50 ms and prof.paused() blocks 10.00 ms" in apart["text"]
     assert all(f["phase"] not in ("eval", "paused") for f in summary["findings"])
     assert summary["phases"] == list(PHASES)  # no "eval" or "paused" phase
 
@@ -88,7 +88,7 @@ def test_the_step_detail_ops_kernels_memory_and_trace_of_a_step_holding_a_pass(e
     plugin, client = make_app(evaluation)
     assert plugin._store.wait(300)
     detail = get(client, f"{BASE}/step?run=eval&step=2")
-    assert detail["outside"] == [[0.5, 15.0, "eval"]]  # after the data fetch, to the training forward
+    assert detail["apart"] == [[0.5, 15.0, "eval"]]  # after the data fetch, to the training forward
     names = {o["name"] for ops in detail["ops"].values() for o in ops}
     assert "aten::conv2d" not in names and "aten::stack" not in names  # the pass's ops are in no phase
     assert {b[3] for b in detail["lanes"]["bands"]} <= set(PHASES)
@@ -104,19 +104,19 @@ def test_the_step_detail_ops_kernels_memory_and_trace_of_a_step_holding_a_pass(e
     assert {"aten::conv2d", "aten::save", "aten::stack"}.isdisjoint(o["name"] for o in ops["ops"])
     assert ops["wall_ms"] == pytest.approx(50.0)
     memory = get(client, f"{BASE}/memory?run=eval&step=2")
-    assert memory["outside"] == [[0.5, 15.0, "eval"]] and memory["wall_ms"] == pytest.approx(10.0)
+    assert memory["apart"] == [[0.5, 15.0, "eval"]] and memory["wall_ms"] == pytest.approx(10.0)
     assert all(d["peak_bytes"] == 0 or not d["t_ms"] for d in memory["devices"])
 
     trace = get(client, f"{BASE}/trace?run=eval&step=2")["traceEvents"]
-    lane = [e for e in trace if e.get("cat") in ("phase", "outside")]
-    assert [e["name"] for e in lane if e["cat"] == "outside"] == ["eval (outside the step)"]
+    lane = [e for e in trace if e.get("cat") in ("phase", "apart")]
+    assert [e["name"] for e in lane if e["cat"] == "apart"] == ["eval (outside the step)"]
     conv = next(e for e in trace if e["name"] == "aten::conv2d")
-    assert conv["args"] == {"outside": "eval"}
+    assert conv["args"] == {"apart": "eval"}
     eval_kernel = next(e for e in trace if e["name"] == "eval_conv")
-    assert eval_kernel["args"]["outside"] == "eval" and "phase" not in eval_kernel["args"]
+    assert eval_kernel["args"]["apart"] == "eval" and "phase" not in eval_kernel["args"]
     assert sum(e["dur"] for e in lane if e["cat"] == "phase") == pytest.approx(10_000)
     paused = get(client, f"{BASE}/step?run=eval&step=3")
-    assert paused["outside"] == [[9.0, 19.0, "paused"]]
+    assert paused["apart"] == [[9.0, 19.0, "paused"]]
     assert paused["paused_ms"] == pytest.approx(10.0)
 
 
@@ -132,7 +132,7 @@ def test_the_timeline_carries_evaluation_and_the_profilers_own_time_apart(evalua
     assert body["profiled"] == [[1, 5]]
 
 
-def test_the_terminal_report_shows_the_outside_time_apart(evaluation, capsys):
+def test_the_terminal_report_shows_the_time_kept_apart(evaluation, capsys):
     from rich.console import Console
 
     from phaseprof.cli.report import report
@@ -201,7 +201,7 @@ def test_a_real_loops_traced_steps_equal_their_scalars_with_the_pass_apart(real_
     # its ops are not the step's: the step ran one forward (two convolutions), the pass six
     detail = w["detail"]
     assert sum(o["calls"] for ops in detail["ops"].values() for o in ops if o["name"] == "aten::conv2d") == 2
-    assert detail["outside"][0][2] == "eval" and detail["outside"][0][1] - detail["outside"][0][0] == pytest.approx(
+    assert detail["apart"][0][2] == "eval" and detail["apart"][0][1] - detail["apart"][0][0] == pytest.approx(
         row["eval_ms"], abs=0.01)
 
     rows = {r["step"]: r for r in worker(analyze(str(logdir)))["steps"]}
@@ -252,15 +252,15 @@ def test_compile_time_is_a_compile_phase_and_compiling_steps_are_left_out_of_the
     compile_trace(tmp_path / "r" / "w.1.pt.trace.json", compiling=(1, 2))
     w = worker(analyze(str(tmp_path)))
     rows = {r["step"]: r for r in w["steps"]}
-    assert rows[1]["phases"]["compile"]["cpu_ms"] == pytest.approx(60.0)
-    assert rows[1]["phases"]["forward"]["cpu_ms"] == pytest.approx(3.0)  # innermost: compile, not forward
+    assert rows[1]["phases"]["compile"]["host_ms"] == pytest.approx(60.0)
+    assert rows[1]["phases"]["forward"]["host_ms"] == pytest.approx(3.0)  # innermost: compile, not forward
     assert rows[1]["wall_ms"] == pytest.approx(70.0)  # compile time stays in its step
     summary = w["summary"]
     assert summary["phases"] == [*PHASES[1:], "compile"]
     assert summary["compiling_steps"] == [1, 2]
     assert summary["mean_wall_ms"] == pytest.approx(10.0)  # steps 3..6
     assert summary["slowest"]["step"] not in (1, 2)
-    assert summary["mean"]["compile"]["cpu_ms"] == 0
+    assert summary["mean"]["compile"]["host_ms"] == 0
     note = next(f for f in summary["findings"] if f["kind"] == "compiling-steps")
     assert note["evidence"] == {"steps": [1, 2], "phases": ["compile"]}
     assert "steps 1, 2 compiled (torch.compile: 120.00 ms in the compile phase): left out of the means" in note["text"]

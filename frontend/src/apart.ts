@@ -7,45 +7,45 @@
 import { el } from './dom';
 import { chartColours } from './theme';
 
-export type Outside = 'eval' | 'paused' | 'profiler';
+export type Apart = 'eval' | 'paused' | 'profiler';
 
-const LABELS: Record<Outside, string> = {
+const LABELS: Record<Apart, string> = {
   eval: 'evaluation (outside the steps)',
   paused: 'paused (outside the steps)',
   profiler: 'profiler’s own time (outside the steps)',
 };
 
-/** A kind as the API names it (`OutsideBand`, a trace event's `args.outside`). */
-export function asOutside(kind: unknown): Outside | null {
+/** A kind as the API names it (`ApartBand`, a trace event's `args.apart`). */
+export function asApart(kind: unknown): Apart | null {
   return kind === 'eval' || kind === 'paused' || kind === 'profiler' ? kind : null;
 }
 
 /** How every view names it. */
-export function outsideLabel(kind: Outside): string {
+export function apartLabel(kind: Apart): string {
   return LABELS[kind];
 }
 
-export function outsideColour(kind: Outside): string {
+export function apartColour(kind: Apart): string {
   const c = chartColours();
   return kind === 'eval' ? c.evaluation : kind === 'paused' ? c.paused : c.profiler;
 }
 
 /** Its mark: round, where a phase's is square. */
-export function outsideMark(kind: Outside): HTMLElement {
-  const mark = el('span', { class: 'swatch outside' });
-  mark.style.background = outsideColour(kind);
+export function apartMark(kind: Apart): HTMLElement {
+  const mark = el('span', { class: 'swatch apart' });
+  mark.style.background = apartColour(kind);
   return mark;
 }
 
 /** Its name with its mark, as a legend entry. */
-export function outsideName(kind: Outside): HTMLElement {
-  return el('span', { class: 'phase outside', 'data-outside': kind }, outsideMark(kind), outsideLabel(kind));
+export function apartName(kind: Apart): HTMLElement {
+  return el('span', { class: 'phase apart', 'data-apart': kind }, apartMark(kind), apartLabel(kind));
 }
 
 /** The kinds a step row (or the sum of rows) holds, with their host and GPU ms. */
-export function outsideOf(row: { eval_ms: number; eval_gpu_ms: number; paused_ms: number; paused_gpu_ms: number }):
-  { kind: Outside; ms: number; gpuMs: number }[] {
-  const out: { kind: Outside; ms: number; gpuMs: number }[] = [];
+export function apartOf(row: { eval_ms: number; eval_gpu_ms: number; paused_ms: number; paused_gpu_ms: number }):
+  { kind: Apart; ms: number; gpuMs: number }[] {
+  const out: { kind: Apart; ms: number; gpuMs: number }[] = [];
   if (row.eval_ms || row.eval_gpu_ms) out.push({ kind: 'eval', ms: row.eval_ms, gpuMs: row.eval_gpu_ms });
   if (row.paused_ms || row.paused_gpu_ms) out.push({ kind: 'paused', ms: row.paused_ms, gpuMs: row.paused_gpu_ms });
   return out;
