@@ -45,7 +45,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "regression": ("phaseprof/plugin/analysis/regression.py",
                    ["tests/test_compare.py", "-k", "bootstrap or quantile or welch or drift or weigh or confidence or "
                     "full or whole_interval or under_a_millisecond or absent or fewer or same_inputs or logged or "
-                    "degrees or upper_bound"]),
+                    "degrees or upper_bound or warn_nothing"]),
     # hand-built traces and recorded ones; not the tests that run a real training loop first
     "partition": ("phaseprof/plugin/analysis/partition.py",
                   ["tests/test_phases.py", "tests/test_inferred_steps.py", "tests/test_kept_apart.py",

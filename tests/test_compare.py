@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import msgspec
 import numpy as np
@@ -213,6 +214,16 @@ def test_a_base_whose_draws_reach_zero_has_no_upper_bound_never_nan():
     assert (c.base_ms, c.new_ms, c.change, c.low, c.high, c.faster) == (1.0, 0.5, -0.5, -0.5, np.inf, False)
     assert json.loads(msgspec.json.encode(c))["high"] is None
     assert _said(c).endswith("interval -50.0% … +∞)")
+
+
+def test_draws_of_zero_on_either_side_warn_nothing():
+    # b / a over draws of 0 divides by zero, and 0 / 0 is invalid: the terminal shows no numpy warning
+    zeros_then_ones = [np.array([0, 0, 0, 0, 1, 1, 1, 1, 1.0])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c = one_change(zeros_then_ones, steady(0.5))
+        same = one_change(zeros_then_ones, zeros_then_ones)
+    assert (c.high, same.change, same.high) == (np.inf, 0.0, np.inf)
 
 
 def test_a_quantile_next_to_an_infinite_draw_is_the_finite_draw_it_sits_on():
