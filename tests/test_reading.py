@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 
+import msgspec
 import pytest
 
 from phaseprof import analyze
@@ -213,3 +214,23 @@ def test_bare_event_list_and_object_without_step_markers(tmp_path):
     (tmp_path / "list.json").write_text(json.dumps(events))
     trace = read_trace(str(tmp_path / "list.json"))
     assert len(trace.host) == 2
+
+
+class _Refused:
+    """A typed decoder that refuses every file, so that it is read event by event."""
+
+    def decode(self, data):
+        raise msgspec.ValidationError("refused")
+
+
+def test_the_typed_pass_reads_every_trace_exactly_as_the_event_by_event_pass(traces, monkeypatch):
+    # The typed pass decodes only the fields of the phases the reader uses (`trace_fields.TypedEvent`);
+    # the event-by-event pass decodes every event whole: both must give the same trace, bit for bit.
+    from phaseprof.plugin.reading import decode
+
+    encoder = msgspec.msgpack.Encoder(enc_hook=lambda a: (str(a.dtype), a.tobytes()))
+    typed = {p: encoder.encode(read_trace(str(p), parallel=False)) for p in traces.all()}
+    monkeypatch.setattr(decode, "OBJECT_DECODER", _Refused())
+    monkeypatch.setattr(decode, "LIST_DECODER", _Refused())
+    for path, expected in typed.items():
+        assert encoder.encode(read_trace(str(path), parallel=False)) == expected, path.relative_to(traces.root)

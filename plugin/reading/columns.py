@@ -92,6 +92,8 @@ def fill_columns(part: Part, events: list[Event], positions: list[int] | None, s
     device: list[dict[str, np.ndarray]] = []
     memory: list[Event] = []
     for cat, group in groups.items():
+        if cat is None:  # the typed pass's events of phases the reader does not use (`trace_fields`)
+            continue
         phases = set(map(_PH, group))
         if not phases <= KNOWN_PHASES:
             bad = phases - KNOWN_PHASES

@@ -46,6 +46,8 @@ DEVICE_KINDS: dict[str, int] = {cat: kind for v in VARIANTS for cat, kind in v.d
 #: Event phases of the Chrome trace format; anything else is malformed. An event without a
 #: phase is ignored without complaint (there is nothing in it to read).
 KNOWN_PHASES = frozenset("BEXiIMCbensftPONDcRSTpF") | {""}
+#: The phases the reader uses: complete events, instants (`[memory]`) and metadata (thread names).
+READ_PHASES = frozenset("XiIM")
 #: The name of allocation / free instant events.
 MEMORY_EVENT = "[memory]"
 #: Categories that may hold `[memory]` events (today's, the legacy export's, and none in 2021).
