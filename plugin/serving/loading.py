@@ -18,8 +18,10 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
+import types
 import weakref
 from collections.abc import Callable
 from multiprocessing import connection
@@ -49,7 +51,8 @@ class _Worker:
         self.conn = parent_end
         self.process = ctx.Process(target=_worker_main, args=(child_end, target, os.getpid()), daemon=True,
                                    name="phaseprof-loader")
-        self.process.start()
+        with _main_hidden() if target.__module__ != "__main__" else contextlib.nullcontext():
+            self.process.start()
         child_end.close()
         self.task = None  # (key, TraceFile) being loaded
         self.deadline = 0.0  # monotonic time past which the load is stopped
@@ -61,6 +64,20 @@ class _Worker:
         except (OSError, ValueError, AssertionError):
             pass
         self.conn.close()
+
+
+@contextlib.contextmanager
+def _main_hidden():
+    """A spawned process first imports its parent's main module again (so that what is defined there
+    unpickles); TensorBoard's is ``tensorboard.main``, about half a second of CPU per worker for
+    imports it never uses. Hidden while a worker whose work is defined elsewhere starts: the child is
+    told of no main module."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 def _worker_main(conn, target: Callable, parent: int) -> None:
