@@ -15,7 +15,7 @@ import numpy as np
 from .events import KERNEL, OP, RUNTIME, CommArgs, fits_dims, pack_dims
 from .lenient import to_int
 from .problems import Problems
-from .trace_fields import Event
+from .trace_fields import NO_ARGS, Event
 from .trace_schema import DEVICE_KINDS, HOST_KINDS, INSTANT_CATEGORIES, KNOWN_PHASES, MEMORY_EVENT
 
 #: Timestamps and durations beyond this (µs; ~3,000 years) are not times.
@@ -51,22 +51,27 @@ _DUR = attrgetter("dur")
 _NAME = attrgetter("name")
 _PID = attrgetter("pid")
 _TID = attrgetter("tid")
-_CORRELATION = attrgetter("args.correlation")
-_INPUT_DIMS = attrgetter("args.input_dims")
-_SEQUENCE = attrgetter("args.sequence")
-_NBYTES = attrgetter("args.nbytes")
-_TOTAL = attrgetter("args.total_allocated")
-_RESERVED = attrgetter("args.total_reserved")
-_DEVICE_TYPE = attrgetter("args.device_type")
-_DEVICE_ID = attrgetter("args.device_id")
-_STREAM = attrgetter("args.stream")
-_BLOCKS_PER_SM = attrgetter("args.blocks_per_sm")
-_OCCUPANCY = attrgetter("args.occupancy")
-_REGISTERS = attrgetter("args.registers")
-_SHARED_MEMORY = attrgetter("args.shared_memory")
-_GRID = attrgetter("args.grid")
-_BLOCK = attrgetter("args.block")
-_ADDR = attrgetter("args.addr")
+_ARGS = attrgetter("args")
+# Getters of the args: read from a group's args, listed once (``attrgetter("args.x")`` over the
+# events costs twice as much per column as ``attrgetter("x")`` over their args).
+_CORRELATION = attrgetter("correlation")
+_INPUT_DIMS = attrgetter("input_dims")
+_SEQUENCE = attrgetter("sequence")
+_NBYTES = attrgetter("nbytes")
+_TOTAL = attrgetter("total_allocated")
+_RESERVED = attrgetter("total_reserved")
+_DEVICE_TYPE = attrgetter("device_type")
+_DEVICE_ID = attrgetter("device_id")
+_STREAM = attrgetter("stream")
+_BLOCKS_PER_SM = attrgetter("blocks_per_sm")
+_OCCUPANCY = attrgetter("occupancy")
+_REGISTERS = attrgetter("registers")
+_SHARED_MEMORY = attrgetter("shared_memory")
+_GRID = attrgetter("grid")
+_BLOCK = attrgetter("block")
+_ADDR = attrgetter("addr")
+#: What an op's args hold when the trace records no input shapes (the same object in every such event).
+_NO_DIMS = NO_ARGS.input_dims
 #: The op PyTorch wraps each c10d collective in, with its message sizes in its args.
 COMM_OP = "record_param_comms"
 
@@ -154,20 +159,28 @@ _DEVICE_COLUMNS = {"ts": np.float64, "dur": np.float64, "device": np.int32, "str
 
 def _host_columns(group: list[Event], ts, dur, kind: int, part: Part, shapes: bool) -> dict[str, np.ndarray]:
     n = len(group)
+    args = list(map(_ARGS, group)) if kind in (OP, RUNTIME) else None
     return {
         "ts": ts,
         "dur": dur,
         "thread": _thread_codes(group, part.threads),
         "name": _codes(list(map(_NAME, group)), part.names),
         "kind": np.full(n, kind, np.int8),
-        "corr": (_int_column(group, _CORRELATION, -1, 0, _INT64_MAX, part.problems, "correlation")
+        "corr": (_int_column(group, args, _CORRELATION, -1, 0, _INT64_MAX, part.problems, "correlation")
                  if kind == RUNTIME else np.full(n, -1, np.int64)),
-        "shapes": (_codes(list(map(bytes, map(_INPUT_DIMS, group))), part.shapes) if kind == OP and shapes
-                   else np.zeros(n, np.int32)),
+        "shapes": _shape_codes(args, part.shapes) if kind == OP and shapes else np.zeros(n, np.int32),
         "comm": _comm_codes(group, part.comms) if kind == OP else np.zeros(n, np.int32),
-        "seq": (_int_column(group, _SEQUENCE, -1, 0, _INT64_MAX, part.problems, "sequence number")
+        "seq": (_int_column(group, args, _SEQUENCE, -1, 0, _INT64_MAX, part.problems, "sequence number")
                 if kind == OP else np.full(n, -1, np.int64)),
     }
+
+
+def _shape_codes(args: list, table: dict) -> np.ndarray:
+    """Each op's input shapes coded in ``table`` (0: none recorded; most traces record none)."""
+    dims = list(map(_INPUT_DIMS, args))
+    if dims.count(_NO_DIMS) == len(dims):
+        return np.zeros(len(dims), np.int32)
+    return _codes(list(map(bytes, dims)), table)
 
 
 def _comm_codes(group: list[Event], table: dict) -> np.ndarray:
@@ -196,19 +209,20 @@ def comm_args(a) -> CommArgs:
 
 def _device_columns(group: list[Event], ts, dur, kind: int, part: Part) -> dict[str, np.ndarray]:
     n = len(group)
-    stream = _int_column(group, _STREAM, -1, -1, _INT64_MAX, part.problems, "stream id")
+    args = list(map(_ARGS, group))
+    stream = _int_column(group, args, _STREAM, -1, -1, _INT64_MAX, part.problems, "stream id")
     for i in np.flatnonzero(stream < 0).tolist():  # no "stream" arg: the tid is the stream (2021: "stream 7")
         number = to_int(group[i].tid)
         stream[i] = number if number is not None and number >= 0 else 0
     return {
         "ts": ts,
         "dur": dur,
-        "device": _int_column(group, _PID, 0, 0, (1 << 31) - 1, part.problems, "device id", strings=False),
+        "device": _int_column(group, group, _PID, 0, 0, (1 << 31) - 1, part.problems, "device id", strings=False),
         "stream": stream,
         "name": _codes(list(map(_NAME, group)), part.names),
         "kind": np.full(n, kind, np.int8),
-        "corr": _int_column(group, _CORRELATION, -1, 0, _INT64_MAX, part.problems, "correlation"),
-        **(_launch_columns(group, part.problems) if kind == KERNEL else _no_launch(n)),
+        "corr": _int_column(group, args, _CORRELATION, -1, 0, _INT64_MAX, part.problems, "correlation"),
+        **(_launch_columns(group, args, part.problems) if kind == KERNEL else _no_launch(n)),
     }
 
 
@@ -222,12 +236,12 @@ def _no_launch(n: int) -> dict[str, np.ndarray]:
 _MAX_BLOCKS_PER_SM = 1e9
 
 
-def _launch_columns(group: list[Event], problems: Problems) -> dict[str, np.ndarray]:
+def _launch_columns(group: list[Event], args: list, problems: Problems) -> dict[str, np.ndarray]:
     """A kernel's launch as Kineto records it: blocks per SM, estimated achieved occupancy (%),
     registers per thread, shared memory per block, grid and block (`pack_dims`)."""
     n = len(group)
-    blocks = np.fromiter(map(_BLOCKS_PER_SM, group), np.float64, n)
-    occupancy = np.fromiter(map(_OCCUPANCY, group), np.float64, n)
+    blocks = np.fromiter(map(_BLOCKS_PER_SM, args), np.float64, n)
+    occupancy = np.fromiter(map(_OCCUPANCY, args), np.float64, n)
     with np.errstate(invalid="ignore"):
         for column, hi, what in ((blocks, _MAX_BLOCKS_PER_SM, "blocks per SM"),
                                  (occupancy, 100.0, "est. achieved occupancy %")):
@@ -238,17 +252,17 @@ def _launch_columns(group: list[Event], problems: Problems) -> dict[str, np.ndar
     return {
         "blocks_per_sm": blocks,
         "occupancy": occupancy,
-        "registers": _int_column(group, _REGISTERS, -1, 0, 1 << 16, problems, "registers per thread"),
-        "shared_memory": _int_column(group, _SHARED_MEMORY, -1, 0, 1 << 40, problems, "shared memory"),
-        "grid": _dims_column(group, _GRID, problems, "grid"),
-        "block": _dims_column(group, _BLOCK, problems, "block"),
+        "registers": _int_column(group, args, _REGISTERS, -1, 0, 1 << 16, problems, "registers per thread"),
+        "shared_memory": _int_column(group, args, _SHARED_MEMORY, -1, 0, 1 << 40, problems, "shared memory"),
+        "grid": _dims_column(group, args, _GRID, problems, "grid"),
+        "block": _dims_column(group, args, _BLOCK, problems, "block"),
     }
 
 
-def _dims_column(group: list[Event], get, problems: Problems, what: str) -> np.ndarray:
+def _dims_column(group: list[Event], args: list, get, problems: Problems, what: str) -> np.ndarray:
     """A grid or block ([x, y, z]) per event, packed (`pack_dims`); each distinct text is parsed once
     (launch shapes repeat: a step holds thousands of kernels and a few dozen shapes)."""
-    texts = list(map(bytes, map(get, group)))
+    texts = list(map(bytes, map(get, args)))
     table: dict[bytes, int] = {}
     codes = _codes(texts, table)
     packed = np.full(len(table), -1, np.int64)
@@ -270,17 +284,18 @@ def _dims_column(group: list[Event], get, problems: Problems, what: str) -> np.n
     return packed[codes] if len(codes) else np.empty(0, np.int64)
 
 
-def _int_column(group: list[Event], get, default: int, lo: int, hi: int, problems: Problems, what: str,
-                strings: bool = True) -> np.ndarray:
-    """One integer field of every event as an int64 column. Values the fast conversion refuses
-    (strings, integers past 64 bits) are read one by one; those outside ``[lo, hi]`` (other than
+def _int_column(group: list[Event], source: list, get, default: int, lo: int, hi: int, problems: Problems,
+                what: str, strings: bool = True) -> np.ndarray:
+    """One integer field of every event as an int64 column, read by ``get`` from ``source`` (the
+    events, or their args, in the same order). Values the fast conversion refuses (strings,
+    integers past 64 bits) are read one by one; those outside ``[lo, hi]`` (other than
     ``default``, meaning "not given") become ``default`` and are counted. ``strings=False``: a
     string means "not given" too (a device event's process named by a string)."""
     n = len(group)
     try:
-        column = np.fromiter(map(get, group), np.int64, n)
+        column = np.fromiter(map(get, source), np.int64, n)
     except (OverflowError, TypeError, ValueError):
-        values = list(map(get, group))
+        values = list(map(get, source))
         unreadable, too_large = [], []
         out = []
         for i, v in enumerate(values):
@@ -302,7 +317,7 @@ def _int_column(group: list[Event], get, default: int, lo: int, hi: int, problem
 def _memory_columns(events: list[Event], part: Part, problems: Problems) -> dict[str, np.ndarray]:
     n = len(events)
     ts = np.fromiter(map(_TS, events), np.float64, n)
-    nbytes = np.fromiter(map(_NBYTES, events), np.float64, n)
+    nbytes = np.fromiter(map(_NBYTES, map(_ARGS, events)), np.float64, n)
     bad = ~(np.abs(ts) < MAX_US) | ~(np.abs(nbytes) < 2.0**62)
     if bad.any():
         what = "[memory] event without a usable 'ts' or 'Bytes'"
@@ -310,18 +325,19 @@ def _memory_columns(events: list[Event], part: Part, problems: Problems) -> dict
         keep = ~bad
         events = [e for e, k in zip(events, keep.tolist()) if k]
         ts, nbytes, n = ts[keep], nbytes[keep], int(keep.sum())
-    device_type = _int_column(events, _DEVICE_TYPE, 0, 0, 65535, problems, "Device Type")
-    device_id = _int_column(events, _DEVICE_ID, -1, -1, 65534, problems, "Device Id")
+    args = list(map(_ARGS, events))
+    device_type = _int_column(events, args, _DEVICE_TYPE, 0, 0, 65535, problems, "Device Type")
+    device_id = _int_column(events, args, _DEVICE_ID, -1, -1, 65534, problems, "Device Id")
     keys, codes = np.unique(device_type * 65536 + device_id + 1, return_inverse=True)
     local = np.array(
         [part.memory_devices.setdefault((int(k) // 65536, int(k) % 65536 - 1), len(part.memory_devices)) for k in keys],
         dtype=np.int32,
     )
-    total = np.fromiter(map(_TOTAL, events), np.float64, n)
+    total = np.fromiter(map(_TOTAL, args), np.float64, n)
     total[~(np.abs(total) < 2.0**62)] = -1
-    reserved = np.fromiter(map(_RESERVED, events), np.float64, n)
+    reserved = np.fromiter(map(_RESERVED, args), np.float64, n)
     reserved[~(np.abs(reserved) < 2.0**62)] = -1
-    addr = np.array([a if (a := to_int(v)) is not None else -1 for v in map(_ADDR, events)], np.int64)
+    addr = np.array([a if (a := to_int(v)) is not None else -1 for v in map(_ADDR, args)], np.int64)
     return {
         "ts": ts,
         "nbytes": nbytes.astype(np.int64),
