@@ -13,7 +13,11 @@
 
 Each figure comes with the CPU seconds TensorBoard and its loading processes used by then (the work
 done, whatever other processes took of the cores; TensorBoard's own part beside it) and the
-machine's load average: a wall time measured on a busy machine says little without them.
+machine's load average: a wall time measured on a busy machine says little without them. The
+script asks ``/ranks`` every 50 ms from TensorBoard's start (each answer costs TensorBoard a few ms
+of CPU). With ``--cold-only`` it also gives what one trace costs a loading process: ``analyze_file``
+(read, analyse, write the analysis and step index) in process time, best of ``--per-file`` runs, the
+figure that least depends on the machine's load.
 
 Targets: 64 ranks < 5 s on 2 cores (with summaries); 1,000 ranks < 10 s and TensorBoard < 1 GiB.
 """
@@ -98,6 +102,27 @@ def time_to_ranks(logdir: str, ranks: int) -> tuple[float, float, float, float, 
         server.close()
 
 
+def per_file_ms(repeat: int) -> float:
+    """Process time (ms) of one rank trace through `analyze_file` with the cache on, as a loading
+    process does it (no entry there before), best of ``repeat``."""
+    from phaseprof.plugin.reading.discovery import discover
+    from phaseprof.plugin.spans import analyze_file
+
+    logdir = tempfile.mkdtemp(prefix="tb-one-rank-")
+    try:
+        rank_traces(logdir, 1)
+        (run,) = discover(logdir)
+        best = float("inf")
+        for _ in range(repeat):
+            shutil.rmtree(os.path.join(logdir, RUN, ".phaseprof"), ignore_errors=True)
+            started = time.process_time()
+            analyze_file(run.files[0])
+            best = min(best, time.process_time() - started)
+        return best * 1000
+    finally:
+        shutil.rmtree(logdir)
+
+
 def arguments(doc: str) -> argparse.Namespace:
     """The options of this benchmark and of its object-store twin (``s3_ranks_load.py``)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
@@ -105,7 +130,9 @@ def arguments(doc: str) -> argparse.Namespace:
     parser.add_argument("--summaries", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cold-only", action="store_true",
-                        help="ranks_load.py: only the cold start (and the reopening after it)")
+                        help="ranks_load.py: only the cold start (and the reopening after it), and one trace's cost")
+    parser.add_argument("--per-file", type=int, default=9,
+                        help="ranks_load.py --cold-only: runs of one trace through analyze_file (best taken)")
     return parser.parse_args()
 
 
@@ -134,6 +161,11 @@ def main() -> None:
                   f"CPU {median([r[3] for r in runs]):6.2f} s (TensorBoard's own {median([r[5] for r in runs]):.2f})   "
                   f"TensorBoard RSS {median([r[1] for r in runs]):5.0f} MiB"
                   f"   load average {', '.join(f'{r[4]:.1f}' for r in runs)}")
+
+    if args.cold_only and args.per_file:
+        load = os.getloadavg()[0]
+        print(f"one rank trace through analyze_file (a loading process's work): {per_file_ms(args.per_file):.1f} ms "
+              f"process time, best of {args.per_file}   load average {load:.1f}")
 
     if args.summaries and not args.cold_only:
         logdir = tempfile.mkdtemp(prefix="tb-summaries-")
