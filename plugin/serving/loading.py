@@ -51,7 +51,7 @@ class _Worker:
         self.conn = parent_end
         self.process = ctx.Process(target=_worker_main, args=(child_end, target, os.getpid()), daemon=True,
                                    name="phaseprof-loader")
-        with _main_hidden() if target.__module__ != "__main__" else contextlib.nullcontext():
+        with _main_hidden() if getattr(target, "__module__", None) != "__main__" else contextlib.nullcontext():
             self.process.start()
         child_end.close()
         self.task = None  # (key, TraceFile) being loaded
