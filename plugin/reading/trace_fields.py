@@ -4,10 +4,10 @@ msgspec decodes only what is declared here and skips everything else at C speed.
 for "not given" (instead of None) so that whole columns convert to numpy arrays in one call. Fields
 whose type differs between the schemas in the wild are unions (`trace_schema`).
 
-The typed pass tells events apart by their phase ``ph`` (a tagged union, one struct per phase of
+The typed pass decodes each event as the struct of its phase ``ph`` (a tagged union, one per phase of
 the Chrome trace format): the phases the reader uses (`trace_schema.READ_PHASES`) decode the fields
 below, the others (flow arrows, begin/end pairs, counters: a third of a CUDA trace's events) decode
-none, which makes the typed pass and freeing its events a quarter cheaper. An event of an unknown
+none, which makes the typed pass and freeing its events about a fifth cheaper. An event of an unknown
 phase, or without one, fails the typed pass, and the file is read event by event (`lenient`) into
 plain `Event`s, as any other wrong value does.
 """
@@ -96,7 +96,7 @@ def _typed_event(ph: str) -> type:
     return msgspec.defstruct(f"Event_{ph or 'unnamed'}", [], bases=(base,), tag=ph, gc=False, namespace=namespace)
 
 
-#: An event of the typed pass: one struct per phase of the Chrome trace format, told apart by ``ph``.
+#: An event of the typed pass: one struct per phase of the Chrome trace format, chosen by ``ph``.
 TypedEvent = Union[tuple(_typed_event(ph) for ph in sorted(KNOWN_PHASES))]  # noqa: UP007 - built at run time
 
 
