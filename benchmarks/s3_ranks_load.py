@@ -17,84 +17,77 @@ Targets: 64 ranks < 5 s to /ranks on 2 cores with <= 5% of the traces' bytes rea
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
-import threading
+from typing import NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from _measure import TensorBoardServer, median  # noqa: E402
+from _measure import TensorBoardServer, TreeCpu, median  # noqa: E402
 from ranks_load import RUN, arguments, rank_traces, write_summaries  # noqa: E402
 
-from tests.s3 import S3Server  # noqa: E402
+from tests.s3 import Relay, S3Server  # noqa: E402
 
 SMALL = os.path.join(ROOT, "tests", "data", "cpu", "base", "mnist.1796067929705444610.pt.trace.json.gz")
 
 
-class Relay:
-    """A TCP relay on 127.0.0.1 to ``port`` that counts the bytes the store sends back."""
+class Start(NamedTuple):
+    """One TensorBoard start: seconds to /ranks, bytes read from the store and requests made to it, CPU
+    seconds of TensorBoard's process tree and of the store's process by then, the 1-minute load average."""
 
-    def __init__(self, port: int):
-        self.target = port
-        self.received = 0
-        self._lock = threading.Lock()
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.port = self._server.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            client, _ = self._server.accept()
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
-        try:
-            while data := src.recv(1 << 16):
-                if count:
-                    with self._lock:
-                        self.received += len(data)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-    def take(self) -> int:
-        with self._lock:
-            n, self.received = self.received, 0
-        return n
+    seconds: float
+    read: int
+    requests: int
+    cpu: float
+    store_cpu: float
+    load: float
 
 
-def time_to_ranks(url: str, ranks: int) -> float:
+def loaded(loading: dict, files: int) -> bool:
+    return loading["files"] >= files and loading["done"] == loading["files"]
+
+
+def start_to_ranks(url: str, ranks: int, relay: Relay, store: S3Server) -> Start:
+    relay.take()
+    store_cpu = TreeCpu(store.pid)
     server = TensorBoardServer(sys.executable, url)
+    cpu = TreeCpu(server.proc.pid)
     try:
-        return server.poll(f"/data/plugin/phaseprof/ranks?run={RUN}",
-                           lambda b: len([r for r in json.loads(b)["ranks"] if r["steps"]]) == ranks, timeout=600)
+        # /runs while the analyses load (each /ranks would be computed over every rank loaded so far),
+        # then /ranks, as the tab does: it asks for /runs every 1.5 s and for the view when they change
+        server.poll("/data/plugin/phaseprof/runs", lambda b: loaded(json.loads(b)["loading"], ranks), timeout=600)
+        seconds = server.poll(f"/data/plugin/phaseprof/ranks?run={RUN}",
+                              lambda b: len([r for r in json.loads(b)["ranks"] if r["steps"]]) == ranks, timeout=600)
+        read, asked = relay.take()
+        return Start(seconds, read, len(asked), cpu.seconds(), store_cpu.seconds(), os.getloadavg()[0])
     finally:
+        cpu.close()
+        store_cpu.close()
         server.close()
 
 
-def cold_starts(url: str, ranks: int, repeat: int, relay: Relay, user_cache: str) -> tuple[float, float]:
-    """Median seconds from TensorBoard's start to /ranks, and median bytes read from the store, over
-    ``repeat`` starts, each with an empty user cache (nothing analysed earlier is at hand)."""
-    relay.take()
+def cold_starts(url: str, ranks: int, repeat: int, relay: Relay, store: S3Server, user_cache: str) -> list[Start]:
+    """``repeat`` starts of TensorBoard on ``url``, each with an empty user cache (nothing analysed
+    earlier is at hand)."""
     runs = []
     for _ in range(repeat):
         shutil.rmtree(user_cache, ignore_errors=True)
         os.environ["PHASEPROF_CACHE"] = user_cache
-        runs.append((time_to_ranks(url, ranks), relay.take()))
-    return median([r[0] for r in runs]), median([r[1] for r in runs])
+        runs.append(start_to_ranks(url, ranks, relay, store))
+    return runs
+
+
+def figures(runs: list[Start]) -> str:
+    """The medians of ``runs``, and each run's load average."""
+    return (f"start->/ranks {median([r.seconds for r in runs]):6.2f} s   "
+            f"{median([r.requests for r in runs])} requests   CPU {median([r.cpu for r in runs]):5.2f} s "
+            f"(the store's {median([r.store_cpu for r in runs]):.2f} s)   "
+            f"load average {', '.join(f'{r.load:.1f}' for r in runs)}")
 
 
 def main() -> None:
@@ -104,7 +97,7 @@ def main() -> None:
     store.start()
     relay = Relay(store.port)
     env = store.environment()
-    env.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{relay.port}", S3_ENDPOINT=f"http://127.0.0.1:{relay.port}")
+    env.update(AWS_ENDPOINT_URL=relay.endpoint, S3_ENDPOINT=relay.endpoint)
     os.environ.update(env)
     user_cache = tempfile.mkdtemp(prefix="s3-bench-cache-")
     os.environ["PHASEPROF_CACHE"] = user_cache  # nothing from an earlier run's user cache
@@ -119,8 +112,9 @@ def main() -> None:
         store.client().create_bucket(Bucket="bench")
         store.upload_tree(local, "bench", "ranks")
         shutil.rmtree(local)
-        seconds, read = cold_starts("s3://bench/ranks", args.ranks, args.repeat, relay, user_cache)
-        print(f"{args.ranks} ranks with analyses, S3      start->/ranks {seconds:6.2f} s   "
+        runs = cold_starts("s3://bench/ranks", args.ranks, args.repeat, relay, store, user_cache)
+        read = median([r.read for r in runs])
+        print(f"{args.ranks} ranks with analyses, S3      {figures(runs)}   "
               f"read {read / 1e6:.2f} MB of {traces / 1e6:.1f} MB of traces ({100 * read / traces:.1f}%)")
 
         if args.summaries:
@@ -133,9 +127,9 @@ def main() -> None:
             write_summaries(local, linked=True)
             store.upload_tree(local, "bench", "summaries")
             shutil.rmtree(local)
-            seconds, read = cold_starts("s3://bench/summaries", args.summaries, args.repeat, relay, user_cache)
-            print(f"{args.summaries} ranks of analyses, S3        start->/ranks {seconds:6.2f} s   "
-                  f"read {read / 1e6:.1f} MB")
+            runs = cold_starts("s3://bench/summaries", args.summaries, args.repeat, relay, store, user_cache)
+            print(f"{args.summaries} ranks of analyses, S3        {figures(runs)}   "
+                  f"read {median([r.read for r in runs]) / 1e6:.1f} MB")
     finally:
         store.stop()
         shutil.rmtree(user_cache, ignore_errors=True)

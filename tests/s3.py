@@ -5,17 +5,25 @@ and boto3, ``S3_ENDPOINT`` for TensorBoard's own S3 reader. Nothing of phaseprof
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 
 import pytest
 
+# werkzeug's log line per request is turned off: written under the logging module's lock, it is work a
+# real store does not do in its readers' way (and the tests read none of it).
 _SERVE = """
+import logging
 import sys
+import threading
 from moto.server import ThreadedMotoServer
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
 server = ThreadedMotoServer(ip_address="127.0.0.1", port=int(sys.argv[1]), verbose=False)
 server.start()
 print(server.get_host_and_port()[1], flush=True)
@@ -34,6 +42,11 @@ class S3Server:
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        """The server's process id (while it runs)."""
+        return self._proc.pid
 
     def start(self) -> None:
         self._proc = subprocess.Popen([sys.executable, "-c", _SERVE, str(self.port)], stdin=subprocess.PIPE,
@@ -86,6 +99,77 @@ class S3Server:
     def keys(self, bucket: str, prefix: str = "") -> list[str]:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+class Relay:
+    """A TCP relay on 127.0.0.1 to the store at ``port``, for what a reader asks of the store: every
+    request (method and target, in order) and the bytes the store sends back. Point a client's endpoint
+    at ``endpoint``."""
+
+    def __init__(self, port: int):
+        self.target = port
+        self.received = 0
+        self.requests: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self._server.accept()
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self._pipe, args=(client, upstream, self._asked), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, self._answered), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, seen) -> None:
+        state = {"buffer": b"", "body": 0}
+        try:
+            while data := src.recv(1 << 16):
+                seen(data, state)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def _answered(self, data: bytes, state: dict) -> None:
+        with self._lock:
+            self.received += len(data)
+
+    def _asked(self, data: bytes, state: dict) -> None:
+        """Each request's first line, from the client's bytes: header blocks, each body skipped."""
+        buffer = state["buffer"] + data
+        while True:
+            if state["body"]:
+                skip = min(state["body"], len(buffer))
+                buffer, state["body"] = buffer[skip:], state["body"] - skip
+                if state["body"]:
+                    break
+            head, found, rest = buffer.partition(b"\r\n\r\n")
+            if not found:
+                break
+            lines = head.decode("latin-1").split("\r\n")
+            method, target = lines[0].split(" ")[:2]
+            with self._lock:
+                self.requests.append((method, urllib.parse.unquote(target)))
+            length = next((line.partition(":")[2] for line in lines[1:] if line.lower().startswith("content-length:")),
+                          "0")
+            buffer, state["body"] = rest, int(length.strip() or 0)
+        state["buffer"] = buffer
+
+    def take(self) -> tuple[int, list[tuple[str, str]]]:
+        """The bytes received and the requests made since the last take."""
+        with self._lock:
+            n, self.received = self.received, 0
+            asked, self.requests = self.requests, []
+        return n, asked
 
 
 @pytest.fixture(scope="session")

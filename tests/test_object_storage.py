@@ -206,3 +206,49 @@ def test_tensorboard_loads_a_bucket_s_analyses_batch_after_batch_without_a_trace
         assert store._pool is None  # no file was handed to a loading process
     finally:
         store.close()
+
+
+_LOAD = """
+import sys
+from phaseprof.plugin.serving.store import READY, TraceStore
+store = TraceStore(sys.argv[1])
+assert store.wait(300)
+spans = [store.span(f) for run in store.runs() for f in run.files]
+assert len(spans) == 2 and all(s.state == READY for s in spans), [(s.state, s.error) for s in spans]
+store.close()
+"""
+
+
+def test_tensorboard_s_scan_of_a_bucket_is_one_listing_and_a_get_per_analysis(s3, bucket, tmp_path, traces):
+    """What TensorBoard's store asks of the store to load a logdir whose analyses were written at the
+    source, seen on the wire (a relay in front of the server): one listing of the prefix, then one GET
+    of each analysis; no HEAD, no other listing, nothing of the traces."""
+    from tests.s3 import Relay
+
+    local = tmp_path / "local"
+    (local / "ranks").mkdir(parents=True)
+    for i, f in enumerate(traces.files("gpu", "hta_sampled_2rank")):
+        shutil.copy(f, local / "ranks" / f"rank{i}.1.pt.trace.json.gz")
+    assert cli("report", str(local / "ranks"), "--json", cache="on").returncode == 0  # writes the analyses
+    s3.upload_tree(local, bucket, "p")
+    relay = Relay(s3.port)
+    env = {**os.environ, "AWS_ENDPOINT_URL": relay.endpoint, "PHASEPROF_CACHE": str(tmp_path / "user-cache")}
+    out = subprocess.run([sys.executable, "-c", _LOAD, f"s3://{bucket}/p"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    _, asked = relay.take()
+    listings = [t for m, t in asked if m == "GET" and "?" in t]
+    reads = sorted(t for m, t in asked if m == "GET" and "?" not in t)
+    assert [m for m, _ in asked if m != "GET"] == []
+    assert len(listings) == 1 and "prefix=p/&" in listings[0] and "delimiter=&" in listings[0], listings
+    assert reads == [f"/{bucket}/p/ranks/.phaseprof/rank{i}.1.pt.trace.json.gz.analysis" for i in range(2)]
+
+
+def test_a_url_naming_one_trace_object_is_read_as_a_logdir_of_that_trace(s3, bucket, traces):
+    from phaseprof.plugin.reading.discovery import discover
+
+    trace = traces.files("cpu", "base")[0]
+    s3.client().put_object(Bucket=bucket, Key=f"p/run/{trace.name}", Body=trace.read_bytes())
+    (run,) = discover(f"s3://{bucket}/p/run/{trace.name}")
+    assert (run.name, run.path, [(f.path, f.size) for f in run.files]) == (
+        ".", f"s3://{bucket}/p/run", [(f"s3://{bucket}/p/run/{trace.name}", trace.stat().st_size)])
+    assert discover(f"s3://{bucket}/p/nothing-here") == []

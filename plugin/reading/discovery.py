@@ -138,14 +138,17 @@ def _fold_rank_scalars(runs: dict[str, Run], parent_of) -> list[Run]:
 
 
 def _discover_remote(root: str) -> list[Run]:
-    """`discover` for a logdir in an object store: one listing of its prefix (`storage.listing`)."""
-    one = storage.info(root)
-    if one is not None:  # the URL of one trace file
-        name = storage.basename(root)
-        f = _remote_trace_file(one, name, ".", force=True)
-        return [Run(name=".", path=storage.dirname(root), files=[f] if f else [])]
+    """`discover` for a logdir in an object store: one listing of its prefix (`storage.listing`); only
+    when that holds nothing is the URL asked about as one object (a trace file named by the user)."""
+    entries = storage.listing(root)
+    if not entries:
+        one = storage.info(root)
+        if one is not None:  # the URL of one trace file
+            name = storage.basename(root)
+            f = _remote_trace_file(one, name, ".", force=True)
+            return [Run(name=".", path=storage.dirname(root), files=[f] if f else [])]
     runs: dict[str, Run] = {}
-    for entry in storage.listing(root):
+    for entry in entries:
         rel = storage.relpath(entry.url, root)
         directory, _, name = rel.rpartition("/")
         if ANALYSIS_DIR in directory.split("/"):
