@@ -106,10 +106,12 @@ class Relay:
     request (method and target, in order) and the bytes the store sends back. Point a client's endpoint
     at ``endpoint``."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, hold: str | None = None):
         self.target = port
         self.received = 0
         self.requests: list[tuple[str, str]] = []
+        #: Requests whose target holds this text wait (unsent) until `release`.
+        self._hold, self._released = hold, threading.Event()
         self._lock = threading.Lock()
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = self._server.getsockname()[1]
@@ -157,12 +159,19 @@ class Relay:
                 break
             lines = head.decode("latin-1").split("\r\n")
             method, target = lines[0].split(" ")[:2]
+            target = urllib.parse.unquote(target)
             with self._lock:
-                self.requests.append((method, urllib.parse.unquote(target)))
+                self.requests.append((method, target))
+            if self._hold is not None and self._hold in target:
+                self._released.wait(300)
             length = next((line.partition(":")[2] for line in lines[1:] if line.lower().startswith("content-length:")),
                           "0")
             buffer, state["body"] = rest, int(length.strip() or 0)
         state["buffer"] = buffer
+
+    def release(self) -> None:
+        """Send the held requests on, and every later one at once."""
+        self._released.set()
 
     def take(self) -> tuple[int, list[tuple[str, str]]]:
         """The bytes received and the requests made since the last take."""

@@ -252,3 +252,47 @@ def test_a_url_naming_one_trace_object_is_read_as_a_logdir_of_that_trace(s3, buc
     assert (run.name, run.path, [(f.path, f.size) for f in run.files]) == (
         ".", f"s3://{bucket}/p/run", [(f"s3://{bucket}/p/run/{trace.name}", trace.stat().st_size)])
     assert discover(f"s3://{bucket}/p/nothing-here") == []
+
+
+_RESCAN = """
+import sys, threading, time
+from phaseprof.plugin.serving.store import READY, TraceStore
+store = TraceStore(sys.argv[1])
+first = threading.Thread(target=store.refresh, kwargs={"force": True})
+first.start()
+while store.progress().files < 2:  # listed; its entries are being fetched (the relay holds them)
+    time.sleep(0.05)
+for _ in range(3):
+    store.refresh(force=True)
+print("rescanned", flush=True)
+sys.stdin.readline()
+first.join()
+assert all(store.span(f).state == READY for run in store.runs() for f in run.files)
+store.close()
+"""
+
+
+def test_a_bucket_is_not_listed_again_while_the_scan_under_way_fetches_its_entries(s3, bucket, tmp_path, traces):
+    from tests.s3 import Relay
+
+    local = tmp_path / "local"
+    (local / "ranks").mkdir(parents=True)
+    for i, f in enumerate(traces.files("gpu", "hta_sampled_2rank")):
+        shutil.copy(f, local / "ranks" / f"rank{i}.1.pt.trace.json.gz")
+    assert cli("report", str(local / "ranks"), "--json", cache="on").returncode == 0  # writes the analyses
+    s3.upload_tree(local, bucket, "p")
+    relay = Relay(s3.port, hold=".analysis")
+    env = {**os.environ, "AWS_ENDPOINT_URL": relay.endpoint, "PHASEPROF_CACHE": str(tmp_path / "user-cache")}
+    proc = subprocess.Popen([sys.executable, "-c", _RESCAN, f"s3://{bucket}/p"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline() == "rescanned\n", proc.stderr.read()
+        _, asked = relay.take()
+        relay.release()
+        proc.stdin.close()
+        assert proc.wait(300) == 0, proc.stderr.read()
+    finally:
+        relay.release()
+        proc.kill()
+        proc.wait()
+    assert len([t for m, t in asked if "?" in t]) == 1, asked

@@ -109,6 +109,9 @@ class TraceStore:
         self._pool: LoaderPool | None = None
         self._closed = False
         self._scanning = False  # a background scan is running
+        #: A scan of a store is under way: its listing, then the fetching of the entries it found, which
+        #: may take a while (another listing meanwhile would cost the store and find nothing new to load).
+        self._scanning_store = False
         #: (run, worker, what) -> (the worker's version, a result derived from its analyses)
         self._derived: dict[tuple, tuple[tuple, object]] = {}
         #: Step traces by (path, size, mtime, step), oldest first; the pool that cuts them out.
@@ -122,12 +125,23 @@ class TraceStore:
     def refresh(self, force: bool = False) -> None:
         """Rescan the logdir (at most every ``rescan_s`` seconds unless forced) and queue new or
         changed files whose writing has settled."""
+        remote = storage.is_remote(self.logdir)
         with self._lock:
             if self._closed or (not force and time.monotonic() - self._scanned_at < self._rescan_s):
                 return
+            if remote and self._scanning_store:
+                return  # a store is listed again once the scan under way has loaded what it found
             self._scanned_at = time.monotonic()
+            self._scanning_store = remote
+        try:
+            self._scan(remote)
+        finally:
+            with self._lock:
+                self._scanning_store = False
+
+    def _scan(self, remote: bool) -> None:
+        """List the logdir, then load each new or changed span: from its entry, or in a worker process."""
         unreadable: list[tuple[str, str]] = []
-        remote = storage.is_remote(self.logdir)
         try:
             runs = discover(self.logdir, unreadable) if remote or os.path.isdir(self.logdir) else []
         except (OSError, ValueError, storage.StorageError) as e:
