@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -296,3 +297,44 @@ def test_a_bucket_is_not_listed_again_while_the_scan_under_way_fetches_its_entri
         proc.kill()
         proc.wait()
     assert len([t for m, t in asked if "?" in t]) == 1, asked
+
+
+_ASK = """
+import sys
+from phaseprof.plugin.serving.store import READY, TraceStore
+store = TraceStore(sys.argv[1])
+store.refresh()  # what a route does
+print("answered", len(store.runs()), flush=True)
+sys.stdin.readline()
+assert store.wait(300) and [r.name for r in store.runs()] == ["ranks"]
+store.close()
+"""
+
+
+def test_a_request_does_not_wait_for_a_listing_of_the_bucket(s3, bucket, tmp_path, traces):
+    """A route's rescan of a store runs in the background: the request answers from what is known while
+    the listing (held here by a relay) is under way, and the next ones see what it found."""
+    from tests.s3 import Relay
+
+    local = tmp_path / "local"
+    (local / "ranks").mkdir(parents=True)
+    for i, f in enumerate(traces.files("gpu", "hta_sampled_2rank")):
+        shutil.copy(f, local / "ranks" / f"rank{i}.1.pt.trace.json.gz")
+    s3.upload_tree(local, bucket, "p")
+    relay = Relay(s3.port, hold="list-type=")
+    env = {**os.environ, "AWS_ENDPOINT_URL": relay.endpoint, "PHASEPROF_CACHE": str(tmp_path / "user-cache")}
+    proc = subprocess.Popen([sys.executable, "-c", _ASK, f"s3://{bucket}/p"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = []
+        reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(120)  # a generous deadline: a request waiting for the held listing never answers
+        assert line == ["answered 0\n"]
+        relay.release()
+        proc.stdin.close()
+        assert proc.wait(300) == 0, proc.stderr.read()
+    finally:
+        relay.release()
+        proc.kill()
+        proc.wait()

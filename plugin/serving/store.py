@@ -124,7 +124,14 @@ class TraceStore:
 
     def refresh(self, force: bool = False) -> None:
         """Rescan the logdir (at most every ``rescan_s`` seconds unless forced) and queue new or
-        changed files whose writing has settled."""
+        changed files whose writing has settled. A store's logdir is rescanned in the background unless
+        forced: a request answers from the last listing rather than wait seconds for the next one."""
+        if not force and storage.is_remote(self.logdir):
+            self.refresh_soon()
+            return
+        self._refresh(force)
+
+    def _refresh(self, force: bool) -> None:
         remote = storage.is_remote(self.logdir)
         with self._lock:
             if self._closed or (not force and time.monotonic() - self._scanned_at < self._rescan_s):
@@ -195,7 +202,7 @@ class TraceStore:
 
         def scan() -> None:
             try:
-                self.refresh(force=force)
+                self._refresh(force)
             finally:
                 with self._lock:
                     self._scanning = False
@@ -326,12 +333,13 @@ class TraceStore:
         return any(r.files for r in self.runs())
 
     def wait(self, timeout: float) -> bool:
-        """Block until nothing is pending or loading (tests, benchmarks); True if so."""
+        """Block until no scan runs and nothing is pending or loading (tests, benchmarks); True if so."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.refresh(force=True)
             with self._lock:
-                busy = any(s.state in (PENDING, LOADING) for s in self._spans.values())
+                busy = self._scanning or self._scanning_store or any(
+                    s.state in (PENDING, LOADING) for s in self._spans.values())
             if not busy:
                 return True
             time.sleep(0.05)
