@@ -55,6 +55,7 @@ def loaded(loading: dict, files: int) -> bool:
 def start_to_ranks(url: str, ranks: int, relay: Relay, store: S3Server) -> Start:
     relay.take()
     store_cpu = TreeCpu(store.pid)
+    store_before = store_cpu.seconds()  # the server's CPU time so far (the uploads, earlier starts)
     server = TensorBoardServer(sys.executable, url)
     cpu = TreeCpu(server.proc.pid)
     try:
@@ -64,7 +65,8 @@ def start_to_ranks(url: str, ranks: int, relay: Relay, store: S3Server) -> Start
         seconds = server.poll(f"/data/plugin/phaseprof/ranks?run={RUN}",
                               lambda b: len([r for r in json.loads(b)["ranks"] if r["steps"]]) == ranks, timeout=600)
         read, asked = relay.take()
-        return Start(seconds, read, len(asked), cpu.seconds(), store_cpu.seconds(), os.getloadavg()[0])
+        return Start(seconds, read, len(asked), cpu.seconds(), store_cpu.seconds() - store_before,
+                     os.getloadavg()[0])
     finally:
         cpu.close()
         store_cpu.close()
