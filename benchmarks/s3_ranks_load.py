@@ -22,6 +22,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from typing import NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -52,6 +53,12 @@ def loaded(loading: dict, files: int) -> bool:
     return loading["files"] >= files and loading["done"] == loading["files"]
 
 
+def progress(server: TensorBoardServer) -> dict:
+    """The loading progress in /runs (none yet while TensorBoard is not answering)."""
+    status, body = server.get("/data/plugin/phaseprof/runs")
+    return json.loads(body)["loading"] if status == 200 else {"files": 0, "done": 0}
+
+
 def start_to_ranks(url: str, ranks: int, relay: Relay, store: S3Server) -> Start:
     relay.take()
     store_cpu = TreeCpu(store.pid)
@@ -59,9 +66,14 @@ def start_to_ranks(url: str, ranks: int, relay: Relay, store: S3Server) -> Start
     server = TensorBoardServer(sys.executable, url)
     cpu = TreeCpu(server.proc.pid)
     try:
-        # /runs while the analyses load (each /ranks would be computed over every rank loaded so far),
-        # then /ranks, as the tab does: it asks for /runs every 1.5 s and for the view when they change
-        server.poll("/data/plugin/phaseprof/runs", lambda b: loaded(json.loads(b)["loading"], ranks), timeout=600)
+        # /runs every quarter second while the analyses load, then /ranks, as the tab does (it asks for
+        # /runs every 1.5 s, and for the view when they change): each /ranks, or /runs asked twenty
+        # times a second, would be computed over every rank loaded so far, taking TensorBoard's time
+        deadline = time.monotonic() + 600
+        while not loaded(progress(server), ranks):
+            if time.monotonic() > deadline:
+                raise SystemExit("the analyses did not load in 600 s")
+            time.sleep(0.25)
         seconds = server.poll(f"/data/plugin/phaseprof/ranks?run={RUN}",
                               lambda b: len([r for r in json.loads(b)["ranks"] if r["steps"]]) == ranks, timeout=600)
         read, asked = relay.take()
