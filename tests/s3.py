@@ -21,7 +21,6 @@ import pytest
 _SERVE = """
 import logging
 import sys
-import threading
 from moto.server import ThreadedMotoServer
 logging.getLogger("werkzeug").setLevel(logging.WARNING)
 server = ThreadedMotoServer(ip_address="127.0.0.1", port=int(sys.argv[1]), verbose=False)
