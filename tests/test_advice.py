@@ -13,11 +13,14 @@ from phaseprof.plugin.analysis.advice import (
     Context,
     _collective_kind,
     _communication_advice,
+    _data,
     _gpu_bound,
+    _optimizer,
     _short,
     _workers,
     tensor_cores,
 )
+from phaseprof.plugin.analysis.cost import Figures
 from phaseprof.plugin.answers import Evidence
 
 
@@ -119,3 +122,72 @@ def test_fp32_matrix_kernels_ask_for_the_precision_the_gpu_runs_on_tensor_cores(
     assert _gpu_bound(None, ctx, "backward", evidence) == ("gpu-bound", says)
     assert evidence.fp32_matrix_share == 0.9
     assert evidence.kernels == ["volta_sgemm_128x64_nn", "at::native::vectorized_elementwise_kernel"]
+
+
+PHASES = ["data", "forward", "backward", "optimizer"]
+
+
+def typical_step(cpu, gpu=(0, 0, 0, 0), launches=(0, 0, 0, 0), has_gpu=True) -> Figures:
+    """A typical step of four phases (µs); the figures the rules under test do not read are zeros."""
+    zeros = np.zeros(4)
+    cpu = np.array(cpu, dtype=float)
+    return Figures(phases=PHASES, steps=[1, 2, 3], wall_us=float(cpu.sum()), cpu_us=cpu,
+                   gpu_us=np.array(gpu, dtype=float), idle_us=zeros, wait_us=zeros,
+                   launches=np.array(launches, dtype=float), busy_us=zeros, compute_us=zeros, comm_us=zeros,
+                   exposed_comm_us=zeros, step_idle_us=0.0, has_gpu=has_gpu)
+
+
+SINGLE_PROCESS = ("the loop's own thread loads every batch (DataLoader num_workers=0): set num_workers (up to 3: the "
+                  "process may use 4 CPUs, one stays with the loop) so batches are prepared in worker processes while "
+                  "the step runs, with persistent_workers=True")
+
+
+def test_untraced_data_loading_is_named_as_the_datasets_python_from_a_tenth_of_the_phase():
+    f = typical_step(cpu=[10_000, 1000, 1000, 1000])
+    ctx = Context(ops={}, kernels={}, loader="single-process", gpu_names=[], cpus=4, untraced_us={"data": 3000.0})
+    evidence = Evidence()
+    assert _data(f, ctx, evidence) == ("data-loader", SINGLE_PROCESS + "; 3.00 ms of it (30%) records no op: the "
+                                       "dataset's Python (decoding, transforms), which worker processes run beside "
+                                       "the step")
+    assert (evidence.untraced_ms, evidence.loader, evidence.cpus) == (3.0, "single-process", 4)
+
+    # under a tenth of the phase: not worth a sentence
+    ctx.untraced_us = {"data": 999.0}
+    evidence = Evidence()
+    assert _data(f, ctx, evidence) == ("data-loader", SINGLE_PROCESS)
+    assert evidence.untraced_ms is None
+
+
+def test_pageable_batch_copies_in_data_and_forward_ask_for_pinned_memory():
+    f = typical_step(cpu=[10_000, 1000, 1000, 1000])
+    kernels = {("data", "Memcpy HtoD (Pageable -> Device)"): np.array([2.0, 700.0]),
+               ("forward", "Memcpy HtoD (Pageable -> Device)"): np.array([1.0, 500.0]),
+               ("forward", "Memcpy HtoD (Pinned -> Device)"): np.array([1.0, 900.0]),
+               # a copy the optimizer makes is not the batch
+               ("optimizer", "Memcpy HtoD (Pageable -> Device)"): np.array([1.0, 4000.0])}
+    ctx = Context(ops={}, kernels=kernels, loader=None, gpu_names=[], cpus=None)
+    evidence = Evidence()
+    assert _data(f, ctx, evidence) == (
+        "data-loader", "load batches in DataLoader worker processes (num_workers > 0: about the CPUs the process may "
+        "use, less one for the loop; the trace does not say how many: PhaseProfiler records them) and prefetch them, "
+        "so the loop does not prepare data itself; the batch's host-to-device copies come from pageable memory "
+        "(1.20 ms per step): pin_memory=True on the DataLoader and .to(device, non_blocking=True) let them overlap")
+    assert (evidence.pageable_copy_ms, evidence.loader, evidence.cpus) == (1.2, None, None)
+
+
+def test_an_optimizer_launching_many_tiny_kernels_is_told_to_use_foreach():
+    ops = {("optimizer", "aten::add_"): np.array([200.0, 600.0, 600.0, 0.0, 0.0])}
+    ctx = Context(ops=ops, kernels={}, loader=None, gpu_names=[])
+    evidence = Evidence()
+    f = typical_step(cpu=[0, 0, 0, 2000], gpu=[0, 0, 0, 1990], launches=[0, 0, 0, 200])
+    assert _optimizer(f, ctx, evidence) == (
+        "optimizer", "it launches 200 kernels per step averaging 9.9 µs, one per parameter and operation: a foreach "
+        "or fused optimizer (foreach=True, or fused=True where the optimizer offers it) updates all parameters in a "
+        "few kernels")
+    assert (evidence.launches, evidence.mean_kernel_us, evidence.op_calls) == (200.0, 9.95, 200.0)
+
+    # kernels of 20 µs on average are not tiny: the optimizer's ops are named instead
+    f = typical_step(cpu=[0, 0, 0, 2000], gpu=[0, 0, 0, 4000], launches=[0, 0, 0, 200])
+    evidence = Evidence()
+    assert _optimizer(f, ctx, evidence) == ("optimizer", "its ops with the most self time: aten::add_ (0.60 ms)")
+    assert evidence.mean_kernel_us is None
