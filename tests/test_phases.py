@@ -350,3 +350,25 @@ def test_a_phase_range_begun_before_the_first_step_counts_in_it(tmp_path):
     assert phase_ms(span, 0, "forward") == pytest.approx(4.0)
     assert phase_ms(span, 0, "other") == pytest.approx(4.5)
     assert phase_ms(span, 1, "data") == pytest.approx(1.0)
+
+
+def test_a_step_without_backward_is_forward_from_its_first_op(tmp_path):
+    # an inference loop: no phase ranges, no gradient seed; all the step's top-level work is forward
+    span = analyse(tmp_path, [step(1, 0, 1000), op("aten::mm", 100, 300), op("aten::relu", 500, 100)])
+    assert span.steps[0].inferred == {"forward"}
+    assert phase_ms(span, 0, "forward") == pytest.approx(0.5)
+    assert phase_ms(span, 0, "other") == pytest.approx(0.5)
+
+
+def test_two_evaluation_passes_in_one_step_are_both_kept_out_of_it(tmp_path):
+    span = analyse(tmp_path, [
+        step(1, 0, 20_000),
+        annotation("phaseprof::forward", 0, 2_000),
+        annotation("phaseprof::eval", 2_000, 3_000),
+        annotation("phaseprof::backward", 5_000, 2_000),
+        annotation("phaseprof::eval", 8_000, 2_000),
+        annotation("phaseprof::optimizer", 10_000, 1_000),
+    ])
+    assert span.steps[0].outside == {"eval": 5_000.0}
+    assert span.steps[0].wall == pytest.approx(15_000.0)
+    assert phase_ms(span, 0, "other") == pytest.approx(10.0)
