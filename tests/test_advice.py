@@ -15,12 +15,15 @@ from phaseprof.plugin.analysis.advice import (
     _communication_advice,
     _data,
     _gpu_bound,
+    _host_bound,
     _optimizer,
+    _parts,
     _short,
+    _top_ops,
     _workers,
     tensor_cores,
 )
-from phaseprof.plugin.analysis.cost import Figures
+from phaseprof.plugin.analysis.cost import Figures, phase_costs
 from phaseprof.plugin.answers import Evidence
 
 
@@ -127,12 +130,12 @@ def test_fp32_matrix_kernels_ask_for_the_precision_the_gpu_runs_on_tensor_cores(
 PHASES = ["data", "forward", "backward", "optimizer"]
 
 
-def typical_step(cpu, gpu=(0, 0, 0, 0), launches=(0, 0, 0, 0), has_gpu=True) -> Figures:
+def typical_step(cpu, gpu=(0, 0, 0, 0), launches=(0, 0, 0, 0), idle=(0, 0, 0, 0), has_gpu=True) -> Figures:
     """A typical step of four phases (µs); the figures the rules under test do not read are zeros."""
     zeros = np.zeros(4)
     cpu = np.array(cpu, dtype=float)
     return Figures(phases=PHASES, steps=[1, 2, 3], wall_us=float(cpu.sum()), cpu_us=cpu,
-                   gpu_us=np.array(gpu, dtype=float), idle_us=zeros, wait_us=zeros,
+                   gpu_us=np.array(gpu, dtype=float), idle_us=np.array(idle, dtype=float), wait_us=zeros,
                    launches=np.array(launches, dtype=float), busy_us=zeros, compute_us=zeros, comm_us=zeros,
                    exposed_comm_us=zeros, step_idle_us=0.0, has_gpu=has_gpu)
 
@@ -191,3 +194,43 @@ def test_an_optimizer_launching_many_tiny_kernels_is_told_to_use_foreach():
     evidence = Evidence()
     assert _optimizer(f, ctx, evidence) == ("optimizer", "its ops with the most self time: aten::add_ (0.60 ms)")
     assert evidence.mean_kernel_us is None
+
+
+def test_a_host_bound_phase_whose_gpu_idles_on_short_kernels_is_launch_bound():
+    f = typical_step(cpu=[0, 1000, 0, 0], gpu=[0, 1234, 0, 0], launches=[0, 100, 0, 0], idle=[0, 500, 0, 0])
+    evidence = Evidence()
+    assert _host_bound(f, Context(ops={}, kernels={}, loader=None, gpu_names=[]), "forward", evidence) == (
+        "launch-bound", "the GPU idles 50% of it while the host launches 100 kernels averaging 12.3 µs: launch-bound; "
+        "CUDA graphs (torch.compile(mode='reduce-overhead')), torch.compile's fusion or a larger batch give the GPU "
+        "more work per launch")
+    assert (evidence.launches, evidence.mean_kernel_us) == (100.0, 12.34)
+
+
+def test_untraced_time_more_than_any_op_is_named_before_the_ops():
+    ops = {("forward", "aten::mm"): np.array([1.0, 1000.0, 1000.0, 0.0, 0.0]),
+           ("backward", "aten::mm"): np.array([1.0, 5000.0, 5000.0, 0.0, 0.0])}
+    ctx = Context(ops=ops, kernels={}, loader=None, gpu_names=[], untraced_us={"forward": 3000.0})
+    evidence = Evidence()
+    assert _top_ops(typical_step(cpu=[0, 10_000, 0, 0]), ctx, "forward", evidence) == (
+        "3.00 ms of it (30%) is untraced: the process recorded no op, runtime call or range then (Python or framework "
+        "code between the recorded ops: a dataset's __getitem__, logging, file I/O; or events a sampled trace "
+        "dropped); record_function ranges or torch.profiler's with_stack=True name it; the ops beside it with the "
+        "most self time: aten::mm (1.00 ms)")
+    assert evidence.untraced_ms == 3.0
+
+
+def test_a_phase_waiting_on_the_gpu_names_each_sync_call_and_the_op_behind_it():
+    f = typical_step(cpu=[1000, 8000, 1000, 0], idle=[0, 3000, 0, 0])
+    rows = {("forward", "cudaStreamSynchronize"): np.array([2.0, 1500.0, 1500.0, 0.0, 0.0]),
+            ("forward", "cudaMemcpyAsync"): np.array([1.0, 500.0, 500.0, 0.0, 0.0]),  # no sync
+            ("forward", "cudaMemcpy"): np.array([1.0, 500.0, 500.0, 0.0, 0.0]),
+            ("forward", "aten::item"): np.array([1.0, 10.0, 2010.0, 0.0, 0.0])}
+    ctx = Context(ops=rows, kernels={}, loader=None, gpu_names=[])
+    (sync,) = _parts(f, phase_costs(f), ctx, "forward")
+    assert (sync.kind, sync.phase, sync.saving_us) == ("sync", "forward", 2000.0)
+    assert sync.text == ("forward waits 2.00 ms per step for the GPU in cudaStreamSynchronize (2 per step), "
+                         "cudaMemcpy (1 per step), from aten::item: each sync drains the GPU's queue and leaves it "
+                         "idle while the host catches up; keep values on the GPU (no .item(), .cpu() or printing of "
+                         "tensors inside the step)")
+    assert sync.evidence.sync_calls == ["cudaStreamSynchronize x2", "cudaMemcpy x1"]
+    assert (sync.evidence.ops, sync.evidence.wait_ms, sync.evidence.gpu_idle_ms) == (["aten::item"], 2.0, 3.0)
