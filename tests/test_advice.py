@@ -12,6 +12,7 @@ from phaseprof.plugin.analysis.advice import (
     NONE,
     Context,
     _collective_kind,
+    _communication,
     _communication_advice,
     _data,
     _gpu_bound,
@@ -130,14 +131,16 @@ def test_fp32_matrix_kernels_ask_for_the_precision_the_gpu_runs_on_tensor_cores(
 PHASES = ["data", "forward", "backward", "optimizer"]
 
 
-def typical_step(cpu, gpu=(0, 0, 0, 0), launches=(0, 0, 0, 0), idle=(0, 0, 0, 0), has_gpu=True) -> Figures:
+def typical_step(cpu, gpu=(0, 0, 0, 0), launches=(0, 0, 0, 0), idle=(0, 0, 0, 0), comm=(0, 0, 0, 0),
+                 exposed=(0, 0, 0, 0), has_gpu=True) -> Figures:
     """A typical step of four phases (µs); the figures the rules under test do not read are zeros."""
     zeros = np.zeros(4)
     cpu = np.array(cpu, dtype=float)
     return Figures(phases=PHASES, steps=[1, 2, 3], wall_us=float(cpu.sum()), cpu_us=cpu,
                    gpu_us=np.array(gpu, dtype=float), idle_us=np.array(idle, dtype=float), wait_us=zeros,
-                   launches=np.array(launches, dtype=float), busy_us=zeros, compute_us=zeros, comm_us=zeros,
-                   exposed_comm_us=zeros, step_idle_us=0.0, has_gpu=has_gpu)
+                   launches=np.array(launches, dtype=float), busy_us=zeros, compute_us=zeros,
+                   comm_us=np.array(comm, dtype=float), exposed_comm_us=np.array(exposed, dtype=float),
+                   step_idle_us=0.0, has_gpu=has_gpu)
 
 
 SINGLE_PROCESS = ("the loop's own thread loads every batch (DataLoader num_workers=0): set num_workers (up to 3: the "
@@ -234,3 +237,22 @@ def test_a_phase_waiting_on_the_gpu_names_each_sync_call_and_the_op_behind_it():
                          "tensors inside the step)")
     assert sync.evidence.sync_calls == ["cudaStreamSynchronize x2", "cudaMemcpy x1"]
     assert (sync.evidence.ops, sync.evidence.wait_ms, sync.evidence.gpu_idle_ms) == (["aten::item"], 2.0, 3.0)
+
+
+def test_exposed_communication_is_named_by_its_collective_ops_not_the_profilers_record_of_them():
+    f = typical_step(cpu=[1000, 3000, 5000, 1000], comm=[0, 0, 4000, 0], exposed=[0, 0, 2000, 0])
+    ops = {("backward", "record_param_comms"): np.array([1.0, 5.0, 5.0, 0.0, 4000.0]),  # the profiler's wrapper
+           ("backward", "nccl:all_reduce"): np.array([1.0, 5.0, 5.0, 0.0, 3900.0]),
+           ("backward", "aten::mm"): np.array([1.0, 5.0, 5.0, 0.0, 5000.0])}
+    kernels = {("backward", "ncclKernel_AllReduce_RING_LL_Sum_float"): np.array([1.0, 4000.0])}
+    ctx = Context(ops=ops, kernels=kernels, loader=None, gpu_names=[])
+    found = _communication(f, phase_costs(f), ctx, "backward")
+    assert (found.kind, found.phase, found.saving_us) == ("exposed-communication", "backward", None)
+    assert found.text == (
+        "2.00 ms per step of communication launched in backward (nccl:all_reduce) runs with no compute on any "
+        "stream: 50% of its 4.00 ms is overlapped; the host's work (10.00 ms per step) binds the step, so hiding it "
+        "pays once that is shorter; DDP overlaps the gradient all-reduce with backward bucket by bucket: a smaller "
+        "bucket_cap_mb starts it sooner, and under gradient accumulation no_sync() on all but the last micro-batch "
+        "skips it")
+    assert (found.evidence.ops, found.evidence.collective, found.evidence.overlap) == (["nccl:all_reduce"],
+                                                                                       "all-reduce", 0.5)
