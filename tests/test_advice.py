@@ -14,6 +14,7 @@ from phaseprof.plugin.analysis.advice import (
     _collective_kind,
     _communication,
     _communication_advice,
+    _cost_sentence,
     _data,
     _gpu_bound,
     _host_bound,
@@ -24,7 +25,7 @@ from phaseprof.plugin.analysis.advice import (
     _workers,
     tensor_cores,
 )
-from phaseprof.plugin.analysis.cost import Figures, phase_costs
+from phaseprof.plugin.analysis.cost import GPU, Costs, Figures, phase_costs
 from phaseprof.plugin.answers import Evidence
 
 
@@ -256,3 +257,79 @@ def test_exposed_communication_is_named_by_its_collective_ops_not_the_profilers_
         "skips it")
     assert (found.evidence.ops, found.evidence.collective, found.evidence.overlap) == (["nccl:all_reduce"],
                                                                                        "all-reduce", 0.5)
+
+
+def test_the_cost_sentence_of_a_gpu_bound_step_says_why_the_gpu_measures_it_on_its_first_phase():
+    f = typical_step(cpu=[1000, 3000, 5000, 1000], idle=[0, 0, 0, 0])
+    c = Costs(measure=GPU, wall_us=10_000, total_us=8000, host_us=6000, gpu_busy_us=8000, compute_us=8000,
+              cost_us={"data": 0.0, "forward": 2000.0, "backward": 6000.0, "optimizer": 0.0},
+              order=["backward", "forward", "data", "optimizer"])
+    assert _cost_sentence(f, c, "backward") == (
+        "backward costs the most GPU compute time: 6.00 ms per step (75% of the step's 8.00 ms of GPU compute); the "
+        "step is GPU-bound (the GPU computes 8.00 ms per step, the host's own work takes 6.00 ms), so the compute a "
+        "phase launches is what it adds")
+    assert _cost_sentence(f, c, "forward") == "forward costs 2.00 ms of GPU compute time per step (25% of the step's)"
+
+
+def test_untraced_data_loading_is_not_blamed_on_worker_processes_or_a_phase_without_host_time():
+    # workers load beside the step: the loop's untraced time is not the dataset's Python
+    f = typical_step(cpu=[10_000, 1000, 1000, 1000])
+    ctx = Context(ops={}, kernels={}, loader="worker processes", gpu_names=[], cpus=4, untraced_us={"data": 3000.0})
+    evidence = Evidence()
+    assert _data(f, ctx, evidence) == (
+        "data-loader", "the loop waits for DataLoader workers: raise num_workers (up to 3: the process may use 4 CPUs, "
+        "one stays with the loop) or prefetch_factor, or make the per-sample transforms cheaper")
+    assert evidence.untraced_ms is None
+    # no host time in data (its cost is GPU time): no share of it to name
+    ctx = Context(ops={}, kernels={}, loader="single-process", gpu_names=[], cpus=4, untraced_us={})
+    assert _data(typical_step(cpu=[0, 1000, 1000, 1000]), ctx, Evidence()) == ("data-loader", SINGLE_PROCESS)
+
+
+def test_fp32_convolutions_are_also_told_of_channels_last():
+    kernels = {("forward", "cudnn::detail::implicit_convolve_sgemm<float>(int)"): np.array([10.0, 900.0])}
+    ctx = Context(ops={}, kernels=kernels, loader=None, gpu_names=["NVIDIA A100-SXM4-40GB"])
+    assert _gpu_bound(None, ctx, "forward", Evidence()) == (
+        "gpu-bound", "100% of its GPU time is fp32 matrix kernels without tensor cores "
+        "(cudnn::detail::implicit_convolve_sgemm): mixed precision (torch.autocast with bfloat16) or TF32 "
+        "(torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32) runs them on tensor cores on "
+        "this NVIDIA A100-SXM4-40GB; with convolutions, channels_last memory format helps too")
+
+
+def test_a_host_bound_phase_whose_gpu_idles_little_is_not_launch_bound():
+    f = typical_step(cpu=[0, 1000, 0, 0], gpu=[0, 1234, 0, 0], launches=[0, 100, 0, 0], idle=[0, 399, 0, 0])
+    ops = {("forward", "aten::mm"): np.array([1.0, 700.0, 700.0, 0.0, 0.0])}
+    evidence = Evidence()
+    assert _host_bound(f, Context(ops=ops, kernels={}, loader=None, gpu_names=[]), "forward", evidence) == (
+        "host-time", "its ops with the most self time: aten::mm (0.70 ms)")
+    assert evidence.mean_kernel_us is None
+
+
+def test_pageable_copies_outside_the_batchs_phases_ask_for_pinned_source_tensors():
+    f = typical_step(cpu=[1000, 3000, 3000, 3000])
+    kernels = {("optimizer", "Memcpy HtoD (Pageable -> Device)"): np.array([1.0, 800.0]),
+               ("optimizer", "Memcpy HtoD (Pinned -> Device)"): np.array([1.0, 200.0])}
+    ops = {("optimizer", "cudaMemcpyAsync"): np.array([2.0, 1000.0, 1000.0, 0.0, 0.0]),
+           ("optimizer", "aten::copy_"): np.array([2.0, 50.0, 1050.0, 0.0, 0.0])}
+    ctx = Context(ops=ops, kernels=kernels, loader=None, gpu_names=[])
+    (copies,) = _parts(f, phase_costs(f), ctx, "optimizer")
+    assert (copies.kind, copies.phase, copies.saving_us) == ("pageable-copies", "optimizer", 800.0)
+    assert copies.text == (
+        "optimizer pays 0.80 ms of host time per step copying to the GPU from pageable memory (0.80 ms of Memcpy HtoD "
+        "(Pageable -> Device)): the host waits while each copy is staged and the copy overlaps nothing; keep the "
+        "source tensors in pinned memory (tensor.pin_memory(), once) and copy with .to(device, non_blocking=True), or "
+        "create them on the GPU let the copies run beside the step")
+    assert (copies.evidence.pageable_copy_ms, copies.evidence.copy_host_ms, copies.evidence.ops) == (
+        0.8, 0.8, ["cudaMemcpyAsync"])
+
+
+def test_many_allocator_calls_in_a_phase_are_a_finding_of_their_own():
+    f = typical_step(cpu=[1000, 3000, 3000, 3000])
+    ops = {("forward", "cudaMalloc"): np.array([8.0, 300.0, 300.0, 0.0, 0.0]),
+           ("forward", "cudaFree"): np.array([4.0, 200.0, 200.0, 0.0, 0.0])}
+    (allocs,) = _parts(f, phase_costs(f), Context(ops=ops, kernels={}, loader=None, gpu_names=[]), "forward")
+    assert (allocs.kind, allocs.phase, allocs.saving_us) == ("allocator", "forward", 500.0)
+    assert allocs.text == (
+        "forward calls cudaMalloc/cudaFree 12 times per step (0.50 ms): the caching allocator keeps returning and "
+        "re-requesting memory; avoid torch.cuda.empty_cache() in the loop, keep tensor shapes steady, or set "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    assert (allocs.evidence.alloc_calls, allocs.evidence.alloc_ms) == (12.0, 0.5)
