@@ -207,3 +207,14 @@ def test_the_windows_of_an_evaluation_pass_between_inferred_steps_are_empty_step
     assert [s.events for s in span.steps] == [2, 2, 0, 0, 2, 2]
     assert [s.outside for s in span.steps] == [{}, {"eval": 10.0}, {"eval": 1000.0}, {"eval": 990.0}, {}, {}]
     assert span.cpu_us[[2, 3]].sum() == 0
+
+
+def test_work_of_another_thread_after_the_loops_last_batch_makes_no_step(tmp_path):
+    # the loop's final __next__ (no batch left) is no step, even when another thread of the process
+    # (the autograd engine, a pin-memory thread) still works after it
+    ev = []
+    for t0 in (0, 1000):
+        ev += [annotation(NEXT, t0, 100), op("aten::mm", t0 + 200, 300)]
+    ev += [annotation(NEXT, 2000, 100), op("aten::copy_", 2050, 450, tid=AUTOGRAD)]
+    span = analyse(tmp_path, ev)
+    assert [(s.start, s.end) for s in span.steps] == [(0, 1000), (1000, 2000)]
