@@ -395,3 +395,11 @@ def test_the_step_trace_labels_host_events_of_an_evaluation_pass_outside_the_ste
     trace = read_trace(str(write_trace(tmp_path / "w.1.pt.trace.json", thread_names() + events)))
     args = {e.name: e.args for e in step_trace(trace, 1).traceEvents if e.ph == "X" and e.cat == "cpu_op"}
     assert args == {"aten::mm": {"phase": "forward"}, "aten::conv2d": {"outside": "eval"}}
+
+
+def test_a_trace_without_marks_is_the_loop_of_its_busiest_thread_nested_time_counted_once(tmp_path):
+    # the loop's thread: 1.5 ms of top-level work, against 1 ms on the other (holding 0.8 ms nested)
+    span = analyse(tmp_path, [op("aten::linear", 0, 1_000), op("aten::mm", 100, 800),
+                              op("aten::conv2d", 0, 1_500, tid=AUTOGRAD)])
+    assert detail_of(span, 0)["lanes"]["labels"][0] == "thread 101 (pt_autograd_0)"
+    assert phase_ms(span, 0, "forward") == pytest.approx(1.5)
