@@ -137,7 +137,7 @@ def typical_step(cpu, gpu=(0, 0, 0, 0), launches=(0, 0, 0, 0), idle=(0, 0, 0, 0)
     """A typical step of four phases (µs); the figures the rules under test do not read are zeros."""
     zeros = np.zeros(4)
     cpu = np.array(cpu, dtype=float)
-    return Figures(phases=PHASES, steps=[1, 2, 3], wall_us=float(cpu.sum()), cpu_us=cpu,
+    return Figures(phases=PHASES, steps=[1, 2, 3], wall_us=float(cpu.sum()), host_us=cpu,
                    gpu_us=np.array(gpu, dtype=float), idle_us=np.array(idle, dtype=float), wait_us=zeros,
                    launches=np.array(launches, dtype=float), busy_us=zeros, compute_us=zeros,
                    comm_us=np.array(comm, dtype=float), exposed_comm_us=np.array(exposed, dtype=float),

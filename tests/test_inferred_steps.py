@@ -205,8 +205,8 @@ def test_the_windows_of_an_evaluation_pass_between_inferred_steps_are_empty_step
                                                       (4000, 5000), (5000, 6000)]
     assert [s.empty for s in span.steps] == [False, False, True, True, False, False]
     assert [s.events for s in span.steps] == [2, 2, 0, 0, 2, 2]
-    assert [s.outside for s in span.steps] == [{}, {"eval": 10.0}, {"eval": 1000.0}, {"eval": 990.0}, {}, {}]
-    assert span.cpu_us[[2, 3]].sum() == 0
+    assert [s.apart for s in span.steps] == [{}, {"eval": 10.0}, {"eval": 1000.0}, {"eval": 990.0}, {}, {}]
+    assert span.host_us[[2, 3]].sum() == 0
 
 
 def test_work_of_another_thread_after_the_loops_last_batch_makes_no_step(tmp_path):

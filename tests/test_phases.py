@@ -369,7 +369,7 @@ def test_two_evaluation_passes_in_one_step_are_both_kept_out_of_it(tmp_path):
         annotation("phaseprof::eval", 8_000, 2_000),
         annotation("phaseprof::optimizer", 10_000, 1_000),
     ])
-    assert span.steps[0].outside == {"eval": 5_000.0}
+    assert span.steps[0].apart == {"eval": 5_000.0}
     assert span.steps[0].wall == pytest.approx(15_000.0)
     assert phase_ms(span, 0, "other") == pytest.approx(10.0)
 
@@ -383,10 +383,10 @@ def test_step_zeros_marker_is_no_op_of_its_step(tmp_path):
 
 def test_a_trace_without_host_events_has_no_steps(tmp_path):
     span = analyse(tmp_path, [])
-    assert span.steps == [] and span.cpu_us.size == 0
+    assert span.steps == [] and span.host_us.size == 0
 
 
-def test_the_step_trace_labels_host_events_of_an_evaluation_pass_outside_the_step(tmp_path):
+def test_the_step_trace_labels_host_events_of_an_evaluation_pass_apart_from_the_step(tmp_path):
     from phaseprof.plugin.analysis.step_trace import step_trace
 
     events = [step(1, 0, 10_000), annotation("phaseprof::forward", 0, 2_000), op("aten::mm", 100, 400),
@@ -394,7 +394,7 @@ def test_the_step_trace_labels_host_events_of_an_evaluation_pass_outside_the_ste
               annotation("phaseprof::backward", 7_000, 3_000)]
     trace = read_trace(str(write_trace(tmp_path / "w.1.pt.trace.json", thread_names() + events)))
     args = {e.name: e.args for e in step_trace(trace, 1).traceEvents if e.ph == "X" and e.cat == "cpu_op"}
-    assert args == {"aten::mm": {"phase": "forward"}, "aten::conv2d": {"outside": "eval"}}
+    assert args == {"aten::mm": {"phase": "forward"}, "aten::conv2d": {"apart": "eval"}}
 
 
 def test_a_trace_without_marks_is_the_loop_of_its_busiest_thread_nested_time_counted_once(tmp_path):
