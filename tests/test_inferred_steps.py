@@ -19,6 +19,8 @@ from phaseprof.plugin.reading.decode import read_trace
 from tests.logdir import write_trace
 from tests.tracebuilder import AUTOGRAD, annotation, op, thread_names
 
+NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
 
 def analyse(tmp_path, events):
     return analyze_trace(read_trace(str(write_trace(tmp_path / "loop.json", thread_names() + events))))
@@ -184,3 +186,35 @@ def test_inferred_steps_match_the_profiler_steps_they_replace(case, traces, tmp_
         a = marked.host_us[:, marked.phases.index(phase)]
         b = inferred.host_us[:, inferred.phases.index(phase)]
         assert (np.abs(b - a) <= np.maximum(0.02 * a, 500)).all(), (case, phase, a, b)
+
+
+def test_the_windows_of_an_evaluation_pass_between_inferred_steps_are_empty_steps(tmp_path):
+    # The eval loader's batches repeat the loop's mark inside the pass: the windows they open hold
+    # nothing but the pass, so they are empty steps (kept visible, out of the averages), its time
+    # kept out of them.
+    ev = []
+    for t0 in (0, 1000):
+        ev += [annotation(NEXT, t0, 100), op("aten::mm", t0 + 200, 300)]
+    ev += [annotation("phaseprof::eval", 2000, 2000)]
+    for t0 in (2000, 3000):
+        ev += [annotation(NEXT, t0 + 10, 100), op("aten::mm", t0 + 200, 300)]
+    for t0 in (4000, 5000):
+        ev += [annotation(NEXT, t0, 100), op("aten::mm", t0 + 200, 300)]
+    span = analyse(tmp_path, ev + [annotation(NEXT, 6000, 100)])
+    assert [(s.start, s.end) for s in span.steps] == [(0, 1000), (1000, 2010), (2010, 3010), (3010, 4000),
+                                                      (4000, 5000), (5000, 6000)]
+    assert [s.empty for s in span.steps] == [False, False, True, True, False, False]
+    assert [s.events for s in span.steps] == [2, 2, 0, 0, 2, 2]
+    assert [s.apart for s in span.steps] == [{}, {"eval": 10.0}, {"eval": 1000.0}, {"eval": 990.0}, {}, {}]
+    assert span.host_us[[2, 3]].sum() == 0
+
+
+def test_work_of_another_thread_after_the_loops_last_batch_makes_no_step(tmp_path):
+    # the loop's final __next__ (no batch left) is no step, even when another thread of the process
+    # (the autograd engine, a pin-memory thread) still works after it
+    ev = []
+    for t0 in (0, 1000):
+        ev += [annotation(NEXT, t0, 100), op("aten::mm", t0 + 200, 300)]
+    ev += [annotation(NEXT, 2000, 100), op("aten::copy_", 2050, 450, tid=AUTOGRAD)]
+    span = analyse(tmp_path, ev)
+    assert [(s.start, s.end) for s in span.steps] == [(0, 1000), (1000, 2000)]

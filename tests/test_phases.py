@@ -350,3 +350,56 @@ def test_a_phase_range_begun_before_the_first_step_counts_in_it(tmp_path):
     assert phase_ms(span, 0, "forward") == pytest.approx(4.0)
     assert phase_ms(span, 0, "other") == pytest.approx(4.5)
     assert phase_ms(span, 1, "data") == pytest.approx(1.0)
+
+
+def test_a_step_without_backward_is_forward_from_its_first_op(tmp_path):
+    # an inference loop: no phase ranges, no gradient seed; all the step's top-level work is forward
+    span = analyse(tmp_path, [step(1, 0, 1000), op("aten::mm", 100, 300), op("aten::relu", 500, 100)])
+    assert span.steps[0].inferred == {"forward"}
+    assert phase_ms(span, 0, "forward") == pytest.approx(0.5)
+    assert phase_ms(span, 0, "other") == pytest.approx(0.5)
+
+
+def test_two_evaluation_passes_in_one_step_are_both_kept_out_of_it(tmp_path):
+    span = analyse(tmp_path, [
+        step(1, 0, 20_000),
+        annotation("phaseprof::forward", 0, 2_000),
+        annotation("phaseprof::eval", 2_000, 3_000),
+        annotation("phaseprof::backward", 5_000, 2_000),
+        annotation("phaseprof::eval", 8_000, 2_000),
+        annotation("phaseprof::optimizer", 10_000, 1_000),
+    ])
+    assert span.steps[0].apart == {"eval": 5_000.0}
+    assert span.steps[0].wall == pytest.approx(15_000.0)
+    assert phase_ms(span, 0, "other") == pytest.approx(10.0)
+
+
+def test_step_zeros_marker_is_no_op_of_its_step(tmp_path):
+    span = analyse(tmp_path, [step(0, 0, 1_000), annotation("phaseprof::forward", 0, 1_000), op("aten::mm", 100, 400)])
+    w = Worker("w", [span])
+    detail = step_detail(w, w.row_of(0), "run")
+    assert {r.name for ops in detail.ops.values() for r in ops} == {"aten::mm"}
+
+
+def test_a_trace_without_host_events_has_no_steps(tmp_path):
+    span = analyse(tmp_path, [])
+    assert span.steps == [] and span.host_us.size == 0
+
+
+def test_the_step_trace_labels_host_events_of_an_evaluation_pass_apart_from_the_step(tmp_path):
+    from phaseprof.plugin.analysis.step_trace import step_trace
+
+    events = [step(1, 0, 10_000), annotation("phaseprof::forward", 0, 2_000), op("aten::mm", 100, 400),
+              annotation("phaseprof::eval", 2_000, 5_000), op("aten::conv2d", 2_100, 1_000),
+              annotation("phaseprof::backward", 7_000, 3_000)]
+    trace = read_trace(str(write_trace(tmp_path / "w.1.pt.trace.json", thread_names() + events)))
+    args = {e.name: e.args for e in step_trace(trace, 1).traceEvents if e.ph == "X" and e.cat == "cpu_op"}
+    assert args == {"aten::mm": {"phase": "forward"}, "aten::conv2d": {"apart": "eval"}}
+
+
+def test_a_trace_without_marks_is_the_loop_of_its_busiest_thread_nested_time_counted_once(tmp_path):
+    # the loop's thread: 1.5 ms of top-level work, against 1 ms on the other (holding 0.8 ms nested)
+    span = analyse(tmp_path, [op("aten::linear", 0, 1_000), op("aten::mm", 100, 800),
+                              op("aten::conv2d", 0, 1_500, tid=AUTOGRAD)])
+    assert detail_of(span, 0)["lanes"]["labels"][0] == "thread 101 (pt_autograd_0)"
+    assert phase_ms(span, 0, "forward") == pytest.approx(1.5)
