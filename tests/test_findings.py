@@ -377,6 +377,8 @@ def test_notes_on_empty_steps_inferred_phases_and_no_work(tmp_path):
     only_empty = write_trace(tmp_path / "empty" / "w.1.pt.trace.json", [step(1, 0, 1_000), step(2, 1_000, 1_000)])
     s = summary_of(only_empty)
     assert kinds(s) == ["no-work"] and s.dominant_phase is None
+    (note,) = s.findings
+    assert note.text == "no profiled step holds any work" and note.evidence.steps == [1, 2]
 
 
 def test_a_slow_steps_evidence_names_the_median_its_sentence_compares_against(tmp_path):
