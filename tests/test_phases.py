@@ -151,6 +151,17 @@ def test_self_time_subtracts_direct_children_only(tmp_path):
     assert "phaseprof::forward" not in rows  # the phase range is the phase, not an op of it
 
 
+def test_an_ops_gpu_time_holds_its_childrens_kernels_however_short(tmp_path):
+    # aten::linear launches nothing itself: its ten aten::addmm each launch a kernel of under a µs
+    events = [step(1, 0, 1_000), annotation("phaseprof::forward", 0, 1_000), op("aten::linear", 10, 500)]
+    for k in range(10):
+        events += [op("aten::addmm", 20 + 40 * k, 30), launch(25 + 40 * k, k + 1),
+                   kernel("gemm_small", 100 + 10 * k, 0.9, k + 1)]
+    rows = {r["name"]: r for r in detail_of(analyse(tmp_path, events), 1)["ops"]["forward"]}
+    assert (rows["aten::addmm"]["self_gpu_ms"], rows["aten::addmm"]["gpu_ms"]) == (0.009, 0.009)
+    assert (rows["aten::linear"]["self_gpu_ms"], rows["aten::linear"]["gpu_ms"]) == (0.0, 0.009)
+
+
 def test_memory_peak_and_net_delta_per_phase(tmp_path):
     span = analyse(tmp_path, [
         step(1, 0, 1_000),
