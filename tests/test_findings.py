@@ -381,6 +381,19 @@ def test_notes_on_empty_steps_inferred_phases_and_no_work(tmp_path):
     assert note.text == "no profiled step holds any work" and note.evidence.steps == [1, 2]
 
 
+@pytest.mark.parametrize("kind, said", [("eval", "evaluation passes 6.00 ms"), ("paused", "prof.paused() blocks 6.00 ms")])
+def test_time_kept_out_of_one_step_is_noted_with_that_step(tmp_path, kind, said):
+    loop = Loop()
+    for n in range(6):
+        kept_out = [(f"phaseprof::{kind}", 6_000)] if n == 2 else []
+        loop.step(n, ("phaseprof::forward", 3_000), ("phaseprof::backward", 4_000), *kept_out)
+    note = finding(loop_summary(tmp_path, loop), "outside-steps")
+    assert note.text == (f"time kept out of the steps ran inside the profiled window (step 2): {said}; not counted "
+                         "in any step's time, phases or findings")
+    assert note.evidence.steps == [2] and note.saving_ms is None and note.phase is None
+    assert (note.evidence.eval_ms, note.evidence.paused_ms) == ((6.0, None) if kind == "eval" else (None, 6.0))
+
+
 def test_a_slow_steps_evidence_names_the_median_its_sentence_compares_against(tmp_path):
     # six steps: the two middle ones differ, and the median step is the lower one (a step of the run)
     s = _six_steps_the_fourth_slow(tmp_path)
