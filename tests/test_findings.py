@@ -397,7 +397,7 @@ def test_time_kept_out_of_one_step_is_noted_with_that_step(tmp_path, kind, said)
     for n in range(6):
         kept_out = [(f"phaseprof::{kind}", 6_000)] if n == 2 else []
         loop.step(n, ("phaseprof::forward", 3_000), ("phaseprof::backward", 4_000), *kept_out)
-    note = finding(loop_summary(tmp_path, loop), "outside-steps")
+    note = finding(loop_summary(tmp_path, loop), "kept-apart")
     assert note.text == (f"time kept out of the steps ran inside the profiled window (step 2): {said}; not counted "
                          "in any step's time, phases or findings")
     assert note.evidence.steps == [2] and note.saving_ms is None and note.phase is None

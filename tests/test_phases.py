@@ -175,7 +175,7 @@ def test_an_op_row_carries_the_call_stack_of_most_of_its_time(tmp_path):
         op("aten::add", 950, 20),
     ])
     rows = {r["name"]: r for r in detail_of(span, 1)["ops"]["forward"]}
-    assert rows["aten::mm"]["calls"] == 2 and rows["aten::mm"]["cpu_ms"] == pytest.approx(0.3)
+    assert rows["aten::mm"]["calls"] == 2 and rows["aten::mm"]["host_ms"] == pytest.approx(0.3)
     assert rows["aten::mm"]["stack"] == ["torch/nn/modules/linear.py(125): forward", "train.py(12): forward"]
     assert rows["aten::mm"]["frame"] == "train.py(12): forward"  # the user's line, not torch's
     assert "stack" not in rows["aten::add"] and "frame" not in rows["aten::add"]
