@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     path, _ = MODULES[args.module]
     where = STAGE / args.module
     if not args.report_only:
-        before = results(where, path)
+        before = {} if args.fresh else results(where, path)  # --fresh: no earlier verdict counts
         where = stage(args.module, args.fresh)
         # a sample already run: only its mutants not killed yet
         drawn = [n for n in sample(path, args.sample) if before.get(n) != "killed"] if args.sample else []
