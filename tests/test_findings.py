@@ -320,7 +320,11 @@ def test_fast_steps_name_the_fastest_with_its_wall_time(tmp_path):
     assert note.evidence.step_wall_ms == pytest.approx(11.5, abs=0.01)
     assert note.text.startswith("steps 2, 5 took far less than the median step")
     assert "step 2 11.50 ms" in note.text
-    assert note.text.endswith("a warm-up the rules did not recognise; the means include them")
+    assert note.text == ("steps 2, 5 took far less than the median step 1 (20.10 ms; step 2 11.50 ms, 0.57x the "
+                         "median), beyond the steps' noise of ±1.78 ms: work (or waiting) that landed in other steps, "
+                         "or a warm-up the rules did not recognise; the means include them")
+    assert (note.evidence.median_wall_ms, note.evidence.noise_ms) == (s.noise.median_ms, s.noise.band_ms)
+    assert (note.evidence.median_wall_ms, note.evidence.noise_ms) == (20.1, 1.779)
 
 
 def test_two_warmup_steps_are_named_with_the_longer_of_them(tmp_path):
@@ -372,11 +376,32 @@ def test_notes_on_empty_steps_inferred_phases_and_no_work(tmp_path):
     loop.events.append(step(4, loop.t, 1_000))  # the loop ended inside the profiled window
     s = loop_summary(tmp_path, loop)
     assert finding(s, "empty-step").evidence.step == 4
+    assert finding(s, "empty-step").text == ("step 4 is empty (the loop ended inside the profiler's active window): "
+                                             "left out of averages")
     assert finding(s, "inferred-phases").evidence.phases == ["backward", "forward"]
+    assert finding(s, "inferred-phases").text == ("backward and forward inferred from the ops (the trace marks no such "
+                                                  "ranges): add PhaseProfiler or record_function ranges for exact "
+                                                  "boundaries")
     assert all(f.saving_ms is None for f in s.findings if f.kind in ("empty-step", "inferred-phases", "no-gpu"))
     only_empty = write_trace(tmp_path / "empty" / "w.1.pt.trace.json", [step(1, 0, 1_000), step(2, 1_000, 1_000)])
     s = summary_of(only_empty)
     assert kinds(s) == ["no-work"] and s.dominant_phase is None
+    (note,) = s.findings
+    assert note.text == "no profiled step holds any work" and note.evidence.steps == [1, 2]
+
+
+@pytest.mark.parametrize("kind, said", [("eval", "evaluation passes 6.00 ms"),
+                                        ("paused", "prof.paused() blocks 6.00 ms")])
+def test_time_kept_out_of_one_step_is_noted_with_that_step(tmp_path, kind, said):
+    loop = Loop()
+    for n in range(6):
+        kept_out = [(f"phaseprof::{kind}", 6_000)] if n == 2 else []
+        loop.step(n, ("phaseprof::forward", 3_000), ("phaseprof::backward", 4_000), *kept_out)
+    note = finding(loop_summary(tmp_path, loop), "kept-apart")
+    assert note.text == (f"time kept out of the steps ran inside the profiled window (step 2): {said}; not counted "
+                         "in any step's time, phases or findings")
+    assert note.evidence.steps == [2] and note.saving_ms is None and note.phase is None
+    assert (note.evidence.eval_ms, note.evidence.paused_ms) == ((6.0, None) if kind == "eval" else (None, 6.0))
 
 
 def test_a_slow_steps_evidence_names_the_median_its_sentence_compares_against(tmp_path):

@@ -209,6 +209,11 @@ def test_a_gpu_bound_step_is_measured_by_the_gpu(tmp_path):
     past = next(f for f in s.findings if f.kind == "gpu-past-host")
     assert past.text.endswith(f"; the step is GPU-bound, so it is measured by the GPU ({s.cost_total_ms:,.2f} ms "
                               "of GPU compute per step)")
+    assert past.text == ("the GPU work of steps 0, 1, 2, 3, 4, 5 runs on after the step's host window ends (by "
+                         "50.76 ms on average, at most 87.00 ms): the host runs ahead of the GPU, and a step's GPU "
+                         "figures count the work it launched wherever it ran; the step is GPU-bound, so it is measured "
+                         "by the GPU (14.50 ms of GPU compute per step)")
+    assert past.evidence.steps == [0, 1, 2, 3, 4, 5] and past.evidence.past_host_ms == 50.755
 
 
 # --- communication against an independent computation from the raw events --------------------------------

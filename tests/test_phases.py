@@ -151,6 +151,36 @@ def test_self_time_subtracts_direct_children_only(tmp_path):
     assert "phaseprof::forward" not in rows  # the phase range is the phase, not an op of it
 
 
+def test_an_ops_gpu_time_holds_its_childrens_kernels_however_short(tmp_path):
+    # aten::linear launches nothing itself: its ten aten::addmm each launch a kernel of under a µs
+    events = [step(1, 0, 1_000), annotation("phaseprof::forward", 0, 1_000), op("aten::linear", 10, 500)]
+    for k in range(10):
+        events += [op("aten::addmm", 20 + 40 * k, 30), launch(25 + 40 * k, k + 1),
+                   kernel("gemm_small", 100 + 10 * k, 0.9, k + 1)]
+    rows = {r["name"]: r for r in detail_of(analyse(tmp_path, events), 1)["ops"]["forward"]}
+    assert (rows["aten::addmm"]["self_gpu_ms"], rows["aten::addmm"]["gpu_ms"]) == (0.009, 0.009)
+    assert (rows["aten::linear"]["self_gpu_ms"], rows["aten::linear"]["gpu_ms"]) == (0.0, 0.009)
+
+
+def test_an_op_row_carries_the_call_stack_of_most_of_its_time(tmp_path):
+    # with_stack=True: Python frames around the ops; aten::mm is called from two lines, aten::add from none
+    span = analyse(tmp_path, [
+        step(1, 0, 1_000),
+        annotation("phaseprof::forward", 0, 1_000),
+        op("train.py(12): forward", 50, 500, cat="python_function"),
+        op("torch/nn/modules/linear.py(125): forward", 60, 300, cat="python_function"),
+        op("aten::mm", 100, 200),
+        op("train.py(14): forward", 600, 300, cat="python_function"),
+        op("aten::mm", 650, 100),
+        op("aten::add", 950, 20),
+    ])
+    rows = {r["name"]: r for r in detail_of(span, 1)["ops"]["forward"]}
+    assert rows["aten::mm"]["calls"] == 2 and rows["aten::mm"]["host_ms"] == pytest.approx(0.3)
+    assert rows["aten::mm"]["stack"] == ["torch/nn/modules/linear.py(125): forward", "train.py(12): forward"]
+    assert rows["aten::mm"]["frame"] == "train.py(12): forward"  # the user's line, not torch's
+    assert "stack" not in rows["aten::add"] and "frame" not in rows["aten::add"]
+
+
 def test_memory_peak_and_net_delta_per_phase(tmp_path):
     span = analyse(tmp_path, [
         step(1, 0, 1_000),

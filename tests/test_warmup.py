@@ -96,7 +96,13 @@ def test_the_first_step_of_a_trace_far_beyond_the_others_is_warmup_a_later_one_i
         loop.step(n, ("phaseprof::forward", forward), ("phaseprof::backward", 5_000))
     s = loop_summary(tmp_path, loop)
     assert s.warmup_steps == [0]
-    assert "setup" not in finding(s, "warmup-steps").text.split(";")[1]  # says: the first step of its trace
+    note = finding(s, "warmup-steps")
+    # no setup call recorded: the note says why the step is left out (the first of its trace), whole
+    assert note.text == ("step 0 warmed up (step 0 took 37.00 ms, 2.4x the median step kept (15.30 ms); the first "
+                         "step of its trace): left out of the means, costs, slowest step, outliers and findings, as "
+                         "compiling steps are")
+    assert (note.evidence.steps, note.evidence.step, note.evidence.step_wall_ms) == ([0], 0, 37.0)
+    assert (note.evidence.median_wall_ms, note.evidence.setup_ms, note.evidence.ops) == (15.3, 0.0, None)
     assert s.slowest.step == 4 and s.noise.slow == [4] and "slow-step" in kinds(s)
 
 
