@@ -108,7 +108,8 @@ def test_the_slow_block_comes_first_and_top_level_forward_adds_to_the_forward_ph
     # a module's time holds its children's; its own leaves them out
     children = sum(rows[f"MLP.blocks.{i}"]["forward_ms"] for i in range(3)) + rows["MLP.head"]["forward_ms"]
     assert children <= rows["MLP"]["forward_ms"]
-    assert rows["MLP"]["forward_self_ms"] == pytest.approx(rows["MLP"]["forward_ms"] - children, abs=0.002)
+    # (within the trace's clock: each of the four children's ends is cut to the parent's, ±1 µs each)
+    assert rows["MLP"]["forward_self_ms"] == pytest.approx(rows["MLP"]["forward_ms"] - children, abs=0.005)
 
 
 def test_backward_reaches_each_module_through_the_autograd_link(ranges_run):
