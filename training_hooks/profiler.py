@@ -292,7 +292,8 @@ class PhaseProfiler:
         scalars_dir = os.path.join(write_dir, rank_scalars_dir(self._rank)) if distributed else write_dir
         self._recorder = StepRecorder(scalars_dir, worker, self._faults)
         self._traces = TraceWriter(write_dir, worker, self._gzip, self._faults,
-                                   SourceAnalysis(self._faults, analyse=self._analyze_traces))
+                                   SourceAnalysis(self._faults, analyse=self._analyze_traces,
+                                                  awaited=self._uploader is not None))
         self._profiler = self._start_profiler()
         self._cuda_possible = torch.cuda.is_available()
         self._thread = threading.get_ident()

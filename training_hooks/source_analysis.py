@@ -48,9 +48,10 @@ class SourceAnalysis:
     The process is started from a short-lived thread: ``Popen`` returns only once the child has
     exec'd, which on a loaded machine takes tens of ms that the loop need not wait for."""
 
-    def __init__(self, faults: Faults, analyse: bool = True) -> None:
+    def __init__(self, faults: Faults, analyse: bool = True, awaited: bool = False) -> None:
         self._faults = faults
         self.analyse = analyse
+        self.awaited = awaited  # close() waits for the analyses (a store run uploads them): never idle priority
         self._running: list[subprocess.Popen] = []
         self._pending: list[_Pending] = []  # exported traces not yet compressed into place
 
@@ -114,6 +115,8 @@ class SourceAnalysis:
         command = [sys.executable, "-m", "phaseprof.cli", "cache", "--background", *args]
         if not self.analyse:
             command.append("--no-analysis")
+        if self.awaited:
+            command.append("--awaited")
         try:
             process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL, close_fds=True)

@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="each PATH is a trace PhaseProfiler exported (….pt.trace.json.part): gzip it into place "
                             "(….pt.trace.json.gz, at niceness 10), then analyse it")
     cache.add_argument("--no-analysis", action="store_true", help="with --compress: compress only")
+    cache.add_argument("--awaited", action="store_true",
+                       help="with --background: niceness 10, not idle priority (a run written to a store waits "
+                            "for its analyses at close, and idle priority starves beside busy processes)")
 
     capture = sub.add_parser(
         "capture", help="trace the next steps of a running training job",
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         from phaseprof.cli.cache import cache_paths
 
         return cache_paths(args.paths, background=args.background, compress=args.compress,
-                           analysis=not args.no_analysis)
+                           analysis=not args.no_analysis, awaited=args.awaited)
     if args.command == "capture":
         from phaseprof.cli.capture import capture
 

@@ -10,7 +10,8 @@ import sys
 from phaseprof.cli.terminal import shown
 
 
-def cache_paths(paths: list[str], *, background: bool = False, compress: bool = False, analysis: bool = True) -> int:
+def cache_paths(paths: list[str], *, background: bool = False, compress: bool = False, analysis: bool = True,
+                awaited: bool = False) -> int:
     """Analyse every trace under ``paths`` into the cache (``compress``: each is an exported
     ``….pt.trace.json.part`` to gzip into place first); 1 when any could not be, else 0."""
     failed = 0
@@ -28,8 +29,11 @@ def cache_paths(paths: list[str], *, background: bool = False, compress: bool = 
                 failed += 1
         if not analysis:
             return 1 if failed else 0
-    if background:
+    if background and not awaited:
         _idle_priority()
+    elif background and not compress:
+        with contextlib.suppress(AttributeError, OSError):
+            os.nice(10)
     from phaseprof.plugin.reading import storage
     from phaseprof.plugin.reading.discovery import discover
     from phaseprof.plugin.reading.errors import TraceError
