@@ -28,6 +28,22 @@ def _logdir(tmp_path, traces):
     return root
 
 
+def _two_ranks(tmp_path, traces):
+    """A local logdir of one run, ``ranks``: the two rank traces of hta_sampled_2rank, named as traces."""
+    local = tmp_path / "local"
+    (local / "ranks").mkdir(parents=True)
+    for i, f in enumerate(traces.files("gpu", "hta_sampled_2rank")):
+        shutil.copy(f, local / "ranks" / f"rank{i}.1.pt.trace.json.gz")
+    return local
+
+
+def _store_process(script: str, url: str, relay, tmp_path) -> subprocess.Popen:
+    """``script`` in a process of its own, reaching the store through ``relay``."""
+    env = {**os.environ, "AWS_ENDPOINT_URL": relay.endpoint, "PHASEPROF_CACHE": str(tmp_path / "user-cache")}
+    return subprocess.Popen([sys.executable, "-c", script, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
 def cli(*args, cache="off"):
     env = {**os.environ, "COLUMNS": "160", "PHASEPROF_CACHE": cache}
     return subprocess.run([sys.executable, "-m", "phaseprof.cli", *args], capture_output=True, text=True, env=env)
@@ -189,10 +205,7 @@ def test_tensorboard_loads_a_bucket_s_analyses_batch_after_batch_without_a_trace
     from phaseprof.plugin import cache
     from phaseprof.plugin.serving.store import READY, TraceStore
 
-    local = tmp_path / "local"
-    (local / "ranks").mkdir(parents=True)
-    for i, f in enumerate(traces.files("gpu", "hta_sampled_2rank")):
-        shutil.copy(f, local / "ranks" / f"rank{i}.1.pt.trace.json.gz")
+    local = _two_ranks(tmp_path, traces)
     assert cli("report", str(local / "ranks"), "--json", cache="on").returncode == 0  # writes the analyses
     s3.upload_tree(local / "ranks", bucket, "p/ranks")
     for f in (local / "ranks").glob("*.json.gz"):
@@ -226,10 +239,7 @@ def test_tensorboard_s_scan_of_a_bucket_is_one_listing_and_a_get_per_analysis(s3
     of each analysis; no HEAD, no other listing, nothing of the traces."""
     from tests.s3 import Relay
 
-    local = tmp_path / "local"
-    (local / "ranks").mkdir(parents=True)
-    for i, f in enumerate(traces.files("gpu", "hta_sampled_2rank")):
-        shutil.copy(f, local / "ranks" / f"rank{i}.1.pt.trace.json.gz")
+    local = _two_ranks(tmp_path, traces)
     assert cli("report", str(local / "ranks"), "--json", cache="on").returncode == 0  # writes the analyses
     s3.upload_tree(local, bucket, "p")
     relay = Relay(s3.port)
@@ -276,16 +286,11 @@ store.close()
 def test_a_bucket_is_not_listed_again_while_the_scan_under_way_fetches_its_entries(s3, bucket, tmp_path, traces):
     from tests.s3 import Relay
 
-    local = tmp_path / "local"
-    (local / "ranks").mkdir(parents=True)
-    for i, f in enumerate(traces.files("gpu", "hta_sampled_2rank")):
-        shutil.copy(f, local / "ranks" / f"rank{i}.1.pt.trace.json.gz")
+    local = _two_ranks(tmp_path, traces)
     assert cli("report", str(local / "ranks"), "--json", cache="on").returncode == 0  # writes the analyses
     s3.upload_tree(local, bucket, "p")
     relay = Relay(s3.port, hold=".analysis")
-    env = {**os.environ, "AWS_ENDPOINT_URL": relay.endpoint, "PHASEPROF_CACHE": str(tmp_path / "user-cache")}
-    proc = subprocess.Popen([sys.executable, "-c", _RESCAN, f"s3://{bucket}/p"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = _store_process(_RESCAN, f"s3://{bucket}/p", relay, tmp_path)
     try:
         assert proc.stdout.readline() == "rescanned\n", proc.stderr.read()
         _, asked = relay.take()
@@ -316,15 +321,10 @@ def test_a_request_does_not_wait_for_a_listing_of_the_bucket(s3, bucket, tmp_pat
     the listing (held here by a relay) is under way, and the next ones see what it found."""
     from tests.s3 import Relay
 
-    local = tmp_path / "local"
-    (local / "ranks").mkdir(parents=True)
-    for i, f in enumerate(traces.files("gpu", "hta_sampled_2rank")):
-        shutil.copy(f, local / "ranks" / f"rank{i}.1.pt.trace.json.gz")
+    local = _two_ranks(tmp_path, traces)
     s3.upload_tree(local, bucket, "p")
     relay = Relay(s3.port, hold="list-type=")
-    env = {**os.environ, "AWS_ENDPOINT_URL": relay.endpoint, "PHASEPROF_CACHE": str(tmp_path / "user-cache")}
-    proc = subprocess.Popen([sys.executable, "-c", _ASK, f"s3://{bucket}/p"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = _store_process(_ASK, f"s3://{bucket}/p", relay, tmp_path)
     try:
         line = []
         reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
