@@ -31,12 +31,12 @@ import math
 import os
 import struct
 import sys
-import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
 import numpy as np
+from zlib_ng import zlib_ng as zlib
 
 from phaseprof import contract
 from phaseprof.contract import ANALYSIS_DIR

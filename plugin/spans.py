@@ -8,28 +8,32 @@ from .analysis.model import SpanAnalysis
 from .reading.discovery import TraceFile
 
 
-def analyze_file(f: TraceFile, shapes: bool = True) -> SpanAnalysis:
+def analyze_file(f: TraceFile, shapes: bool = True, index_from_events: int = 0) -> SpanAnalysis:
     """The analysis of one trace file, from the cache (`cache`) when it holds a valid entry, else read,
     analysed and cached; raises `TraceError` if it cannot be read. ``shapes=False``: op tables
-    without input shapes (cheaper; for reports that do not show them)."""
+    without input shapes (cheaper; for reports that do not show them). The step index is written
+    beside the entry when the trace has at least ``index_from_events`` events (host and device);
+    without one, a step is cut from the file when first asked for, and the index written then."""
     caching = cache.enabled()
     analysis = cache.load(f) if caching else None
     if analysis is None:
         # imported here: an analysis answered from the cache never loads the decoder
+        from .analysis.nesting import nest
+        from .analysis.partition import partition
         from .analysis.span import analyze_trace
         from .analysis.step_trace import StepCutter
         from .reading.decode import read_trace
 
         # an entry serves every reader, so what is cached keeps the input shapes
         trace = read_trace(f.path, shapes=shapes or caching)
+        n = nest(trace.host)
+        part = partition(trace, n)
+        analysis = analyze_trace(trace, worker=f.worker, n=n, part=part)
         if caching:
-            # while the trace is decoded, every step's trace cut too: any step opens without reading it again
-            cutter = StepCutter(trace)
-            step_index.store(f, cutter)
-            analysis = analyze_trace(trace, worker=f.worker, n=cutter.n, part=cutter.part)
             cache.store(f, analysis)
-        else:
-            analysis = analyze_trace(trace, worker=f.worker)
+            if len(trace.host) + len(trace.device) >= index_from_events:
+                # from the trace decoded anyway, every step's trace cut: any step opens without reading it again
+                step_index.store(f, StepCutter(trace, n, part))
     return analysis
 
 

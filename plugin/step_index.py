@@ -22,10 +22,10 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-import zlib
 
 import msgspec
 import numpy as np
+from zlib_ng import zlib_ng as zlib
 
 from phaseprof.contract import OUT_OF_STEP
 

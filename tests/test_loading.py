@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
+import time
+
+from phaseprof.plugin.serving.loading import LoaderPool
 
 _MAIN = """
 import os, sys, threading
@@ -32,3 +37,39 @@ def test_a_loading_process_does_not_import_the_main_module_again(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[('ready', 'w.1.pt.trace.json')]"
     assert not marker.exists()
+
+
+def _flag_once_released(item: tuple[str, bool]) -> bool:
+    """A loading target that holds its process until the file ``<path>.go`` exists, then answers
+    whether other files waited for a loader when it was handed its own."""
+    path, others_waiting = item
+    deadline = time.monotonic() + 300
+    while not os.path.exists(path + ".go") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return others_waiting
+
+
+def test_a_loader_is_told_whether_other_files_wait_for_it(tmp_path):
+    # the step index is left out of a small trace loaded while others wait (`loading.load`)
+    out: dict[str, tuple[str, bool]] = {}
+    done = threading.Event()
+
+    def record(key, state, result):
+        out[key] = (state, result)
+        if len(out) == 3:
+            done.set()
+
+    held = str(tmp_path / "held")
+    pool = LoaderPool(record, 1, target=_flag_once_released, backlog=True)
+    try:
+        pool.submit("held", held)  # holds the only process until released
+        pool.submit("second", str(tmp_path / "second"))
+        pool.submit("last", str(tmp_path / "last"))
+        for name in ("second", "last"):
+            open(tmp_path / f"{name}.go", "w").close()
+        open(held + ".go", "w").close()
+        assert done.wait(300), out
+    finally:
+        pool.close()
+    assert out["second"] == ("ready", True)  # handed out while "last" still waited
+    assert out["last"] == ("ready", False)

@@ -15,6 +15,7 @@ from phaseprof.plugin import cache, step_index
 from phaseprof.plugin.analysis.step_trace import StepCutter, step_trace
 from phaseprof.plugin.reading.decode import read_trace
 from phaseprof.plugin.reading.discovery import discover
+from phaseprof.plugin.serving.loading import load
 from phaseprof.plugin.serving.store import TraceStore
 from phaseprof.plugin.spans import analyze_file
 from tests.logdir import evaluation_run, settled, write_trace
@@ -186,3 +187,33 @@ def test_without_the_cache_no_index_is_written_or_read(tmp_path, monkeypatch):
     assert not (tmp_path / "eval" / ".phaseprof").exists()
     with pytest.raises(step_index.Unusable):
         step_index.step_trace(f, 2)
+
+
+def test_a_trace_analysed_without_its_index_has_it_written_when_a_step_is_first_opened(cached):
+    # TensorBoard's loaders leave the index out of a small trace while other files wait (`loading.load`)
+    root = cached / "logdir"
+    evaluation_run(root / "eval")
+    for p in root.rglob("*"):
+        settled(p)
+    (f,) = trace_files(root)
+    analyze_file(f, index_from_events=10**9)
+    assert cache.load(f) is not None  # the analysis is cached all the same
+    with pytest.raises(step_index.Unusable):
+        step_index.step_trace(f, 2)
+    store = TraceStore(str(root))
+    try:
+        assert store.wait(120)
+        assert msgspec.json.decode(store.step_trace(f, 2))["traceEvents"] == full_read(f, 2)
+        assert store._trace_pool is not None  # cut from the trace
+    finally:
+        store.close()
+    assert msgspec.json.decode(step_index.step_trace(f, 3))["traceEvents"] == full_read(f, 3)  # written meanwhile
+
+
+@pytest.mark.parametrize("others_waiting", [True, False])
+def test_a_loader_leaves_the_index_of_a_small_trace_for_later_only_while_other_files_wait(cached, others_waiting):
+    evaluation_run(cached / "eval")
+    (f,) = trace_files(cached)
+    assert load((f, others_waiting)).steps
+    written = [p for p, _ in cache.places(f, step_index.SUFFIX) if os.path.exists(p)]
+    assert bool(written) is not others_waiting

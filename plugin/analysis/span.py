@@ -273,9 +273,7 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
     base = float(dev.ts[keep].min()) if m else 0.0
     start = dev.ts[keep] - base
     end = start + np.maximum(dev.dur[keep], 0.0)
-    pairs = np.stack([dev.device[keep], dev.stream[keep]], axis=1) if m else np.zeros((0, 2), np.int64)
-    unique, stream = np.unique(pairs, axis=0, return_inverse=True)
-    labels = [f"GPU {d} stream {s}" for d, s in unique.tolist()]
+    labels, stream = streams(dev.device[keep], dev.stream[keep])
     talk = comm[keep]
 
     t = np.concatenate([start, end])
@@ -314,7 +312,7 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
 
     everything = np.ones(m, dtype=bool)
     compute, talking = runs(phase, ~talk), runs(phase, talk)
-    either, on_stream = runs(phase, everything), runs(stream.ravel(), everything)
+    either, on_stream = runs(phase, everything), runs(stream, everything)
     n_compute, n_comm = compute[3], talking[3]
 
     window = np.zeros(steps)
@@ -438,6 +436,18 @@ def _dense(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return unique, inverse.ravel()
 
 
+def streams(device: np.ndarray, stream: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The distinct (device, stream) pairs of some device work, in (device, stream) order, as labels,
+    and each event's index into them. Each column is coded on its own first: `np.unique` over rows
+    sorts them as opaque records, several times slower."""
+    devices, d = np.unique(device, return_inverse=True)
+    ids, s = np.unique(stream, return_inverse=True)
+    pairs, inverse = _dense(d.astype(np.int64).ravel() * len(ids) + s.ravel())
+    devices, ids = devices.tolist(), ids.tolist()
+    labels = [f"GPU {devices[p // len(ids)]} stream {ids[p % len(ids)]}" for p in pairs.tolist()]
+    return labels, inverse
+
+
 def _lanes(trace: Trace, n: Nesting, part: Partition, launch: Launch, dev_step: np.ndarray,
            dev_phase: np.ndarray) -> Lanes:
     """Per step: the loop's thread as phase segments, other threads' top-level work and each GPU
@@ -461,11 +471,10 @@ def _lanes(trace: Trace, n: Nesting, part: Partition, launch: Launch, dev_step: 
     dev = trace.device
     ok = dev_step >= 0
     if ok.any():
-        pairs = np.stack([dev.device[ok], dev.stream[ok]], axis=1)
-        unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+        stream_labels, inverse = streams(dev.device[ok], dev.stream[ok])
         base = len(labels)
-        labels += [f"GPU {d} stream {s}" for d, s in unique.tolist()]
-        pieces.append((dev_step[ok], (base + inverse.ravel()).astype(np.int32), dev.ts[ok],
+        labels += stream_labels
+        pieces.append((dev_step[ok], (base + inverse).astype(np.int32), dev.ts[ok],
                        dev.ts[ok] + dev.dur[ok], dev_phase[ok]))
     step = np.concatenate([p[0] for p in pieces]).astype(np.int32)
     lane = np.concatenate([p[1] for p in pieces]).astype(np.int32)

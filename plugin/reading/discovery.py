@@ -12,9 +12,9 @@ from __future__ import annotations
 import gzip
 import os
 import stat
-import zlib
 
 import msgspec
+from zlib_ng import zlib_ng as zlib
 
 from phaseprof.contract import ANALYSIS_DIR, EVENT_FILE_MARKER, JSON_FILE_RE, RANK_SCALARS_RE, TRACE_FILE_RE
 

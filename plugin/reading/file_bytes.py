@@ -16,10 +16,10 @@ import mmap
 import os
 import stat
 import time
-import zlib
 from collections.abc import Iterator
 
 import msgspec
+from zlib_ng import zlib_ng as zlib
 
 from . import storage
 from .errors import TraceError

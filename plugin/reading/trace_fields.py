@@ -62,27 +62,26 @@ class Args(msgspec.Struct, gc=False, frozen=True):
 NO_ARGS = Args()
 
 
-class Event(msgspec.Struct, gc=False):
+class _Fields(msgspec.Struct, gc=False):
+    """What the reader decodes of an event, its phase ``ph`` aside."""
+
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = NAN
+    dur: float = NAN
+    args: Args = NO_ARGS
+
+
+class Event(_Fields, gc=False):
+    """An event as the event-by-event pass (`lenient`) makes it."""
+
     ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = NAN
-    dur: float = NAN
-    args: Args = NO_ARGS
 
 
-class _Read(msgspec.Struct, gc=False, tag_field="ph"):
+class _Read(_Fields, gc=False, tag_field="ph"):
     """An event of a phase the reader uses, in the typed pass: `Event`'s fields, ``ph`` from the tag."""
-
-    cat: str = ""
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = NAN
-    dur: float = NAN
-    args: Args = NO_ARGS
 
 
 class _Unread(msgspec.Struct, gc=False, tag_field="ph"):

@@ -33,7 +33,7 @@ from ..reading import storage
 from ..reading.decode import TraceError
 from ..reading.discovery import Run, TraceFile, discover, display
 from ..spans import problems_of
-from .loading import LoaderPool
+from .loading import LoaderPool, load
 
 logger = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ class TraceStore:
 
     def _submit(self, span: Span) -> None:
         if self._pool is None:
-            self._pool = LoaderPool(self._done, self._processes)
+            self._pool = LoaderPool(self._done, self._processes, target=load, backlog=True)
         span.state = LOADING
         self._pool.submit(span, span.file)
 
