@@ -3,7 +3,8 @@
     python -m phaseprof.plugin.typescript [OUT]     (default: frontend/src/answers.ts of this checkout)
 
 msgspec gives the JSON Schema of the answers; each object schema becomes an interface. A field
-with a default in an ``omit_defaults`` answer is optional (left out while it has nothing to say).
+with a default in an ``omit_defaults`` answer is optional (left out while it has nothing to say). An
+answer that subclasses another extends its interface, as `StepDetail` does `StepRow`.
 A test fails when the committed file differs from a fresh generation.
 """
 
@@ -28,25 +29,36 @@ def typescript() -> str:
     _, defs = msgspec.json.schema_components(answers.ANSWERS, ref_template="#/$defs/{name}")
     out = [HEADER]
     for name in sorted(defs):
-        out.append(_interface(name, defs[name]))
+        out.append(_interface(name, defs))
     return "\n".join(out)
 
 
-def _interface(name: str, schema: dict) -> str:
-    struct = getattr(answers, name)
-    omits = struct.__struct_config__.omit_defaults
-    lines = []
-    if schema.get("description"):
-        lines += _doc(schema["description"], "")
-    lines.append(f"export interface {name} {{")
+def _interface(name: str, defs: dict) -> str:
+    """An answer's interface; one that subclasses another answer extends that one's interface and
+    declares only its own fields (where its inherited fields read as the base's do)."""
+    schema = defs[name]
+    fields = _fields(name, schema)
+    base = getattr(answers, name).__mro__[1].__name__
+    extends = ""
+    if base in defs:
+        inherited = _fields(base, defs[base])
+        if fields[:len(inherited)] == inherited:
+            fields, extends = fields[len(inherited):], f" extends {base}"
+    lines = _doc(schema["description"], "") if schema.get("description") else []
+    return "\n".join([*lines, f"export interface {name}{extends} {{", *fields, "}"]) + "\n"
+
+
+def _fields(name: str, schema: dict) -> list[str]:
+    """The interface's field lines of an answer."""
+    omits = getattr(answers, name).__struct_config__.omit_defaults
     required = set(schema.get("required", []))
+    lines = []
     for field, prop in schema["properties"].items():
         optional = field not in required
         if optional and omits and prop.get("default", ...) is None:
             prop = _without_null(prop)
         lines.append(f"  {field}{'?' if optional else ''}: {_type(prop)};")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _doc(text: str, indent: str) -> list[str]:

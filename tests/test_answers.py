@@ -55,6 +55,10 @@ def test_generated_types_carry_every_field_and_mark_omitted_ones_optional():
     assert "  findings: Finding[];" in summary  # always there
     assert "  mean?: Record<string, PhaseMean>;" in summary  # left out when no step holds work
     assert "  verdict: 'balanced' | 'cpu-bound' | 'gpu-bound' | null;" in ts
+    # a subclass's interface extends its base's, declaring only its own fields (each once)
+    detail = re.search(r"export interface StepDetail extends StepRow \{(.*?)\}", ts, re.S).group(1)
+    assert [line.split(":")[0].strip() for line in detail.strip().splitlines()] == [
+        f for f in answers.StepDetail.__struct_fields__ if f not in answers.StepRow.__struct_fields__]
 
 
 def _examples() -> list[tuple[str, str]]:

@@ -17,6 +17,7 @@ from phaseprof.cli.compare_table import _said
 from phaseprof.contract import COMPILE, STEP_TAG, host_tag
 from phaseprof.plugin.analysis.regression import compare_figures, median_draws, quantiles
 from phaseprof.plugin.answers import Change
+from tests.conftest import ROOT
 from tests.logdir import write_events, write_scalars, write_trace
 from tests.tracebuilder import annotation, op, step
 
@@ -440,6 +441,7 @@ TRAIN = textwrap.dedent("""
     import torch
     import torch.nn.functional as F
     from phaseprof import PhaseProfiler
+    from tests.timing import train_step
 
     logdir, steps = sys.argv[1], int(sys.argv[2])
     torch.set_num_threads(1)
@@ -455,9 +457,7 @@ TRAIN = textwrap.dedent("""
                              wait=1, warmup=1, active=2)
         prof.attach(model, optimizer)
         for x, y in prof.data(batches):
-            optimizer.zero_grad()
-            F.cross_entropy(model(x), y).backward()
-            optimizer.step()
+            train_step(model, optimizer, x, y, F.cross_entropy)
         prof.close()
 """)
 
@@ -475,7 +475,7 @@ def _train_in_turns(logdir, pairs: list[tuple[str, str, int, float, float]], ste
             order = ((base, sleep_base), (new, sleep_new))
             specs += [f"{side}/{turn}:{seed}:{sleep}" for side, sleep in (order if turn % 2 == 0 else order[::-1])]
     out = subprocess.run([sys.executable, "-c", TRAIN, str(logdir), str(steps), *specs], capture_output=True,
-                         text=True, timeout=900)
+                         text=True, timeout=900, cwd=ROOT)  # where the script finds tests.timing
     assert out.returncode == 0, out.stderr[-3000:]
 
 

@@ -11,14 +11,13 @@ import time
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from phaseprof import PhaseProfiler, analyze
 from phaseprof.contract import EVAL_TAG, PROFILER_TAG, STEP_TAG
 from phaseprof.training_hooks.models import MnistNet
 from tests.logdir import evaluation_run, settled, write_trace
 from tests.test_plugin import BASE, make_app
-from tests.timing import scalars, within
+from tests.timing import scalars, train_step, within
 from tests.tracebuilder import annotation, op, step, thread_names
 
 PHASES = ("data", "forward", "backward", "optimizer", "other")
@@ -167,9 +166,7 @@ def real_run(tmp_path_factory):
     with PhaseProfiler(logdir=str(logdir), run="r", wait=0, warmup=1, active=6) as prof:
         prof.attach(model, optimizer)
         for i in range(8):
-            optimizer.zero_grad()
-            F.nll_loss(model(data), target).backward()
-            optimizer.step()
+            train_step(model, optimizer, data, target)
             if i == 2:
                 t0 = time.perf_counter()
                 model.eval()

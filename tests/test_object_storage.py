@@ -4,6 +4,7 @@ keys in the environment."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -37,11 +39,28 @@ def _two_ranks(tmp_path, traces):
     return local
 
 
-def _store_process(script: str, url: str, relay, tmp_path) -> subprocess.Popen:
-    """``script`` in a process of its own, reaching the store through ``relay``."""
+@contextlib.contextmanager
+def _store_process(script: str, url: str, relay, tmp_path) -> Iterator[subprocess.Popen]:
+    """``script`` in a process of its own, reaching the store through ``relay``. However the test ends,
+    the relay lets what it holds through and the process is ended: a failed test leaves no process
+    waiting on a held request."""
     env = {**os.environ, "AWS_ENDPOINT_URL": relay.endpoint, "PHASEPROF_CACHE": str(tmp_path / "user-cache")}
-    return subprocess.Popen([sys.executable, "-c", script, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", script, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        yield proc
+    finally:
+        relay.release()
+        proc.kill()
+        proc.wait()
+
+
+def _finish_store_process(proc: subprocess.Popen, relay) -> None:
+    """Let the held request through and tell the script to go on: it ends cleanly only if its own
+    checks of the store hold."""
+    relay.release()
+    proc.stdin.close()
+    assert proc.wait(300) == 0, proc.stderr.read()
 
 
 def cli(*args, cache="off"):
@@ -290,17 +309,10 @@ def test_a_bucket_is_not_listed_again_while_the_scan_under_way_fetches_its_entri
     assert cli("report", str(local / "ranks"), "--json", cache="on").returncode == 0  # writes the analyses
     s3.upload_tree(local, bucket, "p")
     relay = Relay(s3.port, hold=".analysis")
-    proc = _store_process(_RESCAN, f"s3://{bucket}/p", relay, tmp_path)
-    try:
+    with _store_process(_RESCAN, f"s3://{bucket}/p", relay, tmp_path) as proc:
         assert proc.stdout.readline() == "rescanned\n", proc.stderr.read()
         _, asked = relay.take()
-        relay.release()
-        proc.stdin.close()
-        assert proc.wait(300) == 0, proc.stderr.read()
-    finally:
-        relay.release()
-        proc.kill()
-        proc.wait()
+        _finish_store_process(proc, relay)
     assert len([t for m, t in asked if "?" in t]) == 1, asked
 
 
@@ -324,17 +336,10 @@ def test_a_request_does_not_wait_for_a_listing_of_the_bucket(s3, bucket, tmp_pat
     local = _two_ranks(tmp_path, traces)
     s3.upload_tree(local, bucket, "p")
     relay = Relay(s3.port, hold="list-type=")
-    proc = _store_process(_ASK, f"s3://{bucket}/p", relay, tmp_path)
-    try:
+    with _store_process(_ASK, f"s3://{bucket}/p", relay, tmp_path) as proc:
         line = []
         reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
         reader.start()
         reader.join(120)  # a generous deadline: a request waiting for the held listing never answers
         assert line == ["answered 0\n"]
-        relay.release()
-        proc.stdin.close()
-        assert proc.wait(300) == 0, proc.stderr.read()
-    finally:
-        relay.release()
-        proc.kill()
-        proc.wait()
+        _finish_store_process(proc, relay)

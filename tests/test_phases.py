@@ -23,42 +23,44 @@ def phase_ms(span, step_index: int, phase: str, gpu: bool = False) -> float:
     return float(table[step_index, span.phases.index(phase)]) / 1000.0
 
 
-def test_innermost_range_wins_lightning_optimizer_step_containing_the_closure(tmp_path):
-    # Lightning wraps optimizer.step(closure); the closure runs training_step and backward inside it.
-    span = analyse(tmp_path, [
+def accumulating_step() -> list[dict]:
+    """A step of two micro-batches (gradient accumulation) with no forward/backward ranges."""
+    events = [step(1, 0, 10_000), annotation("Optimizer.zero_grad#SGD.zero_grad", 0, 100)]
+    for start in (1_000, 5_000):
+        events += [
+            op("aten::linear", start, 1_000),
+            op("aten::ones_like", start + 1_500, 50),
+            op("autograd::engine::evaluate_function: AddmmBackward0", start + 1_600, 1_400),
+        ]
+    return [*events, annotation("Optimizer.step#SGD.step", 9_000, 800)]
+
+
+#: Each situation the phase definitions name: its trace events, the clock, the phase times it must give
+#: (ms, one {phase: ms} per step, by index), the phases of the first step that are inferred (None: not
+#: checked) and what else must hold of it. One test walks them all, so a situation is its data alone.
+SITUATIONS = [
+    # Lightning wraps optimizer.step(closure); the closure runs training_step and backward inside it:
+    # the optimizer is optimizer_step minus the closure's training_step and backward.
+    pytest.param([
         step(1, 0, 10_000),
         annotation("[pl][profile][_TrainingEpochLoop].train_dataloader_next", 100, 900),
         annotation("[pl][profile][LightningModule]Model.optimizer_step", 1_000, 8_000),
         annotation("[pl][profile][Strategy]SingleDeviceStrategy.training_step", 1_500, 3_000),
         annotation("[pl][profile][Strategy]SingleDeviceStrategy.backward", 5_000, 3_000),
         op("aten::mm", 1_600, 500),
-    ])
-    assert phase_ms(span, 0, "data") == pytest.approx(0.9)
-    assert phase_ms(span, 0, "forward") == pytest.approx(3.0)
-    assert phase_ms(span, 0, "backward") == pytest.approx(3.0)
-    # optimizer_step minus the closure's training_step and backward
-    assert phase_ms(span, 0, "optimizer") == pytest.approx(2.0)
-    assert phase_ms(span, 0, "other") == pytest.approx(10.0 - 0.9 - 3.0 - 3.0 - 2.0)
-    assert not span.steps[0].inferred
-
-
-def test_user_phase_inside_forward_takes_its_own_name(tmp_path):
-    span = analyse(tmp_path, [
+    ], "host", [{"data": 0.9, "forward": 3.0, "backward": 3.0, "optimizer": 2.0,
+                 "other": 10.0 - 0.9 - 3.0 - 3.0 - 2.0}], set(), None,
+        id="innermost_range_wins_lightning_optimizer_step_containing_the_closure"),
+    pytest.param([
         step(3, 0, 1_000),
         annotation("phaseprof::forward", 0, 600),
         annotation("phaseprof::loss", 400, 200),
         annotation("phaseprof::backward", 600, 400),
-    ])
-    assert span.phases[-1] == "loss"
-    assert phase_ms(span, 0, "forward") == pytest.approx(0.4)
-    assert phase_ms(span, 0, "loss") == pytest.approx(0.2)
-    assert phase_ms(span, 0, "backward") == pytest.approx(0.4)
-
-
-def test_kernels_launched_from_the_autograd_thread_count_as_backward(tmp_path):
+    ], "host", [{"forward": 0.4, "loss": 0.2, "backward": 0.4}], None, lambda span: span.phases[-1] == "loss",
+        id="user_phase_inside_forward_takes_its_own_name"),
     # On CUDA builds autograd launches backward kernels from its own thread, outside any range of
     # the loop's thread; attribution follows the launch's correlation id to its host thread.
-    span = analyse(tmp_path, [
+    pytest.param([
         step(1, 0, 10_000),
         annotation("## forward ##", 0, 4_000),
         launch(100, corr=1),
@@ -67,71 +69,83 @@ def test_kernels_launched_from_the_autograd_thread_count_as_backward(tmp_path):
         op("autograd::engine::evaluate_function: MmBackward0", 4_200, 3_000, tid=AUTOGRAD),
         launch(4_300, corr=2, tid=AUTOGRAD),
         kernel("bwd_gemm", 4_400, 2_500, corr=2),
-    ])
-    assert phase_ms(span, 0, "forward", gpu=True) == pytest.approx(1.0)
-    assert phase_ms(span, 0, "backward", gpu=True) == pytest.approx(2.5)
-
-
-def test_kernels_finishing_after_the_step_count_in_the_phase_that_launched_them(tmp_path):
+    ], "gpu", [{"forward": 1.0, "backward": 2.5}], None, None,
+        id="kernels_launched_from_the_autograd_thread_count_as_backward"),
     # The CPU runs ahead: the optimizer's kernel is launched at the end of step 1 and runs during
     # step 2. It belongs to step 1's optimizer, in full.
-    span = analyse(tmp_path, [
+    pytest.param([
         step(1, 0, 1_000),
         annotation("Optimizer.step#SGD.step", 800, 150),
         launch(900, corr=7),
         kernel("multi_tensor_apply", 950, 3_000, corr=7),
         step(2, 1_000, 1_000),
         op("aten::add", 1_100, 100),
-    ])
-    assert phase_ms(span, 0, "optimizer", gpu=True) == pytest.approx(3.0)
-    assert phase_ms(span, 1, "optimizer", gpu=True) == 0
-    assert span.gpu_us[1].sum() == 0
-
-
-def test_gradient_accumulation_gives_several_inferred_segments_per_step(tmp_path):
-    events = [step(1, 0, 10_000), annotation("Optimizer.zero_grad#SGD.zero_grad", 0, 100)]
-    for start in (1_000, 5_000):  # two micro-batches, no forward/backward ranges
-        events += [
-            op("aten::linear", start, 1_000),
-            op("aten::ones_like", start + 1_500, 50),
-            op("autograd::engine::evaluate_function: AddmmBackward0", start + 1_600, 1_400),
-        ]
-    events.append(annotation("Optimizer.step#SGD.step", 9_000, 800))
-    span = analyse(tmp_path, events)
-    assert span.steps[0].inferred == {"forward", "backward"}
+    ], "gpu", [{"optimizer": 3.0}], None,
+        lambda span: phase_ms(span, 1, "optimizer", gpu=True) == 0 and span.gpu_us[1].sum() == 0,
+        id="kernels_finishing_after_the_step_count_in_the_phase_that_launched_them"),
     # forward: from each micro-batch's first op up to its backward; backward: seed to last autograd op
-    assert phase_ms(span, 0, "forward") == pytest.approx(2 * 1.5)
-    assert phase_ms(span, 0, "backward") == pytest.approx(2 * 1.5)
-    assert phase_ms(span, 0, "optimizer") == pytest.approx(0.9)
-
-
-def test_backward_on_cuda_ends_when_the_loop_thread_resumes_not_at_the_last_autograd_op(tmp_path):
+    pytest.param(accumulating_step(), "host", [{"forward": 2 * 1.5, "backward": 2 * 1.5, "optimizer": 0.9}],
+                 {"forward", "backward"}, None, id="gradient_accumulation_gives_several_inferred_segments_per_step"),
     # The loop's thread is blocked in loss.backward() while the engine's thread works; DDP's reducer
     # keeps that thread busy after the last autograd op.
-    span = analyse(tmp_path, [
+    pytest.param([
         step(1, 0, 10_000),
         op("aten::linear", 100, 2_000),
         op("aten::ones_like", 2_200, 50),
         op("autograd::engine::evaluate_function: AddmmBackward0", 2_400, 3_000, tid=AUTOGRAD),
         op("torch.distributed.ddp.reducer::copy_bucket_to_grad", 5_500, 1_000, tid=AUTOGRAD),
         annotation("Optimizer.step#SGD.step", 6_600, 1_000),
-    ])
-    assert phase_ms(span, 0, "backward") == pytest.approx((6_500 - 2_200) / 1000)
-    assert phase_ms(span, 0, "forward") == pytest.approx((2_200 - 100) / 1000)
-
-
-def test_a_cpu_backward_is_one_segment_across_the_engines_gaps(tmp_path):
-    # CPU build: the engine runs the backward ops on the loop's own thread, with gaps between them
-    span = analyse(tmp_path, [
+    ], "host", [{"backward": (6_500 - 2_200) / 1000, "forward": (2_200 - 100) / 1000}], None, None,
+        id="backward_on_cuda_ends_when_the_loop_thread_resumes_not_at_the_last_autograd_op"),
+    # CPU build: the engine runs the backward ops on the loop's own thread, with gaps between them;
+    # backward runs from the gradient seed to the last op's end.
+    pytest.param([
         step(1, 0, 2_000),
         op("aten::linear", 100, 500),
         op("aten::ones_like", 700, 50),
         op("autograd::engine::evaluate_function: AddmmBackward0", 800, 200),
         op("autograd::engine::evaluate_function: TBackward0", 1_100, 200),  # 100 µs after the previous one
         op("aten::add_", 1_500, 100),  # the loop resumes
-    ])
-    assert phase_ms(span, 0, "backward") == pytest.approx(0.6)  # from the gradient seed to the last op's end
-    assert phase_ms(span, 0, "forward") == pytest.approx(0.6)
+    ], "host", [{"backward": 0.6, "forward": 0.6}], None, None,
+        id="a_cpu_backward_is_one_segment_across_the_engines_gaps"),
+    # A data range that opened before the trace's first ProfilerStep (the window began during the
+    # fetch) covers the start of that step: its part inside the step is data, not other.
+    pytest.param([
+        annotation("phaseprof::data", 0, 2_500),
+        step(1, 1_000, 10_000),
+        annotation("phaseprof::forward", 2_500, 4_000),
+        step(2, 11_000, 5_000),
+        annotation("phaseprof::data", 11_000, 1_000),
+    ], "host", [{"data": 1.5, "forward": 4.0, "other": 4.5}, {"data": 1.0}], None, None,
+        id="a_phase_range_begun_before_the_first_step_counts_in_it"),
+    # an inference loop: no phase ranges, no gradient seed; all the step's top-level work is forward
+    pytest.param([step(1, 0, 1000), op("aten::mm", 100, 300), op("aten::relu", 500, 100)],
+                 "host", [{"forward": 0.5, "other": 0.5}], {"forward"}, None,
+                 id="a_step_without_backward_is_forward_from_its_first_op"),
+    pytest.param([
+        step(1, 0, 20_000),
+        annotation("phaseprof::forward", 0, 2_000),
+        annotation("phaseprof::eval", 2_000, 3_000),
+        annotation("phaseprof::backward", 5_000, 2_000),
+        annotation("phaseprof::eval", 8_000, 2_000),
+        annotation("phaseprof::optimizer", 10_000, 1_000),
+    ], "host", [{"other": 10.0}], None,
+        lambda span: span.steps[0].apart == {"eval": 5_000.0} and span.steps[0].wall == pytest.approx(15_000.0),
+        id="two_evaluation_passes_in_one_step_are_both_kept_out_of_it"),
+]
+
+
+@pytest.mark.parametrize("events, clock, times, inferred, holds", SITUATIONS)
+def test_each_situation_gives_its_phase_times(tmp_path, events, clock, times, inferred, holds):
+    """Every phase time a situation names, to the microsecond: a phase's time is the whole definition."""
+    span = analyse(tmp_path, events)
+    got = [{phase: phase_ms(span, index, phase, gpu=clock == "gpu") for phase in step_times}
+           for index, step_times in enumerate(times)]
+    assert got == [pytest.approx(step_times) for step_times in times]
+    if inferred is not None:
+        assert span.steps[0].inferred == inferred
+    if holds is not None:
+        assert holds(span)
 
 
 def test_self_time_subtracts_direct_children_only(tmp_path):
@@ -324,16 +338,21 @@ def test_a_streams_lane_draws_its_busy_intervals_not_its_first_to_last_kernel(tm
     assert sum(b - a for a, b in bands) == pytest.approx(5.05, rel=0.01)
 
 
+#: An epoch-based microsecond timestamp (~1.7e15), as real traces write them: float64 steps by 0.25 µs there.
+EPOCH_US = 1712195495536782.25
+
+
+def forward_step_at_epoch(tmp_path, ops: list[tuple[str, float, float]]):
+    """The span of one 1 ms step, all forward, starting at `EPOCH_US`, holding ``ops`` (name, start as
+    an offset from the step's, duration in µs): where float rounding of timestamps bites."""
+    events = [step(1, EPOCH_US, 1000), annotation("phaseprof::forward", EPOCH_US, 1000)]
+    return analyse(tmp_path, events + [op(name, EPOCH_US + offset, dur) for name, offset, dur in ops])
+
+
 def test_events_shorter_than_float_resolution_do_not_nest(tmp_path):
-    # Epoch-based microsecond timestamps (~1.7e15) step by 0.25 µs in float64: a 0.04 µs op's end
-    # rounds to its start. Such ops are siblings, not parents of the next ones.
-    t0 = 1712195495536782.25
-    span = analyse(tmp_path, [
-        step(1, t0, 1000),
-        annotation("phaseprof::forward", t0, 1000),
-        op("aten::add", t0 + 1, 10),
-        *[op("aten::result_type", t0 + 20 + 0.25 * k, 0.04) for k in range(8)],
-    ])
+    # A 0.04 µs op's end rounds to its start. Such ops are siblings, not parents of the next ones.
+    span = forward_step_at_epoch(tmp_path, [("aten::add", 1, 10),
+                                            *[("aten::result_type", 20 + 0.25 * k, 0.04) for k in range(8)]])
     (row,) = [k for k, name in enumerate(span.ops.name) if span.names[name] == "aten::result_type"]
     assert span.ops.calls[row] == 8
     assert span.ops.self_us[row] == pytest.approx(8 * 0.04)  # none is another's parent
@@ -341,17 +360,11 @@ def test_events_shorter_than_float_resolution_do_not_nest(tmp_path):
 
 
 def test_op_times_come_from_written_durations_so_self_never_exceeds_total(tmp_path):
-    # At epoch timestamps a float64 µs steps by 0.25: ``end - ts`` of a 0.004 µs op is 0, and two
-    # children each rounded to the ns can add up to a hair more than their parent.
-    t0 = 1712195495536782.25
-    span = analyse(tmp_path, [
-        step(1, t0, 1000),
-        annotation("phaseprof::forward", t0, 1000),
-        *[op("aten::result_type", t0 + 2 + k, 0.004) for k in range(5)],
-        op("aten::linear", t0 + 100, 3.001),
-        op("aten::t", t0 + 100, 1.5007),
-        op("aten::addmm", t0 + 101.5, 1.5007),
-    ])
+    # ``end - ts`` of a 0.004 µs op is 0, and two children each rounded to the ns can add up to a hair
+    # more than their parent.
+    span = forward_step_at_epoch(tmp_path, [*[("aten::result_type", 2 + k, 0.004) for k in range(5)],
+                                            ("aten::linear", 100, 3.001), ("aten::t", 100, 1.5007),
+                                            ("aten::addmm", 101.5, 1.5007)])
     t = span.ops
     rows = {span.names[t.name[k]]: k for k in range(len(t.step))}
     assert t.total_us[rows["aten::result_type"]] == pytest.approx(5 * 0.004)
@@ -364,44 +377,6 @@ def detail_of(span, number):
     """Step ``number`` of a one-span worker in full, as its JSON answer reads."""
     w = Worker("w", [span])
     return msgspec.json.decode(msgspec.json.encode(step_detail(w, w.row_of(number), "run")))
-
-
-def test_a_phase_range_begun_before_the_first_step_counts_in_it(tmp_path):
-    """A data range that opened before the trace's first ProfilerStep (the window began during the
-    fetch) covers the start of that step: its part inside the step is data, not other."""
-    span = analyse(tmp_path, [
-        annotation("phaseprof::data", 0, 2_500),
-        step(1, 1_000, 10_000),
-        annotation("phaseprof::forward", 2_500, 4_000),
-        step(2, 11_000, 5_000),
-        annotation("phaseprof::data", 11_000, 1_000),
-    ])
-    assert phase_ms(span, 0, "data") == pytest.approx(1.5)
-    assert phase_ms(span, 0, "forward") == pytest.approx(4.0)
-    assert phase_ms(span, 0, "other") == pytest.approx(4.5)
-    assert phase_ms(span, 1, "data") == pytest.approx(1.0)
-
-
-def test_a_step_without_backward_is_forward_from_its_first_op(tmp_path):
-    # an inference loop: no phase ranges, no gradient seed; all the step's top-level work is forward
-    span = analyse(tmp_path, [step(1, 0, 1000), op("aten::mm", 100, 300), op("aten::relu", 500, 100)])
-    assert span.steps[0].inferred == {"forward"}
-    assert phase_ms(span, 0, "forward") == pytest.approx(0.5)
-    assert phase_ms(span, 0, "other") == pytest.approx(0.5)
-
-
-def test_two_evaluation_passes_in_one_step_are_both_kept_out_of_it(tmp_path):
-    span = analyse(tmp_path, [
-        step(1, 0, 20_000),
-        annotation("phaseprof::forward", 0, 2_000),
-        annotation("phaseprof::eval", 2_000, 3_000),
-        annotation("phaseprof::backward", 5_000, 2_000),
-        annotation("phaseprof::eval", 8_000, 2_000),
-        annotation("phaseprof::optimizer", 10_000, 1_000),
-    ])
-    assert span.steps[0].apart == {"eval": 5_000.0}
-    assert span.steps[0].wall == pytest.approx(15_000.0)
-    assert phase_ms(span, 0, "other") == pytest.approx(10.0)
 
 
 def test_step_zeros_marker_is_no_op_of_its_step(tmp_path):

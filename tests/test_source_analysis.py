@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from phaseprof import PhaseProfiler, analyze
 from phaseprof.contract import ANALYSIS_DIR
+from tests.timing import train_step
 
 
 def train(logdir, **options) -> PhaseProfiler:
@@ -24,9 +25,7 @@ def train(logdir, **options) -> PhaseProfiler:
     prof = PhaseProfiler(logdir=str(logdir), run="r", wait=1, warmup=1, active=3, repeat=2, **options)
     prof.attach(model, optimizer)
     for x, y in prof.data(batches):
-        optimizer.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        optimizer.step()
+        train_step(model, optimizer, x, y, F.cross_entropy)
     prof.close()
     return prof
 

@@ -36,7 +36,7 @@ from phaseprof.contract import (
     host_tag,
 )
 from phaseprof.training_hooks.models import MnistNet
-from tests.timing import TimedGradScaler, Timers, busy, scalars, time_forward, time_optimizer
+from tests.timing import TimedGradScaler, Timers, busy, scalars, time_forward, time_optimizer, train_step
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -131,9 +131,7 @@ def test_a_trailing_zero_grad_makes_no_step_and_paused_work_is_in_no_step(tmp_pa
     with PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=2) as prof:
         prof.attach(model, optimizer)
         for _ in range(4):
-            optimizer.zero_grad()
-            F.nll_loss(model(data), target).backward()
-            optimizer.step()
+            train_step(model, optimizer, data, target)
             with prof.paused():
                 time.sleep(0.5)  # a checkpoint, say
                 model(data)  # a forward in there is not the step's either
@@ -155,9 +153,7 @@ def test_the_profilers_own_time_is_written_and_summarised(tmp_path, capsys):
     with PhaseProfiler(logdir=str(tmp_path), run="r", wait=1, warmup=1, active=2, record_shapes=True) as prof:
         prof.attach(model, optimizer)
         for _ in range(6):
-            optimizer.zero_grad()
-            F.nll_loss(model(data), target).backward()
-            optimizer.step()
+            train_step(model, optimizer, data, target)
     own = scalars(tmp_path / "r")[PROFILER_TAG]
     assert sorted(own) == list(range(6))
     assert max(own, key=own.get) == 3  # the step that ends the active window writes the trace
@@ -399,9 +395,7 @@ def test_model_and_optimizer_pickle_while_attached(tmp_path):
     with PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=2) as prof:
         prof.attach(model, optimizer)
         for _ in range(3):
-            optimizer.zero_grad()
-            F.nll_loss(model(data), target).backward()
-            optimizer.step()
+            train_step(model, optimizer, data, target)
             scheduler.step()
             buffer = io.BytesIO()
             torch.save(model, buffer)  # what word_language_model does at the end of an epoch
@@ -461,9 +455,7 @@ def test_a_model_saved_while_attached_loads_weights_only_where_phaseprof_is_not_
     with PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=1) as prof:
         prof.attach(model, optimizer)
         for _ in range(2):
-            optimizer.zero_grad()
-            F.cross_entropy(model(x), y).backward()
-            optimizer.step()
+            train_step(model, optimizer, x, y, F.cross_entropy)
         torch.save(model, tmp_path / "attached.pt")
     torch.save(model, tmp_path / "detached.pt")
     with zipfile.ZipFile(tmp_path / "attached.pt") as a, zipfile.ZipFile(tmp_path / "detached.pt") as d:

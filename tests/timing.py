@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from tensorboard.backend.event_processing import event_accumulator
 
 from phaseprof.contract import BACKWARD, DATA, FORWARD, OPTIMIZER, STEP_TAG, TRACE_FILE_RE
@@ -83,6 +84,14 @@ def within(measured: float, reference: float, rel: float = 0.05, abs_ms: float =
 def tolerance(reference: float, rel: float = 0.05, abs_ms: float = 0.5) -> float:
     """How far a figure may be from its reference: 5% or 0.5 ms."""
     return max(rel * reference, abs_ms)
+
+
+def train_step(model, optimizer, data, target, loss=F.nll_loss) -> None:
+    """One training step as PyTorch's examples write it (zero_grad, forward, loss, backward, optimizer
+    step): the plain step the tests' loops profile, around whatever else they put between steps."""
+    optimizer.zero_grad()
+    loss(model(data), target).backward()
+    optimizer.step()
 
 
 def busy(seconds: float) -> None:

@@ -756,23 +756,7 @@ export interface SpanInfo {
  * where in its window time was kept out of it (`apart`: the lanes leave those stretches empty;
  * their ops are in no phase).
  */
-export interface StepDetail {
-  step: number;
-  span: string;
-  start_ms: number;
-  wall_ms: number;
-  eval_ms: number;
-  eval_gpu_ms: number;
-  paused_ms: number;
-  paused_gpu_ms: number;
-  gpu_ms: number;
-  gpu_idle_ms: number | null;
-  inferred: boolean;
-  inferred_phases: string[];
-  inferred_step: boolean;
-  empty: boolean;
-  phases: Record<string, PhaseTimes>;
-  gpu_time: GpuTime | null;
+export interface StepDetail extends StepRow {
   run: string;
   worker: string;
   ops: Record<string, OpRow[]>;
