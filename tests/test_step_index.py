@@ -32,6 +32,15 @@ def cached(tmp_path, monkeypatch):
     return tmp_path
 
 
+def settled_evaluation_logdir(tmp) -> object:
+    """A logdir of one evaluation run, its files old enough for TensorBoard to read at once."""
+    root = tmp / "logdir"
+    evaluation_run(root / "eval")
+    for p in root.rglob("*"):
+        settled(p)
+    return root
+
+
 def trace_files(root) -> list:
     return [f for run in discover(str(root)) for f in run.files]
 
@@ -162,10 +171,7 @@ def test_an_index_whose_columns_do_not_hold_together_is_not_used(cached):
 
 
 def test_tensorboard_serves_any_step_from_the_index_without_decoding_the_trace(cached):
-    root = cached / "logdir"
-    evaluation_run(root / "eval")
-    for p in root.rglob("*"):
-        settled(p)
+    root = settled_evaluation_logdir(cached)
     store = TraceStore(str(root))
     try:
         assert store.wait(120)
@@ -191,10 +197,7 @@ def test_without_the_cache_no_index_is_written_or_read(tmp_path, monkeypatch):
 
 def test_a_trace_analysed_without_its_index_has_it_written_when_a_step_is_first_opened(cached):
     # TensorBoard's loaders leave the index out of a small trace while other files wait (`loading.load`)
-    root = cached / "logdir"
-    evaluation_run(root / "eval")
-    for p in root.rglob("*"):
-        settled(p)
+    root = settled_evaluation_logdir(cached)
     (f,) = trace_files(root)
     analyze_file(f, index_from_events=10**9)
     assert cache.load(f) is not None  # the analysis is cached all the same
