@@ -322,6 +322,25 @@ def test_swimlanes_show_the_loop_thread_other_threads_and_gpu_streams(tmp_path):
     assert [2, 4.4, 6.9, "backward"] in lanes["bands"]
 
 
+def test_each_gpu_stream_is_a_lane_of_its_own_with_its_own_work(tmp_path):
+    # two GPUs in one trace, two streams each, one stream number on both: four lanes, by (GPU, stream)
+    work = [(1, 7, 4_000), (0, 20, 2_000), (1, 3, 3_000), (0, 7, 1_000)]  # (GPU, stream, start µs)
+    events = [step(1, 0, 10_000), annotation("phaseprof::forward", 0, 9_000)]
+    for k, (device, stream, ts) in enumerate(work):
+        work_item = kernel(f"k{k}", ts, 100 * (k + 1), corr=k + 1, stream=stream)
+        work_item["pid"] = work_item["args"]["device"] = device
+        events += [launch(10 + k, corr=k + 1), work_item]
+    detail = detail_of(analyse(tmp_path, events), 1)
+    lanes = detail["lanes"]
+    order = ["GPU 0 stream 7", "GPU 0 stream 20", "GPU 1 stream 3", "GPU 1 stream 7"]
+    assert lanes["labels"][1:] == order  # after the loop's thread
+    for k, (device, stream, ts) in enumerate(work):
+        lane = lanes["labels"].index(f"GPU {device} stream {stream}")
+        assert [b[1:3] for b in lanes["bands"] if b[0] == lane] == [[ts / 1000, (ts + 100 * (k + 1)) / 1000]]
+    assert detail["gpu_time"]["streams"] == {f"GPU {d} stream {s}": pytest.approx(0.1 * (k + 1))
+                                             for k, (d, s, _) in enumerate(work)}
+
+
 def test_a_streams_lane_draws_its_busy_intervals_not_its_first_to_last_kernel(tmp_path):
     # One phase launches 100 kernels of 50 µs on one stream, 15 µs apart, then one more 0.5 µs after
     # the last, in a 10 ms step: busy 5.05 ms of the 6.5 ms from the first kernel to the last.
