@@ -41,8 +41,8 @@ setup(
         # the CRC-32C of the scalars' event records, in C: TensorBoard's pure-Python one costs tens
         # to hundreds of µs a step on the training process's recorder thread (imported there only)
         "google-crc32c>=1.5",
-        # gzip and deflate through zlib-ng: a gzipped trace inflates in half the time of zlib's, and
-        # the analysis and step index deflate three times as fast; the format is the same
+        # gzip and deflate through zlib-ng (the same formats): a gzipped trace inflates in half the
+        # time of zlib's, and the analysis and step index deflate faster and smaller
         "zlib-ng>=0.5",
     ],
     extras_require={

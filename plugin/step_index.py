@@ -4,9 +4,10 @@ without decoding its trace again.
 Cutting a step out of its trace (`analysis.step_trace`) needs the whole file decoded, nested and
 partitioned: seconds for a large trace, for every step asked. The trace is decoded once anyway when
 it is first analysed (`spans.analyze_file`), so the columns of every step (`StepCut`) are written
-then (except by TensorBoard's loaders for a small trace while other files wait for them: its index is
-written when a step is first cut from it, `serving.store.cut_step`), beside the analysis entry: ``<run>/.phaseprof/<trace file name>.steps`` (or in the user's cache
-directory, as the analysis; `cache.places`). A step's columns lie in one range of that file, found
+then, beside the analysis entry: ``<run>/.phaseprof/<trace file name>.steps`` (or in the user's cache
+directory, as the analysis; `cache.places`). TensorBoard's loaders leave it out of a small trace while
+other files wait for them; it is written when a step is first cut from that trace
+(`serving.store.cut_step`). A step's columns lie in one range of that file, found
 through the file's table of steps; serving a step reads its range alone and draws the document from
 it (`step_trace.document`, which the full read uses too: the same document, event for event).
 

@@ -9,7 +9,6 @@ keeps the file system's own bytes.
 
 from __future__ import annotations
 
-import gzip
 import os
 import stat
 
@@ -216,6 +215,6 @@ def _head_looks_like_trace(head: bytes) -> bool:
     try:
         if head[:2] == b"\x1f\x8b":
             head = zlib.decompressobj(wbits=31).decompress(head, _SNIFF_BYTES)
-    except (zlib.error, gzip.BadGzipFile):
+    except zlib.error:
         return False
     return b'"traceEvents"' in head or (b'"ph"' in head and head.lstrip()[:1] == b"[")
