@@ -35,21 +35,24 @@ def forward_against_timers(tmp_path, between) -> tuple[Timers, list[float]]:
     return timers, [values[host_tag(FORWARD)][step] for step in sorted(values[STEP_TAG])]
 
 
-# Both gaps dwarf what a loaded machine adds to the small forward (tolerance: 5% of it, or 0.5 ms):
-# a step's forward would have to take seconds for either gap to pass within it.
+# Both gaps dwarf the tolerance these tests allow. It is wider than the acceptance tests' 0.5 ms
+# because the band around a sleep was seen charged 0.6 and 1.1 ms of CPU on a busy CI machine
+# (the thread waking, and phaseprof's hook, with cold caches), beyond 0.5 ms of tolerance; work of
+# WORK_S on the CPU is still ten times this tolerance.
 WORK_S = 0.05
 ASLEEP_S = 0.25
+TOLERANCE_MS = 5.0
 
 
 def test_work_between_the_clocks_fails_every_step(tmp_path):
     timers, measured = forward_against_timers(tmp_path, lambda: busy(WORK_S))
     with pytest.raises(AssertionError, match="steps off beyond their tolerance"):
-        timers.agree(FORWARD, measured, timers.per_step(FORWARD, 1))
+        timers.agree(FORWARD, measured, timers.per_step(FORWARD, 1), TOLERANCE_MS)
 
 
 def test_time_off_the_cpu_between_the_clocks_is_excused_and_counted(tmp_path, capsys):
     """A thread asleep there is off the CPU, as a preempted one is."""
     timers, measured = forward_against_timers(tmp_path, lambda: time.sleep(ASLEEP_S))
-    assert timers.agree(FORWARD, measured, timers.per_step(FORWARD, 1)) == 5
+    assert timers.agree(FORWARD, measured, timers.per_step(FORWARD, 1), TOLERANCE_MS) == 5
     assert "forward: 5 step(s) excused" in capsys.readouterr().out
 
