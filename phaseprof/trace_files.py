@@ -10,11 +10,13 @@ a reader (a live TensorBoard) sees either nothing or the whole trace, never half
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
 import shutil
 
-#: zlib's default level: nearly as small as torch's level 9, in a fraction of the time.
+from zlib_ng import gzip_ng
+
+#: The default level: nearly as small as torch's level 9, in a fraction of the time. zlib-ng writes the
+#: same gzip format as zlib, as small, in 0.5-0.7x the time (a 26 MB GPU trace: 0.115 s, not 0.163 s).
 GZIP_LEVEL = 6
 #: What an exported, not yet compressed trace's name ends with (after ``.pt.trace.json``).
 EXPORTED_SUFFIX = ".part"
@@ -32,7 +34,7 @@ def compress_into_place(exported: str) -> str:
     trace = compressed_name(exported)
     partial = trace + ".part"
     try:
-        with open(exported, "rb") as src, gzip.open(partial, "wb", compresslevel=GZIP_LEVEL) as dst:
+        with open(exported, "rb") as src, gzip_ng.open(partial, "wb", compresslevel=GZIP_LEVEL) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         os.replace(partial, trace)
     except BaseException:
