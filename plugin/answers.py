@@ -678,10 +678,12 @@ class WorkerReport(Answer, omit_defaults=True):
     modules: ModulesAnswer | None = None  # with ``--modules``: over the step asked for, or every step
 
 
-class RunReport(Answer):
+class RunReport(Answer, omit_defaults=True):
     run: str
     workers: list[WorkerReport]
     whole_run: list[WholeRun]  # from the run's scalars; one entry per rank that wrote them
+    # with ``--collectives``: ``/collectives``' answer over the run's ranks, the step asked for or every step
+    collectives: CollectivesAnswer | None = None
 
 
 class Report(Answer):

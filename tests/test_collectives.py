@@ -10,6 +10,7 @@ import json
 import msgspec
 import pytest
 
+from phaseprof import cli
 from phaseprof.plugin.analysis.collectives import collectives_answer
 from phaseprof.plugin.analysis.span import analyze_trace
 from phaseprof.plugin.analysis.worker import Worker, ms
@@ -209,10 +210,15 @@ def test_breakdown_is_the_gpu_measures(traces, folder):
     assert table_kernel > 0
 
 
-def test_route_answers_strictly_and_refuses_what_is_not_there(tmp_path):
+def _ddp_logdir(root) -> None:
+    """The two ranks as run ``ddp`` of the logdir ``root``, settled."""
     for rank in (0, 1):
-        settled(write_trace(tmp_path / "ddp" / f"rank{rank}.1.pt.trace.json", _rank_events(rank),
+        settled(write_trace(root / "ddp" / f"rank{rank}.1.pt.trace.json", _rank_events(rank),
                             distributedInfo={"rank": rank, "world_size": 2, "backend": "nccl"}))
+
+
+def test_route_answers_strictly_and_refuses_what_is_not_there(tmp_path):
+    _ddp_logdir(tmp_path)
     plugin, client = make_app(tmp_path)
     try:
         assert plugin._store.wait(300)
@@ -229,6 +235,54 @@ def test_route_answers_strictly_and_refuses_what_is_not_there(tmp_path):
         assert client.get(f"{BASE}/collectives").status_code == 400
     finally:
         plugin._store.close()
+
+
+def test_the_report_gives_the_routes_answer_as_json_and_as_tables(tmp_path, capsys, monkeypatch):
+    """``phaseprof report --collectives``: each run's ``/collectives`` answer, whole in ``--json``,
+    and in the terminal the table, each rank's mean per step and the ranks waited for."""
+    _ddp_logdir(tmp_path)
+    plugin, client = make_app(tmp_path)
+    try:
+        assert plugin._store.wait(300)
+        routes = {step: msgspec.json.decode(client.get(f"{BASE}/collectives?run=ddp{query}").get_data())
+                  for step, query in ((None, ""), (2, "&step=2"))}
+    finally:
+        plugin._store.close()
+    for step, route in routes.items():
+        argv = ["report", str(tmp_path), "--collectives", "--json"] + ([] if step is None else ["--step", str(step)])
+        capsys.readouterr()
+        assert cli.main(argv) == 0
+        (run,) = json.loads(capsys.readouterr().out)["runs"]
+        assert run["collectives"] == route
+    capsys.readouterr()
+    assert cli.main(["report", str(tmp_path)]) == 0
+    assert "collectives" not in capsys.readouterr().out  # only when asked
+
+    monkeypatch.setenv("COLUMNS", "200")
+    assert cli.main(["report", str(tmp_path), "--collectives"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    route = routes[None]
+    cells = [[c.strip() for c in line.split("│")] for line in lines if "│" in line]
+    table = [c for c in cells if len(c) == 11]  # worker, kind, group, ranks, size, calls, total, mean, max, bus, on
+    by_time = sorted(route["collectives"], key=lambda r: -r["time_ms"])
+    assert [(c[0], c[1]) for c in table] == [(r["worker"], r["kind"]) for r in by_time]  # most time first
+    for c, r in zip(table, by_time):
+        assert c[4] == {"all_reduce": "3.8 MiB", "all_gather": "976.6 KiB"}[r["kind"]]
+        assert c[2:4] + c[5:] == [r["group"], str(r["group_size"]), str(r["calls"]), f"{r['time_ms']:,.2f}",
+                                  f"{r['mean_ms']:,.2f}", f"{r['max_ms']:,.2f}", f"{r['busbw_gbps']:,.2f}", "GPU"]
+    # worker, rank, measure, steps, compute, communication, overlap, other
+    means = [c for c in cells if len(c) == 8 and c[2] in ("gpu", "host")]
+    assert [c[0] for c in means] == [r["worker"] for r in route["ranks"]]
+    for c, rank in zip(means, route["ranks"]):
+        n = len(rank["steps"])
+        assert c[1:4] == [str(rank["rank"]), "gpu", str(n)]
+        assert c[4:] == [f"{sum(s['total'][f] for s in rank['steps']) / n:,.2f}"
+                         for f in ("compute_ms", "comm_ms", "overlap_ms", "other_ms")]
+    waited = [line.strip() for line in lines if "arrived last" in line]
+    assert waited == [f"• rank 1 arrived last at {STEPS} of {2 * STEPS} collectives matched across ranks; the others "
+                      f"waited {0.03 * STEPS:,.2f} ms for it",
+                      f"• rank 0 arrived last at {STEPS} of {2 * STEPS} collectives matched across ranks; the others "
+                      f"waited {0.01 * STEPS:,.2f} ms for it"]
 
 
 @pytest.mark.parametrize("folder", ["hta_nccl_16rank", "hta_sampled_2rank"])

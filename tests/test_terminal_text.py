@@ -62,11 +62,12 @@ def hostile_logdir(tmp_path_factory):
 
 @pytest.mark.parametrize("step_number, op_shown", [(None, None), (1, MARKUP), (2, LINK), (3, "\\x1b[31mred\\x1b]8;;")])
 def test_names_are_shown_as_text_never_as_markup_links_or_control_sequences(hostile_logdir, step_number, op_shown):
-    r = report(str(hostile_logdir), step=step_number)
-    assert not r.errors
+    r = report(str(hostile_logdir), step=step_number, collectives=True)
+    assert not r.errors and r.runs[0].collectives is not None
     plain_out = rendered(r, terminal=False, evidence=True)  # MarkupError before: names were read as markup
     assert "\x1b" not in plain_out and "\x07" not in plain_out
     assert "\\x1b[2J[link=x]" in plain_out  # the worker's name, escaped, as written
+    assert any(line.startswith("w\\x1b[2J[link=x] │") for line in plain_out.splitlines())  # its collectives' row
     assert "[/oops]" in plain_out and "[link=http://evil.example]p[/link]" in plain_out  # phases
     if op_shown is not None:  # the step's forward op, named with markup or escape sequences
         assert op_shown in plain_out

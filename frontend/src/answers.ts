@@ -686,6 +686,7 @@ export interface RunReport {
   run: string;
   workers: WorkerReport[];
   whole_run: WholeRun[];
+  collectives?: CollectivesAnswer;
 }
 
 /**

@@ -29,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--modules", action="store_true",
                         help="add each worker's nn.Modules (over --step, or every step): forward and backward time, "
                              "host and GPU, calls, ops (from PhaseProfiler(modules=True) or with_stack=True traces)")
+    report.add_argument("--collectives", action="store_true",
+                        help="add each run's collectives (over --step, or every step): calls, message size, time and "
+                             "bus bandwidth per kind and group; each rank's compute, communication and overlap; "
+                             "the rank the others wait for")
     report.add_argument("--sort", choices=KERNEL_SORT_KEYS, default="total",
                         help="order of the --kernels table, largest first (default: total time)")
 
@@ -110,7 +114,7 @@ def _report(args: argparse.Namespace) -> int:
     progress = _ProgressBar() if sys.stderr.isatty() else None
     try:
         report = make_report(args.path, run=args.run, step=args.step, kernels=args.kernels,
-                             modules=args.modules, progress=progress)
+                             modules=args.modules, collectives=args.collectives, progress=progress)
     finally:
         if progress is not None:
             progress.close()

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import msgspec
 
+from phaseprof.plugin.analysis.collectives import collectives_answer
 from phaseprof.plugin.analysis.kernels import kernels_answer
 from phaseprof.plugin.analysis.modules import modules_answer
 from phaseprof.plugin.analysis.steps import step_detail, step_rows
@@ -42,21 +43,23 @@ class Progress(Protocol):
 
 
 def analyze(path: str, run: str | None = None, step: int | None = None, *, kernels: bool = False,
-            modules: bool = False, progress: Progress | None = None) -> dict:
+            modules: bool = False, collectives: bool = False, progress: Progress | None = None) -> dict:
     """The report on ``path`` (see `report`) as plain dicts and lists, exactly as ``--json`` prints it."""
     return msgspec.json.decode(msgspec.json.encode(report(path, run, step, kernels=kernels, modules=modules,
-                                                          progress=progress)))
+                                                          collectives=collectives, progress=progress)))
 
 
 def report(path: str, run: str | None = None, step: int | None = None, *, kernels: bool = False,
-           modules: bool = False, progress: Progress | None = None) -> Report:
+           modules: bool = False, collectives: bool = False, progress: Progress | None = None) -> Report:
     """The report on ``path``: runs, workers (ranks), their steps and summaries, every timed step of
     each run from its scalars (``whole_run``), and errors.
 
     ``run`` keeps one run (its name relative to ``path``); ``step`` keeps one step and adds its
     detail (ops per phase, memory, swimlanes) as the worker's ``detail``. ``kernels`` adds each
     worker's kernel table (``/kernels``' answer) over that step, or over every step holding work;
-    ``modules`` its module table (``/modules``' answer) likewise.
+    ``modules`` its module table (``/modules``' answer) likewise. ``collectives`` adds each run's
+    collective table, its ranks' compute / communication / overlap and who waits for whom
+    (``/collectives``' answer), over that step or every step.
     """
     errors: list[FileError] = []
     try:
@@ -75,15 +78,15 @@ def report(path: str, run: str | None = None, step: int | None = None, *, kernel
                                     error=f"no run named {display(run)!r} under {display(path)}"))
     if progress:
         progress.start([f for r in runs for f in r.files])
-    out_runs = [_run_report(path, r, step, errors, progress, kernels, modules) for r in runs]
+    out_runs = [_run_report(path, r, step, errors, progress, kernels, modules, collectives) for r in runs]
     if not any(r.workers or r.whole_run for r in out_runs) and not errors:
         errors.append(FileError(path=display(path), error="no trace files found (*.pt.trace.json[.gz])"))
     return Report(runs=out_runs, errors=errors)
 
 
 def _run_report(root: str, run: Run, step: int | None, errors: list[FileError],
-                progress: Progress | None, kernels: bool, modules: bool = False) -> RunReport:
-    workers = []
+                progress: Progress | None, kernels: bool, modules: bool, collectives: bool) -> RunReport:
+    workers, analysed = [], []
     for worker, files in run.workers.items():
         spans = []
         for f in files:
@@ -108,6 +111,7 @@ def _run_report(root: str, run: Run, step: int | None, errors: list[FileError],
         if not spans:
             continue
         w = Worker(worker, spans)
+        analysed.append(w)
         rows = None if step is None else [k for k, n in enumerate(w.numbers) if n == step]
         entry = WorkerReport(worker=worker, rank=w.rank, world_size=w.world_size, gpu=w.has_gpu,
                              gpu_names=w.gpu_names, spans=[s.file for s in spans], steps=step_rows(w, rows),
@@ -123,7 +127,10 @@ def _run_report(root: str, run: Run, step: int | None, errors: list[FileError],
         if modules and (step is None or row is not None):
             entry.modules = modules_answer(run.name, w, w.full().tolist() if step is None else [row], step)
         workers.append(entry)
-    return RunReport(run=run.name, workers=workers, whole_run=_whole_run(run))
+    out = RunReport(run=run.name, workers=workers, whole_run=_whole_run(run))
+    if collectives and analysed:
+        out.collectives = collectives_answer(run.name, analysed, None, step)
+    return out
 
 
 def _whole_run(run: Run) -> list[WholeRun]:

@@ -26,6 +26,7 @@ LINE_WIDTH = 2_000
 
 if TYPE_CHECKING:
     from phaseprof.plugin.answers import (
+        CollectivesAnswer,
         GpuTime,
         KernelsAnswer,
         ModulesAnswer,
@@ -70,8 +71,8 @@ def say(text: str, style: str = "") -> Text:
 
 
 def render(report: Report, console: Console, evidence: bool = False) -> None:
-    """Print ``report``; ``evidence``: each finding's figures under its sentence; each worker's
-    kernel table where the report holds one (``--kernels``)."""
+    """Print ``report``; ``evidence``: each finding's figures under its sentence; the kernel, module
+    and collective tables where the report holds them (``--kernels``, ``--modules``, ``--collectives``)."""
     for run in report.runs:
         for worker in run.workers:
             _worker(run.run, worker, console, evidence)
@@ -79,6 +80,8 @@ def render(report: Report, console: Console, evidence: bool = False) -> None:
             _whole_run(run.run, run.whole_run[0], console)
         elif run.whole_run:
             _ranks_whole_run(run.run, run.whole_run, console)
+        if run.collectives is not None:
+            _collectives(run.collectives, console)
     if report.errors:
         console.print(say("Errors", "bold red"))
         for e in report.errors:
@@ -250,6 +253,60 @@ def _kernels(k: KernelsAnswer, console: Console) -> None:
     console.print(t)
     if len(k.kernels) > KERNEL_ROWS:
         console.print(say(f"  … {len(k.kernels) - KERNEL_ROWS:,} more kernels (--json lists them all)", "dim"))
+
+
+#: The collective table and the list of waits show this many rows (``--json`` has them all).
+COLLECTIVE_ROWS = 30
+WAITED_FOR_ROWS = 5
+
+
+def _collectives(c: CollectivesAnswer, console: Console) -> None:
+    """A run's collectives (``report --collectives``): the table, most time first; each rank's
+    compute / communication / overlap / other per step; the ranks the others waited for most."""
+    steps = f"step {c.step}" if c.step is not None else "every step"
+    head = f"run {plain(c.run)} · collectives · {steps}: {plain(c.note, LINE_WIDTH)}"
+    console.print(say(head, "bold"))
+    if not c.collectives:
+        console.print(say("  no collective in these steps", "dim"))
+    else:
+        t = _table(caption="time: the device work's, start to end, where it ran on a GPU (it includes the "
+                           "wait for the other ranks), else the host op's; bus bandwidth as nccl-tests counts it")
+        for col in ("worker", "kind", "group", "ranks", "size", "calls", "total ms", "mean ms", "max ms",
+                    "bus GB/s", "on"):
+            t.add_column(col, justify="left" if col in ("worker", "kind", "group", "on") else "right")
+        for r in sorted(c.collectives, key=lambda r: -r.time_ms)[:COLLECTIVE_ROWS]:
+            _row(t, plain(r.worker), plain(r.kind), plain(r.group), "-" if r.group_size is None else str(r.group_size),
+                 _size(r.bytes), f"{r.calls:,}", _fmt(r.time_ms), _fmt(r.mean_ms), _fmt(r.max_ms),
+                 _fmt(r.busbw_gbps), "GPU" if r.on_gpu else "host")
+        console.print(t)
+        if len(c.collectives) > COLLECTIVE_ROWS:
+            console.print(say(f"  … {len(c.collectives) - COLLECTIVE_ROWS:,} more rows (--json lists them all)",
+                              "dim"))
+    t = _table(caption="ms per step, mean over the steps; overlap: communication while compute ran")
+    for col in ("worker", "rank", "measure", "steps", "compute", "communication", "overlap", "other"):
+        t.add_column(col, justify="left" if col in ("worker", "measure") else "right")
+    for r in c.ranks:
+        n = len(r.steps)
+        mean = [sum(getattr(s.total, f) for s in r.steps) / n if n else None
+                for f in ("compute_ms", "comm_ms", "overlap_ms", "other_ms")]
+        _row(t, plain(r.worker), "-" if r.rank is None else str(r.rank), r.measure, str(n), *map(_fmt, mean))
+    console.print(t)
+    waited = sorted((w for w in c.waited_for if w.last), key=lambda w: -w.caused_ms)[:WAITED_FOR_ROWS]
+    for w in waited:
+        who = f"rank {w.rank}" if w.rank is not None else f"worker {plain(w.worker)}"
+        console.print(say(f"  • {who} arrived last at {w.last:,} of {w.matched:,} collectives matched across ranks; "
+                          f"the others waited {_fmt(w.caused_ms)} ms for it"))
+    console.print()
+
+
+def _size(nbytes: int | None) -> str:
+    """A message size in the binary units NCCL's tests print."""
+    if nbytes is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:,.1f} {unit}"
+    return f"{nbytes:,} B"
 
 
 def _dims(dims: list[int] | None) -> str:
