@@ -3,10 +3,12 @@ process and stores the analysis beside it, where TensorBoard and the report find
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import subprocess
+import time
 
 import pytest
 import torch
@@ -31,11 +33,27 @@ def train(logdir, **options) -> PhaseProfiler:
     return prof
 
 
+def finished(process: subprocess.Popen, deadline_s: float = 300) -> int:
+    """The exit status of a background process, lifted out of idle priority whenever seen there: at
+    idle priority it runs only on CPU time nothing else wants, which a machine running CPU hogs
+    beside the tests never has. (Lifting needs root, or a nice limit that allows it; a machine
+    where it is refused is left to give the process its idle time.)"""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        with contextlib.suppress(OSError):  # gone already, or not ours to lift
+            if os.sched_getscheduler(process.pid) == os.SCHED_IDLE:
+                os.sched_setscheduler(process.pid, os.SCHED_OTHER, os.sched_param(0))
+        try:
+            return process.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            assert time.monotonic() < deadline, f"{process.args} still running after {deadline_s:.0f} s"
+
+
 def test_each_trace_is_analysed_beside_it(tmp_path, monkeypatch):
     monkeypatch.setenv("PHASEPROF_CACHE", "")  # the cache on, for the profiler's analyses and the reader
     prof = train(tmp_path)
     for process in prof._traces.background.running:
-        assert process.wait(300) == 0
+        assert finished(process) == 0
     traces = sorted(os.path.basename(p) for p in prof._traces.written)
     assert len(traces) == 2
     entries = tmp_path / "r" / ANALYSIS_DIR
