@@ -154,7 +154,8 @@ def test_the_terminal_report_shows_the_time_kept_apart(evaluation, capsys):
 def real_run(tmp_path_factory):
     """Eight training steps of the MNIST CNN (batches of 8), profiled from step 1 to 6; after step 2 an
     evaluation pass (model.eval(), torch.no_grad(), six batches of 64), after step 4 a paused block (a
-    60 ms sleep and a forward)."""
+    60 ms sleep and a forward). Returns the logdir, the pass's ms by a timer, and each iteration's
+    ms off the CPU."""
     logdir = tmp_path_factory.mktemp("real")
     torch.manual_seed(0)
     model = MnistNet()
@@ -163,9 +164,12 @@ def real_run(tmp_path_factory):
     data, target = torch.randn(8, 1, 28, 28, generator=g), torch.randint(0, 10, (8,), generator=g)
     test_data = torch.randn(64, 1, 28, 28, generator=g)
     eval_ms = []
+    clocks = []  # (wall ns, the thread's CPU ns) as each iteration starts, and after the last
+    asleep_ns = 0
     with PhaseProfiler(logdir=str(logdir), run="r", wait=0, warmup=1, active=6) as prof:
         prof.attach(model, optimizer)
         for i in range(8):
+            clocks.append((time.perf_counter_ns(), time.thread_time_ns()))
             train_step(model, optimizer, data, target)
             if i == 2:
                 t0 = time.perf_counter()
@@ -177,15 +181,21 @@ def real_run(tmp_path_factory):
                 eval_ms.append((time.perf_counter() - t0) * 1e3)
             if i == 4:
                 with prof.paused():
+                    t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
                     time.sleep(0.06)
+                    asleep_ns = (time.perf_counter_ns() - t0) - (time.thread_time_ns() - c0)
                     model(data)
+        clocks.append((time.perf_counter_ns(), time.thread_time_ns()))
     for f in logdir.rglob("*"):
         settled(f)
-    return logdir, eval_ms[0]
+    # each iteration's time off the CPU (preempted, or waiting for torch's intra-op threads), its sleep aside
+    off_cpu_ms = [((w1 - w0) - (c1 - c0) - (asleep_ns if i == 4 else 0)) / 1e6
+                  for i, ((w0, c0), (w1, c1)) in enumerate(zip(clocks, clocks[1:]))]
+    return logdir, eval_ms[0], off_cpu_ms
 
 
 def test_a_real_loops_traced_steps_equal_their_scalars_with_the_pass_apart(real_run):
-    logdir, eval_reference = real_run
+    logdir, eval_reference, off_cpu_ms = real_run
     values = scalars(logdir / "r")
     w = worker(analyze(str(logdir), step=3))
     (row,) = w["steps"]
@@ -193,8 +203,11 @@ def test_a_real_loops_traced_steps_equal_their_scalars_with_the_pass_apart(real_
     # the step equals its scalar, which leaves the pass out; counted in, it would be off by all of it
     assert row["eval_ms"] > 0.5 * row["wall_ms"]
     assert abs(row["wall_ms"] - values[STEP_TAG][3]) < 0.25 * row["eval_ms"], (row, values[STEP_TAG][3])
-    assert within(row["eval_ms"], values[EVAL_TAG][3]), (row["eval_ms"], values[EVAL_TAG][3])
-    assert row["eval_ms"] <= eval_reference * 1.05 + 1
+    # the pass ran in iteration 2: preempted there between two clocks, one figure stretches past the other
+    interrupted = sum(off_cpu_ms[2:4])
+    assert within(row["eval_ms"], values[EVAL_TAG][3]) or abs(row["eval_ms"] - values[EVAL_TAG][3]) <= interrupted, (
+        row["eval_ms"], values[EVAL_TAG][3], interrupted)
+    assert row["eval_ms"] <= eval_reference * 1.05 + 1 + interrupted
     # its ops are not the step's: the step ran one forward (two convolutions), the pass six
     detail = w["detail"]
     assert sum(o["calls"] for ops in detail["ops"].values() for o in ops if o["name"] == "aten::conv2d") == 2
@@ -205,9 +218,13 @@ def test_a_real_loops_traced_steps_equal_their_scalars_with_the_pass_apart(real_
     assert sorted(rows) == [1, 2, 3, 4, 5, 6]
     for n in sorted(rows):  # every traced step equals its scalar: within 5% or 0.5 ms, or beyond that by no
         # more than the profiler's own time at its two ends (between the scalars' clock and torch.profiler's marks)
+        # and the time the thread was off the CPU in iterations n - 1 to n + 1, around the step: preempted
+        # between phaseprof's clock and a mark of the trace, it stretches one past the other
         gap = rows[n]["wall_ms"] - values[STEP_TAG][n]
         ends = values[PROFILER_TAG].get(n - 1, 0.0) + values[PROFILER_TAG][n]
-        assert within(rows[n]["wall_ms"], values[STEP_TAG][n]) or 0 < gap <= ends + 0.5, (n, rows[n], values)
+        interrupted = sum(off_cpu_ms[n - 1:n + 2])
+        assert within(rows[n]["wall_ms"], values[STEP_TAG][n]) or -interrupted <= gap <= ends + 0.5 + interrupted, (
+            n, gap, ends, interrupted, rows[n], values)
     assert rows[5]["paused_ms"] >= 60 and rows[5]["eval_ms"] == 0
     assert all(rows[n]["eval_ms"] == 0 for n in rows if n != 3)
     summary = worker(analyze(str(logdir)))["summary"]
@@ -216,7 +233,7 @@ def test_a_real_loops_traced_steps_equal_their_scalars_with_the_pass_apart(real_
 
 
 def test_a_real_loops_timeline_carries_its_pass_and_the_profilers_time(real_run):
-    logdir, _ = real_run
+    logdir = real_run[0]
     values = scalars(logdir / "r")
     plugin, client = make_app(logdir)
     assert plugin._store.wait(300)
