@@ -300,7 +300,7 @@ def _collectives(c: CollectivesAnswer, console: Console) -> None:
 
 
 def _size(nbytes: int | None) -> str:
-    """A message size in the binary units NCCL's tests print."""
+    """A message size in binary units (KiB, MiB, GiB), as memory is shown elsewhere in the report."""
     if nbytes is None:
         return "-"
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
