@@ -15,7 +15,7 @@ from rich.console import Console
 
 from phaseprof import cli
 from phaseprof.cli.report import analyze, report
-from phaseprof.cli.terminal import render
+from phaseprof.cli.terminal import KERNEL_ROWS, render
 from phaseprof.plugin import cache
 from phaseprof.plugin.analysis.kernels import SORT_KEYS, uses_tensor_cores
 from phaseprof.plugin.analysis.span import analyze_trace
@@ -175,6 +175,17 @@ def test_the_terminal_table_shows_each_kernels_launch(traces):
     for cell in (f"{top.blocks_per_sm:,.2f}", f"{top.occupancy:,.2f}", "128×4×1", "128×1×1", str(top.registers),
                  f"{top.shared_memory:,}", "aten::addmm", "forward"):
         assert cell in line, (cell, line)
+
+
+def test_a_long_table_shows_its_first_rows_and_counts_the_rest(traces):
+    r = report(str(traces.files("gpu", "hta_nccl_16rank")[0]), kernels=True)
+    (w,) = r.runs[0].workers
+    hidden = len(w.kernels.kernels) - KERNEL_ROWS
+    assert hidden > 0
+    lines = _rendered(r).splitlines()
+    title = next(i for i, line in enumerate(lines) if line.startswith("kernels ·"))
+    more = lines.index(f"  … {hidden:,} more kernels (--json lists them all)")
+    assert sum("│" in line for line in lines[title:more]) == KERNEL_ROWS
 
 
 def test_the_terminal_escapes_kernel_names(tmp_path):

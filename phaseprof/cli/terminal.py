@@ -226,8 +226,7 @@ def _modules(m: ModulesAnswer, console: Console) -> None:
         _row(t, plain(r.path, _KERNEL_NAME_WIDTH), f"{r.calls:,}", _fmt(r.forward_ms), _fmt(r.forward_self_ms),
              _fmt(r.backward_ms), *gpu, plain(r.ops[0].name, _OP_WIDTH) if r.ops else "-")
     console.print(t)
-    if len(m.modules) > MODULE_ROWS:
-        console.print(say(f"  … {len(m.modules) - MODULE_ROWS:,} more modules (--json lists them all)", "dim"))
+    _more(len(m.modules), MODULE_ROWS, "modules", console)
 
 
 #: The kernel table shows this many rows (``--json`` has them all) and names cut to these widths.
@@ -251,8 +250,7 @@ def _kernels(k: KernelsAnswer, console: Console) -> None:
              "-" if r.shared_memory is None else f"{r.shared_memory:,}",
              {True: "yes", False: "no", None: "-"}[r.tensor_cores], plain(r.op, _OP_WIDTH), plain(r.phase))
     console.print(t)
-    if len(k.kernels) > KERNEL_ROWS:
-        console.print(say(f"  … {len(k.kernels) - KERNEL_ROWS:,} more kernels (--json lists them all)", "dim"))
+    _more(len(k.kernels), KERNEL_ROWS, "kernels", console)
 
 
 #: The collective table and the list of waits show this many rows (``--json`` has them all).
@@ -279,9 +277,7 @@ def _collectives(c: CollectivesAnswer, console: Console) -> None:
                  _size(r.bytes), f"{r.calls:,}", _fmt(r.time_ms), _fmt(r.mean_ms), _fmt(r.max_ms),
                  _fmt(r.busbw_gbps), "GPU" if r.on_gpu else "host")
         console.print(t)
-        if len(c.collectives) > COLLECTIVE_ROWS:
-            console.print(say(f"  … {len(c.collectives) - COLLECTIVE_ROWS:,} more rows (--json lists them all)",
-                              "dim"))
+        _more(len(c.collectives), COLLECTIVE_ROWS, "rows", console)
     t = _table(caption="ms per step, mean over the steps; overlap: communication while compute ran")
     for col in ("worker", "rank", "measure", "steps", "compute", "communication", "overlap", "other"):
         t.add_column(col, justify="left" if col in ("worker", "measure") else "right")
@@ -307,6 +303,12 @@ def _size(nbytes: int | None) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:,.1f} {unit}"
     return f"{nbytes:,} B"
+
+
+def _more(rows: int, shown: int, what: str, console: Console) -> None:
+    """The line under a table cut to ``shown`` of its ``rows``."""
+    if rows > shown:
+        console.print(say(f"  … {rows - shown:,} more {what} (--json lists them all)", "dim"))
 
 
 def _dims(dims: list[int] | None) -> str:
