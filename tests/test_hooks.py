@@ -187,6 +187,20 @@ def test_two_optimizers_end_the_step_once_both_stepped_in_either_order(loop):
     assert lp.ends == 2
 
 
+def test_the_same_optimizer_attached_twice_is_one_optimizer(loop):
+    """``attach(model, [opt, opt])``: each ``step()`` ends one step and is timed once (wrapped twice,
+    each call ended two steps)."""
+    model = linear()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    lp = loop([model], [opt, opt])
+    opt.step()
+    assert lp.ends == 1
+    opt.step()
+    assert lp.ends == 2
+    lp.attachment.remove()
+    assert "step" not in vars(opt)  # the one wrapper removed puts the optimizer's own method back
+
+
 def test_optimizers_that_do_not_end_steps_and_steps_off_the_loop_thread(loop):
     model = linear()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

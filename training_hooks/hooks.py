@@ -96,7 +96,7 @@ class Attachment:
             post = module.register_forward_hook(self._forward_post, always_call=True)
             self._undo += [pre.remove, post.remove, _Pickling.leave_out(module, (pre.id, post.id))]
         self._patch(torch.autograd, "backward", self._timed_backward(torch.autograd.backward))
-        self._optimizers = tuple(optimizers)
+        self._optimizers = tuple(dict.fromkeys(optimizers))  # one given twice is one optimizer
         self._optimizer_ids = {id(o) for o in self._optimizers}
         self._stepped: set[int] = set()  # the optimizers stepped since the step began
         self._on_optimizer_step = on_optimizer_step if optimizers_end_steps else None
