@@ -33,7 +33,8 @@ def compressed_name(exported: str) -> str:
 
 def compress_into_place(exported: str) -> str:
     """Compress ``exported`` into its trace file, then remove it; returns the trace file's path.
-    ValueError, at once, when ``exported`` is not a regular file (reading a FIFO would wait forever)."""
+    ValueError, at once, when ``exported`` is not a regular file (reading a FIFO would wait
+    forever)."""
     trace = compressed_name(exported)
     partial = trace + ".part"
     # opened non-blocking and checked before a byte is read, as every reader of the logdir does

@@ -20,9 +20,10 @@ Where entries live, first found first used:
   real path.
 
 ``PHASEPROF_CACHE=off`` turns the cache off (nothing read, nothing written); ``PHASEPROF_CACHE=<dir>``
-uses ``<dir>`` instead of the user's cache directory. A read-only reader (``PHASEPROF_READ_ONLY=1``, or
-TensorBoard's ``--phaseprof_read_only``: ``beside=False``) writes nothing under the logdir: its entries
-go to the user's cache directory only, and entries beside the run are still read.
+uses ``<dir>`` instead of the user's cache directory. A read-only reader
+(``PHASEPROF_READ_ONLY=1``, or TensorBoard's ``--phaseprof_read_only``: ``beside=False``) writes
+nothing under the logdir: its entries go to the user's cache directory only, and entries beside
+the run are still read.
 """
 
 from __future__ import annotations
@@ -235,9 +236,9 @@ def _codes_within(codes: np.ndarray, n: int) -> bool:
 
 
 def store(f: TraceFile, analysis: SpanAnalysis, beside: bool = True) -> str | None:
-    """Write ``analysis`` (read with input shapes) as the entry of ``f``: beside the run when writable
-    and ``beside`` (`writable_places`), else in the user's cache directory. Returns where, or None;
-    never raises (no cache, no harm)."""
+    """Write ``analysis`` (read with input shapes) as the entry of ``f``: beside the run when
+    writable and ``beside`` (`writable_places`), else in the user's cache directory. Returns where,
+    or None; never raises (no cache, no harm)."""
     if not enabled() or not unchanged(f):
         return None  # changed while it was being analysed: the analysis is of neither version
     for path, key_path in writable_places(f, SUFFIX, beside):
@@ -268,8 +269,9 @@ def write_whole(path: str, data: bytes) -> bool:
 
 
 def writable_places(f: TraceFile, suffix: str, beside: bool) -> list[tuple[str, str]]:
-    """`places` an entry of ``f`` may be written to: the user's cache alone when the reader is read-only
-    (not ``beside``, or `read_only`), so that nothing under the logdir is created or changed."""
+    """`places` an entry of ``f`` may be written to: the user's cache alone when the reader is
+    read-only (not ``beside``, or `read_only`), so that nothing under the logdir is created or
+    changed."""
     return places(f, suffix, beside=beside and not read_only())
 
 

@@ -1,6 +1,6 @@
-"""`phaseprof cache --compress`, which PhaseProfiler runs on each trace it exports, given what a writer
-of the logdir can leave at an exported trace's name: a FIFO is refused at once with one line naming
-it, and every path reaches the terminal as plain text."""
+"""`phaseprof cache --compress`, which PhaseProfiler runs on each trace it exports, given what a
+writer of the logdir can leave at an exported trace's name: a FIFO is refused at once with one line
+naming it, and every path reaches the terminal as plain text."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ import sys
 HOSTILE = "w\x1b[2J\x1b]0;pwned\x07"
 #: The longest a refusal may take before the test calls it a hang (it takes well under a second).
 HANG_S = 120
+FIFO_REFUSED = "not a regular file (a FIFO); only a regular file is compressed"
 
 
 def compress(*paths, extra=()):
-    return subprocess.run([sys.executable, "-m", "phaseprof.cli", "cache", "--compress", *extra, *map(str, paths)],
-                          capture_output=True, text=True, timeout=HANG_S)
+    command = [sys.executable, "-m", "phaseprof.cli", "cache", "--compress", *extra]
+    command += map(str, paths)
+    return subprocess.run(command, capture_output=True, text=True, timeout=HANG_S)
 
 
 def test_a_fifo_at_an_exported_traces_name_is_refused_at_once_naming_it(tmp_path):
@@ -26,9 +28,9 @@ def test_a_fifo_at_an_exported_traces_name_is_refused_at_once_naming_it(tmp_path
     for extra in ((), ("--no-analysis",)):
         out = compress(fifo, extra=extra)  # before, it waited forever for a writer
         assert out.returncode == 1
-        assert out.stderr.splitlines() == [
-            f"{fifo}: could not compress: not a regular file (a FIFO); only a regular file is compressed"]
-        assert sorted(p.name for p in tmp_path.iterdir()) == [fifo.name]  # nothing made, nothing removed
+        assert out.stderr.splitlines() == [f"{fifo}: could not compress: {FIFO_REFUSED}"]
+        # nothing made, nothing removed
+        assert sorted(p.name for p in tmp_path.iterdir()) == [fifo.name]
 
 
 def test_every_path_is_printed_as_plain_text(tmp_path):
@@ -36,20 +38,20 @@ def test_every_path_is_printed_as_plain_text(tmp_path):
     misnamed = tmp_path / f"{HOSTILE}.3.pt.trace.json"
     out = compress(missing, misnamed)
     assert out.returncode == 1
-    lines = out.stderr.splitlines()
-    assert len(lines) == 2 and "\x1b" not in out.stderr and "\x07" not in out.stderr, out.stderr
+    assert "\x1b" not in out.stderr and "\x07" not in out.stderr, out.stderr
     escaped = str(tmp_path / "w\\x1b[2J\\x1b]0;pwned\\x07")
-    assert lines == [f"{escaped}.2.pt.trace.json.part: could not compress: No such file or directory",
-                     f"{escaped}.3.pt.trace.json: could not compress: not an exported trace (its name does not "
-                     "end with .part)"]
+    assert out.stderr.splitlines() == [
+        f"{escaped}.2.pt.trace.json.part: could not compress: No such file or directory",
+        f"{escaped}.3.pt.trace.json: could not compress: not an exported trace (its name does not "
+        "end with .part)"]
 
 
 def test_an_exported_trace_is_compressed_into_place_and_analysed(tmp_path, traces):
     (source,) = traces.files("cpu", "base")
-    exported = tmp_path / source.name.removesuffix(".gz")
-    exported = exported.with_name(exported.name + ".part")
+    exported = tmp_path / (source.name.removesuffix(".gz") + ".part")
     exported.write_bytes(gzip.decompress(source.read_bytes()))
     out = compress(exported)
     assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert not exported.exists()
     trace = tmp_path / source.name
-    assert not exported.exists() and gzip.decompress(trace.read_bytes()) == gzip.decompress(source.read_bytes())
+    assert gzip.decompress(trace.read_bytes()) == gzip.decompress(source.read_bytes())

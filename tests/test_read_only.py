@@ -1,8 +1,8 @@
 """Read-only means no write under the logdir: a TensorBoard run with ``PHASEPROF_READ_ONLY=1`` or
 ``--phaseprof_read_only``, asked every GET route of the tab for every run, worker and step, and
-``phaseprof report`` with the variable set, leave the logdir's tree as it was, byte for byte (listing,
-sizes, modification times, directories included), while the analyses and step indexes they make go
-to the user's cache directory."""
+``phaseprof report`` with the variable set, leave the logdir's tree as it was, byte for byte
+(listing, sizes, modification times, directories included), while the analyses and step indexes
+they make go to the user's cache directory."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.slow
 
 
 def logdir_of(tmp_path: Path, traces) -> Path:
-    """Two runs whose traces have no analysis yet, so that a reader would want to write one: a CPU loop
-    with memory and its phase scalars, and two GPU ranks that meet at collectives."""
+    """Two runs whose traces have no analysis yet, so that a reader would want to write one: a CPU
+    loop with memory and its phase scalars, and two GPU ranks that meet at collectives."""
     logdir = tmp_path / "logdir"
     for run, parts in (("cpu", ("cpu", "base")), ("gpu", ("gpu", "hta_sampled_2rank"))):
         (logdir / run).mkdir(parents=True)
@@ -39,8 +39,8 @@ def logdir_of(tmp_path: Path, traces) -> Path:
 
 
 def tree(root: Path) -> dict[str, tuple]:
-    """Every path under ``root`` (itself included): its kind, mode, size, modification time and, for a
-    file, a digest of its bytes."""
+    """Every path under ``root`` (itself included): its kind, mode, size, modification time and,
+    for a file, a digest of its bytes."""
     out = {}
     for path in [root, *sorted(root.rglob("*"))]:
         st = os.lstat(path)
@@ -50,7 +50,8 @@ def tree(root: Path) -> dict[str, tuple]:
 
 
 def get(tb, route: str, **params) -> int:
-    """The status of ``GET route?params``: an answer, or an error a route gives for what is not there."""
+    """The status of ``GET route?params``: an answer, or the error of a route asked for what is
+    not there."""
     query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
     try:
         with tb.open(f"/data/plugin/phaseprof/{route}?{query}", timeout=300) as r:
@@ -61,7 +62,7 @@ def get(tb, route: str, **params) -> int:
 
 
 def every_route(tb) -> list[tuple[str, dict, int]]:
-    """Ask every GET route of the tab (plugin/http_api.md) for every run, worker and step there is."""
+    """Ask every GET route of the tab (plugin/http_api.md) for every run, worker and step."""
     asked: list[tuple[str, dict, int]] = []
 
     def ask(route: str, **params) -> dict:
@@ -84,12 +85,13 @@ def every_route(tb) -> list[tuple[str, dict, int]]:
                 ask("ops", run=name, worker=worker, group=group)
             for route in ("kernels", "modules", "collectives"):
                 ask(route, run=name, worker=worker)
+            sides = dict(run_a=name, worker_a=worker, run_b=name, worker_b=worker)
             for device in ("cpu", "gpu"):
-                ask("compare", run_a=name, worker_a=worker, run_b=name, worker_b=worker, device=device)
-                ask("compare", run_a=name, worker_a=worker, step_a=numbers[0], run_b=name, worker_b=worker,
-                    step_b=numbers[-1], device=device)
+                ask("compare", **sides, device=device)
+                ask("compare", **sides, step_a=numbers[0], step_b=numbers[-1], device=device)
             for n in numbers:
-                for route in ("step", "trace", "memory", "memory_events", "kernels", "modules", "collectives"):
+                for route in ("step", "trace", "memory", "memory_events", "kernels", "modules",
+                              "collectives"):
                     ask(route, run=name, worker=worker, step=n)
     for a in runs:  # each run against each other, as the Compare view asks
         for b in runs:
@@ -102,21 +104,21 @@ def test_a_read_only_tensorboard_serving_every_route_leaves_the_logdir_byte_iden
         tmp_path, traces, tensorboard_server, monkeypatch, how):
     logdir = logdir_of(tmp_path, traces)
     before = tree(logdir)
-    user_cache = tmp_path / "user-cache"  # the cache on (the tests' default is off), outside the logdir
+    user_cache = tmp_path / "user-cache"  # the cache on (tests turn it off), out of the logdir
     env = {"PHASEPROF_CACHE": str(user_cache), READ_ONLY_ENV: "1" if how == "environment" else ""}
     monkeypatch.delenv(READ_ONLY_ENV, raising=False)
     flags = ["--phaseprof_read_only"] if how == "flag" else []
     tb = tensorboard_server(logdir, *flags, env=env)
     loaded = tb.wait_loaded(files=3)
-    assert not loaded["errors"] and all(s["state"] == "ready" for r in loaded["runs"] for w in r["workers"]
-                                        for s in w["spans"]), loaded
+    spans = [s for r in loaded["runs"] for w in r["workers"] for s in w["spans"]]
+    assert not loaded["errors"] and all(s["state"] == "ready" for s in spans), loaded
 
     asked = every_route(tb)
     statuses = [status for _, _, status in asked]
     assert all(s in (200, 404) for s in statuses), [a for a in asked if a[2] not in (200, 404)]
     routes = {route for route, _, status in asked if status == 200}
-    assert routes == {"timeline", "ranks", "collectives", "capture", "steps", "ops", "kernels", "modules",
-                      "compare", "step", "trace", "memory", "memory_events"}
+    assert routes == {"timeline", "ranks", "collectives", "capture", "steps", "ops", "kernels",
+                      "modules", "compare", "step", "trace", "memory", "memory_events"}
     assert statuses.count(200) >= 60, asked
 
     assert tree(logdir) == before

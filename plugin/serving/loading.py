@@ -52,7 +52,8 @@ def load(item: tuple[TraceFile, bool], beside: bool = True):
     from ..spans import analyze_file
 
     f, others_waiting = item
-    return analyze_file(f, index_from_events=SMALL_TRACE_EVENTS if others_waiting else 0, beside=beside)
+    index_from = SMALL_TRACE_EVENTS if others_waiting else 0
+    return analyze_file(f, index_from_events=index_from, beside=beside)
 
 
 class _Worker:

@@ -97,7 +97,7 @@ class TraceStore:
     def __init__(self, logdir: str, *, processes: int | None = None, settle_s: float = 1.0,
                  rescan_s: float = 0.5, read_only: bool = False):
         self.logdir = logdir
-        #: Nothing is written under the logdir: analyses and step indexes go to the user's cache only.
+        #: Read-only: analyses and step indexes go to the user's cache, never under the logdir.
         self._beside = not read_only
         self._processes = processes or loaders()
         self._settle_s = settle_s
@@ -215,8 +215,8 @@ class TraceStore:
 
     def _submit(self, span: Span) -> None:
         if self._pool is None:
-            self._pool = LoaderPool(self._done, self._processes, target=functools.partial(load, beside=self._beside),
-                                    backlog=True)
+            loader = functools.partial(load, beside=self._beside)
+            self._pool = LoaderPool(self._done, self._processes, target=loader, backlog=True)
         span.state = LOADING
         self._pool.submit(span, span.file)
 
