@@ -127,14 +127,18 @@ def test_a_read_only_tensorboard_serving_every_route_leaves_the_logdir_byte_iden
     assert made.count(".analysis") == 3 and made.count(".steps") == 3, made
 
 
-def test_phaseprof_report_with_read_only_set_leaves_the_logdir_byte_identical(tmp_path, traces):
+def test_report_and_compare_with_read_only_set_leave_the_logdir_byte_identical(tmp_path, traces):
     logdir = logdir_of(tmp_path, traces)
     before = tree(logdir)
-    user_cache = tmp_path / "user-cache"
-    env = {**os.environ, "PHASEPROF_CACHE": str(user_cache), READ_ONLY_ENV: "1", "COLUMNS": "160"}
-    for args in ([], ["--json"]):
-        out = subprocess.run([sys.executable, "-m", "phaseprof.cli", "report", str(logdir), *args],
+    # each with a user cache of its own: each reads every trace afresh, and wants to write
+    for i, args in enumerate((["report", logdir], ["report", logdir, "--json"],
+                              ["compare", logdir / "gpu", logdir / "cpu"])):
+        user_cache = tmp_path / f"user-cache-{i}"
+        env = {**os.environ, "PHASEPROF_CACHE": str(user_cache), READ_ONLY_ENV: "1"}
+        out = subprocess.run([sys.executable, "-m", "phaseprof.cli", *map(str, args)],
                              capture_output=True, text=True, env=env, timeout=600)
-        assert out.returncode == 0, out.stderr
-    assert tree(logdir) == before
-    assert sorted(p.suffix for p in user_cache.rglob("*") if p.is_file()).count(".analysis") == 3
+        # (compare refuses the 4 steps of gpu, after reading every trace of both sides)
+        assert out.returncode == (2 if args[0] == "compare" else 0), out.stderr
+        assert tree(logdir) == before
+        made = [p.suffix for p in user_cache.rglob("*") if p.is_file()]
+        assert made.count(".analysis") == 3, made
