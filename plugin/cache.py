@@ -20,10 +20,11 @@ Where entries live, first found first used:
   real path.
 
 ``PHASEPROF_CACHE=off`` turns the cache off (nothing read, nothing written); ``PHASEPROF_CACHE=<dir>``
-uses ``<dir>`` instead of the user's cache directory. A read-only reader
-(``PHASEPROF_READ_ONLY=1``, or TensorBoard's ``--phaseprof_read_only``: ``beside=False``) writes
-nothing under the logdir: its entries go to the user's cache directory only, and entries beside
-the run are still read.
+uses ``<dir>`` instead of the user's cache directory. A read-only reader (``beside=False``:
+TensorBoard with ``--phaseprof_read_only``, or a reader with ``PHASEPROF_READ_ONLY=1``, `read_only`)
+writes nothing under the logdir: its entries go to the user's cache directory only, and entries
+beside the run are still read. A writer of the logdir (the training job, ``phaseprof cache``) writes
+beside the run whatever the variable says.
 """
 
 from __future__ import annotations
@@ -77,12 +78,13 @@ class Entry(msgspec.Struct):
     analysis: SpanAnalysis
 
 
-#: Set (to anything but "" or "0"), no reader writes under the logdir (see docs/security.md).
+#: Set (to anything but "" or "0"), the readers (TensorBoard, ``phaseprof report`` and ``compare``)
+#: write nothing under the logdir (see docs/security.md).
 READ_ONLY_ENV = "PHASEPROF_READ_ONLY"
 
 
 def read_only() -> bool:
-    """Whether the environment makes every reader read-only (`READ_ONLY_ENV`)."""
+    """Whether the environment makes the readers read-only (`READ_ONLY_ENV`)."""
     return os.environ.get(READ_ONLY_ENV, "") not in ("", "0")
 
 
@@ -237,11 +239,11 @@ def _codes_within(codes: np.ndarray, n: int) -> bool:
 
 def store(f: TraceFile, analysis: SpanAnalysis, beside: bool = True) -> str | None:
     """Write ``analysis`` (read with input shapes) as the entry of ``f``: beside the run when
-    writable and ``beside`` (`writable_places`), else in the user's cache directory. Returns where,
-    or None; never raises (no cache, no harm)."""
+    writable and ``beside``, else in the user's cache directory. Returns where, or None; never
+    raises (no cache, no harm)."""
     if not enabled() or not unchanged(f):
         return None  # changed while it was being analysed: the analysis is of neither version
-    for path, key_path in writable_places(f, SUFFIX, beside):
+    for path, key_path in places(f, SUFFIX, beside):
         data = _encode(Entry(Key(key_path, f.size, f.mtime_ns, version()), analysis))
         if write_whole(path, data):
             return path
@@ -268,16 +270,9 @@ def write_whole(path: str, data: bytes) -> bool:
         return False
 
 
-def writable_places(f: TraceFile, suffix: str, beside: bool) -> list[tuple[str, str]]:
-    """`places` an entry of ``f`` may be written to: the user's cache alone when the reader is
-    read-only (not ``beside``, or `read_only`), so that nothing under the logdir is created or
-    changed."""
-    return places(f, suffix, beside=beside and not read_only())
-
-
 def places(f: TraceFile, suffix: str = SUFFIX, beside: bool = True) -> list[tuple[str, str]]:
     """(entry path, key path) where ``f``'s entry (the analysis, or another file ending in ``suffix``) may
-    be: beside the run (unless not ``beside``), then the user's cache."""
+    be: beside the run (unless not ``beside``: a read-only reader's), then the user's cache."""
     if not beside:
         out = []
     elif storage.is_remote(f.path):

@@ -15,8 +15,7 @@ def analyze_file(f: TraceFile, shapes: bool = True, index_from_events: int = 0,
     without input shapes (cheaper; for reports that do not show them). The step index is written
     beside the entry when the trace has at least ``index_from_events`` events (host and device);
     without one, a step is cut from the file when first asked for, and the index written then.
-    ``beside=False``: a read-only reader's, nothing written under the logdir
-    (`cache.writable_places`)."""
+    ``beside=False``: a read-only reader's, nothing written under the logdir (`cache.places`)."""
     caching = cache.enabled()
     analysis = cache.load(f) if caching else None
     if analysis is None:

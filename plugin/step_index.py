@@ -87,11 +87,11 @@ def encode(key: cache.Key, cutter: StepCutter) -> bytes:
 
 def store(f: TraceFile, cutter: StepCutter, beside: bool = True) -> str | None:
     """Write the index of ``f`` from its decoded trace: beside the run when writable and ``beside``
-    (`cache.writable_places`), else in the user's cache directory. Returns where, or None; never
-    raises (no index: steps are cut from the trace)."""
+    (`cache.places`), else in the user's cache directory. Returns where, or None; never raises (no
+    index: steps are cut from the trace)."""
     if not cache.enabled() or not cache.unchanged(f):
         return None  # changed while it was being read: the cuts are of neither version
-    for path, key_path in cache.writable_places(f, SUFFIX, beside):
+    for path, key_path in cache.places(f, SUFFIX, beside):
         if storage.is_remote(path):
             continue  # a viewer writes nothing into an object store
         try:

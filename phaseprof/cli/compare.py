@@ -22,6 +22,7 @@ from phaseprof.plugin.analysis.model import SpanAnalysis
 from phaseprof.plugin.analysis.regression import MIN_STEPS, compare_figures, side_figure
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.answers import Change, ChangedOp, FileError, GateReport, GateSide
+from phaseprof.plugin.cache import read_only
 from phaseprof.plugin.reading import storage
 from phaseprof.plugin.reading.discovery import discover, display
 from phaseprof.plugin.reading.errors import TraceError
@@ -60,7 +61,7 @@ class _Side:
         for run in self.runs:
             for f in run.files:
                 try:
-                    self.spans.append(analyze_file(f, shapes=False))
+                    self.spans.append(analyze_file(f, shapes=False, beside=not read_only()))
                     self.keys.append((run.name, f.worker))
                     self.workers.add((run.name, f.worker))
                 except TraceError as e:
