@@ -20,7 +20,11 @@ Where entries live, first found first used:
   real path.
 
 ``PHASEPROF_CACHE=off`` turns the cache off (nothing read, nothing written); ``PHASEPROF_CACHE=<dir>``
-uses ``<dir>`` instead of the user's cache directory.
+uses ``<dir>`` instead of the user's cache directory. A read-only reader (``beside=False``:
+TensorBoard with ``--phaseprof_read_only``, or a reader with ``PHASEPROF_READ_ONLY=1``, `read_only`)
+writes nothing under the logdir: its entries go to the user's cache directory only, and entries
+beside the run are still read. A writer of the logdir (the training job, ``phaseprof cache``) writes
+beside the run whatever the variable says.
 """
 
 from __future__ import annotations
@@ -72,6 +76,16 @@ class Key(msgspec.Struct, frozen=True):
 class Entry(msgspec.Struct):
     key: Key
     analysis: SpanAnalysis
+
+
+#: Set (to anything but "" or "0"), the readers (TensorBoard, ``phaseprof report`` and ``compare``)
+#: write nothing under the logdir (see docs/security.md).
+READ_ONLY_ENV = "PHASEPROF_READ_ONLY"
+
+
+def read_only() -> bool:
+    """Whether the environment makes the readers read-only (`READ_ONLY_ENV`)."""
+    return os.environ.get(READ_ONLY_ENV, "") not in ("", "0")
 
 
 def enabled() -> bool:
@@ -223,12 +237,13 @@ def _codes_within(codes: np.ndarray, n: int) -> bool:
     return codes.dtype.kind in "iu" and int(codes.min()) >= 0 and int(codes.max()) < n
 
 
-def store(f: TraceFile, analysis: SpanAnalysis) -> str | None:
-    """Write ``analysis`` (read with input shapes) as the entry of ``f``: beside the run when writable,
-    else in the user's cache directory. Returns where, or None; never raises (no cache, no harm)."""
+def store(f: TraceFile, analysis: SpanAnalysis, beside: bool = True) -> str | None:
+    """Write ``analysis`` (read with input shapes) as the entry of ``f``: beside the run when
+    writable and ``beside``, else in the user's cache directory. Returns where, or None; never
+    raises (no cache, no harm)."""
     if not enabled() or not unchanged(f):
         return None  # changed while it was being analysed: the analysis is of neither version
-    for path, key_path in places(f):
+    for path, key_path in places(f, SUFFIX, beside):
         data = _encode(Entry(Key(key_path, f.size, f.mtime_ns, version()), analysis))
         if write_whole(path, data):
             return path
@@ -255,16 +270,17 @@ def write_whole(path: str, data: bytes) -> bool:
         return False
 
 
-def places(f: TraceFile, suffix: str = SUFFIX) -> list[tuple[str, str]]:
+def places(f: TraceFile, suffix: str = SUFFIX, beside: bool = True) -> list[tuple[str, str]]:
     """(entry path, key path) where ``f``'s entry (the analysis, or another file ending in ``suffix``) may
-    be: beside the run, then the user's cache."""
-    if storage.is_remote(f.path):
+    be: beside the run (unless not ``beside``: a read-only reader's), then the user's cache."""
+    if not beside:
+        out = []
+    elif storage.is_remote(f.path):
         out = [(storage.join(storage.dirname(f.path), ANALYSIS_DIR, storage.basename(f.path) + suffix), f.name)]
     else:
-        directory = os.path.dirname(f.path)
-        beside = os.path.join(directory, ANALYSIS_DIR)
+        folder = os.path.join(os.path.dirname(f.path), ANALYSIS_DIR)
         # a link in its place may lead anywhere: entries are neither read nor written through it
-        out = [] if os.path.islink(beside) else [(os.path.join(beside, f.name + suffix), f.name)]
+        out = [] if os.path.islink(folder) else [(os.path.join(folder, f.name + suffix), f.name)]
     user = user_cache_dir()
     if user:
         digest = hashlib.blake2b(f.path.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()

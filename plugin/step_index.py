@@ -85,12 +85,13 @@ def encode(key: cache.Key, cutter: StepCutter) -> bytes:
     return b"".join([_MAGIC, _checksum(header), struct.pack("<Q", len(header)), header, *blobs])
 
 
-def store(f: TraceFile, cutter: StepCutter) -> str | None:
-    """Write the index of ``f`` from its decoded trace: beside the run when writable, else in the user's
-    cache directory. Returns where, or None; never raises (no index: steps are cut from the trace)."""
+def store(f: TraceFile, cutter: StepCutter, beside: bool = True) -> str | None:
+    """Write the index of ``f`` from its decoded trace: beside the run when writable and ``beside``
+    (`cache.places`), else in the user's cache directory. Returns where, or None; never raises (no
+    index: steps are cut from the trace)."""
     if not cache.enabled() or not cache.unchanged(f):
         return None  # changed while it was being read: the cuts are of neither version
-    for path, key_path in cache.places(f, SUFFIX):
+    for path, key_path in cache.places(f, SUFFIX, beside):
         if storage.is_remote(path):
             continue  # a viewer writes nothing into an object store
         try:

@@ -500,3 +500,89 @@ def test_real_runs_same_code_passes_and_a_sleep_in_forward_fails(tmp_path):
     assert grew["phase"] == "forward" and grew["delta_ms"] >= 2.5
     text = compare(tmp_path / "ref", tmp_path / "slow").stdout
     assert "forward +" in text.split("SLOWER by more than 5%:")[1]
+
+
+# --- what the gate refuses: times that are not times, thresholds that are not numbers --------
+
+def _scalar_run(run_dir, step_ms, phases: dict[str, float], steps: int = 30, seed: int = 0) -> None:
+    """A run's every-step scalars as the training hook writes them: each phase's ms and the step's,
+    ±1% when positive and finite, else written as they are at every step (-10, 0, inf)."""
+    rng = np.random.default_rng(seed)
+
+    def jittered(ms: float) -> float:
+        return ms * (1 + 0.01 * rng.standard_normal()) if np.isfinite(ms) and ms > 0 else ms
+
+    rows = [(s, {**{host_tag(p): jittered(ms) for p, ms in phases.items()},
+                 STEP_TAG: jittered(step_ms)}) for s in range(steps)]
+    write_events(run_dir, rows)
+
+
+@pytest.mark.parametrize("step_ms, shown", [(-10.0, "-10"), (0.0, "0"), (float("inf"), "inf")])
+def test_step_times_not_finite_and_positive_are_refused_naming_the_side(tmp_path, step_ms, shown):
+    """Before: all negative read "-200% faster" and all zero passed (exit 0); all +inf printed +inf%
+    but new_ms null in --json."""
+    _scalar_run(tmp_path / "base", 10.0, {"forward": 4.0, "backward": 6.0}, seed=1)
+    _scalar_run(tmp_path / "new", step_ms, {"forward": 4.0, "backward": 6.0}, seed=2)
+    out = compare(tmp_path / "base", tmp_path / "new")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        f"phaseprof compare: {tmp_path / 'new'}: new side: 29 of 29 step times (ms per step) are "
+        f"not finite and positive (the first: {shown}); corrupt scalars or traces"]
+    as_json = compare(tmp_path / "base", tmp_path / "new", "--json")
+    (error,) = json.loads(as_json.stdout)["errors"]
+    assert as_json.returncode == 2 and "new side: 29 of 29 step times" in error["error"]
+    out = compare(tmp_path / "new", tmp_path / "base")  # the same on the base side, named so
+    assert out.returncode == 2
+    assert f"{tmp_path / 'new'}: base side: 29 of 29 step times" in out.stderr
+
+
+@pytest.mark.parametrize("value", [-2.0, float("inf"), float("-inf")])
+def test_phase_times_negative_or_not_finite_are_refused_naming_the_phase(tmp_path, value):
+    _scalar_run(tmp_path / "base", 10.0, {"forward": 4.0, "backward": 6.0}, seed=1)
+    _scalar_run(tmp_path / "new", 10.0, {"forward": value, "backward": 6.0}, seed=2)
+    out = compare(tmp_path / "base", tmp_path / "new")
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1
+    assert ("new side: 29 of 29 forward times (ms per step) are not finite and not negative "
+            f"(the first: {value:g})") in out.stderr
+
+
+@pytest.mark.parametrize("threshold", ["nan", "inf%", "nan%"])
+def test_a_threshold_that_is_not_a_finite_percentage_is_refused(tmp_path, threshold):
+    """Before: ``nan`` and ``inf%`` passed argument checking, then the table died with a Traceback
+    (exit 1, read as "slower" by CI), and ``--json`` printed "threshold": null, exit 0."""
+    _scalar_run(tmp_path / "base", 10.0, {"forward": 4.0}, seed=1)
+    _scalar_run(tmp_path / "new", 10.0, {"forward": 4.0}, seed=2)
+    for json_flag in ((), ("--json",)):
+        out = compare(tmp_path / "base", tmp_path / "new", f"--threshold={threshold}", *json_flag)
+        assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+        assert f"argument --threshold: {threshold!r}" in out.stderr.splitlines()[-1]
+    for option in ("--min-share", "--confidence"):  # the other shares too
+        assert compare(tmp_path / "base", tmp_path / "new", f"{option}={threshold}").returncode == 2
+
+
+def test_a_phase_only_one_side_recorded_is_not_comparable_never_slower(tmp_path):
+    """New times its data loading (a phase base never recorded: its time was in the step, untimed):
+    before, "data 0.000 → 10 ms, slower" failed the gate."""
+    _scalar_run(tmp_path / "base", 20.0, {"forward": 4.0, "backward": 6.0}, seed=1)
+    _scalar_run(tmp_path / "new", 20.0, {"data": 10.0, "forward": 4.0, "backward": 6.0}, seed=2)
+    for base, new in (("base", "new"), ("new", "base")):  # recorded by new only, then by base only
+        out = compare(tmp_path / base, tmp_path / new, "--json")
+        assert out.returncode == 0, out.stdout + out.stderr
+        data = json.loads(out.stdout)
+        assert data["slower"] == []
+        changes = {(c["phase"], c["clock"]): c for c in data["changes"]}
+        data_phase = changes.pop(("data", "host"))
+        assert not (data_phase["comparable"] or data_phase["slower"] or data_phase["faster"])
+        assert (data_phase["change"], data_phase["low"], data_phase["high"]) == (None,) * 3
+        assert data_phase["base_steps" if base == "base" else "new_steps"] == 0
+        assert all(c["comparable"] for c in changes.values())
+        table = compare(tmp_path / base, tmp_path / new)
+        assert table.returncode == 0
+        row = next(line for line in table.stdout.splitlines() if line.lstrip().startswith("data"))
+        # phase, clock, base ms, new ms, change, interval, mark: "-" for the side that lacks it
+        cells = [cell.strip() for cell in row.split("│")]
+        recorded = 3 if base == "base" else 2
+        assert float(cells[recorded]) == pytest.approx(10, rel=0.05)
+        assert cells[2:recorded] + cells[recorded + 1:] == ["-", "-", "-", "not comparable"]
+        assert "not comparable, recorded by one side only: data" in table.stdout
+        assert table.stdout.strip().splitlines()[-1].startswith("no phase slower by more than 5%")

@@ -52,7 +52,9 @@ export interface CaptureInfo {
  * change and its confidence interval; `slower`/`faster`: by more than the threshold, with
  * confidence. Where the base is 0, `change` is null and the interval is of the delta as a share
  * of the base step. `high` is infinite (null in JSON, beside a `low`) where some draws of the
- * base are 0: the change has no upper bound.
+ * base are 0: the change has no upper bound. `comparable` is false for a figure only one side
+ * recorded (a phase the other never ran, GPU time on one side only): its missing side reads 0 ms,
+ * and it has no change, no interval, and is never slower or faster.
  */
 export interface Change {
   phase: string;
@@ -67,6 +69,7 @@ export interface Change {
   new_steps: number;
   slower: boolean;
   faster: boolean;
+  comparable?: boolean;
 }
 
 /** A (phase, op name) on both sides of a comparison, per step; deltas are B - A. */

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import sys
 
 #: ``report --sort`` choices; `phaseprof.plugin.analysis.kernels.SORT_KEYS` (checked by a test) maps
@@ -183,12 +184,13 @@ def _ranks(text: str) -> list[int] | None:
 
 
 def _share(text: str) -> float:
-    """A fraction, given as ``0.05`` or ``5%``."""
+    """A fraction, given as ``0.05`` or ``5%``: finite (``nan`` or ``inf%`` would make every
+    comparison with it false, and the gate pass or fail on nothing)."""
     try:
         value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 0 or (value >= 1 and not text.endswith("%")):
+    if not math.isfinite(value) or value < 0 or (value >= 1 and not text.endswith("%")):
         raise argparse.ArgumentTypeError(f"{text!r}: give a fraction (0.05) or a percentage (5%)")
     return value
 

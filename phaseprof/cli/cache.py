@@ -25,7 +25,8 @@ def cache_paths(paths: list[str], *, background: bool = False, compress: bool = 
             try:
                 paths.append(compress_into_place(exported))
             except (OSError, ValueError) as e:
-                print(f"{exported}: could not compress: {e}", file=sys.stderr)
+                why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+                print(f"{shown(exported)}: could not compress: {shown(why)}", file=sys.stderr)
                 failed += 1
         if not analysis:
             return 1 if failed else 0
@@ -43,7 +44,7 @@ def cache_paths(paths: list[str], *, background: bool = False, compress: bool = 
         try:
             found = storage.exists(path)
         except storage.StorageError as e:
-            print(e, file=sys.stderr)
+            print(shown(str(e)), file=sys.stderr)
             failed += 1
             continue
         if not found:
@@ -59,7 +60,7 @@ def cache_paths(paths: list[str], *, background: bool = False, compress: bool = 
                     print(f"{shown(f.path)}: {shown(e.reason)}", file=sys.stderr)
                     failed += 1
         for directory, why in unreadable:
-            print(f"{shown(directory)}: {why}", file=sys.stderr)
+            print(f"{shown(directory)}: {shown(why)}", file=sys.stderr)
             failed += 1
     return 1 if failed else 0
 

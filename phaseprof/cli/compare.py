@@ -6,7 +6,10 @@ steps come from the every-step scalars when both sides have them (every step of 
 the traced steps (the profiler's active window). Either way the steps that are not steady are left out,
 as the summaries leave them out, and each side says which: one compiling step can outweigh a thousand
 steady ones. Input that cannot answer the question (a missing
-path, nothing readable, too few steps) raises `UnusableInput`: the gate must never pass for want of data.
+path, nothing readable, too few steps, times that are not times: a step time that is not finite and
+positive, a phase time that is not finite or is negative) raises `UnusableInput`: the gate must
+never pass for want of data, nor on corrupt data. A phase only one side recorded is not comparable
+(`analysis.regression`), never slower.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from phaseprof.plugin.analysis.model import SpanAnalysis
 from phaseprof.plugin.analysis.regression import MIN_STEPS, compare_figures, side_figure
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.answers import Change, ChangedOp, FileError, GateReport, GateSide
+from phaseprof.plugin.cache import read_only
 from phaseprof.plugin.reading import storage
 from phaseprof.plugin.reading.discovery import discover, display
 from phaseprof.plugin.reading.errors import TraceError
@@ -57,7 +61,7 @@ class _Side:
         for run in self.runs:
             for f in run.files:
                 try:
-                    self.spans.append(analyze_file(f, shapes=False))
+                    self.spans.append(analyze_file(f, shapes=False, beside=not read_only()))
                     self.keys.append((run.name, f.worker))
                     self.workers.add((run.name, f.worker))
                 except TraceError as e:
@@ -107,6 +111,8 @@ def compare_paths(base: str, new: str, *, threshold: float = 0.05, confidence: f
             what = "; ".join(f"{e.path}: {e.error}" for e in side.errors[:3])
             raise UnusableInput(side.path, "no readable trace files" + (f" ({what})" if what else ""))
     (runs_a, left_a), (runs_b, left_b) = a.figures(source), b.figures(source)
+    for side, which, runs in ((a, "base", runs_a), (b, "new", runs_b)):
+        _check_times(side.path, which, runs)
     steps_a, steps_b = (sum(len(r[("step", "host")]) for r in runs) for runs in (runs_a, runs_b))
     for side, steps in ((a, steps_a), (b, steps_b)):
         if steps < MIN_STEPS:
@@ -129,7 +135,11 @@ def compare_paths(base: str, new: str, *, threshold: float = 0.05, confidence: f
 
 def label(change: Change) -> str:
     """``forward``, ``forward (gpu)``, ``step``: how a figure is named in lists and messages."""
-    return change.phase + (" (gpu)" if change.clock == "gpu" else "")
+    return _named(change.phase, change.clock)
+
+
+def _named(phase: str, clock: str) -> str:
+    return phase + (" (gpu)" if clock == "gpu" else "")
 
 
 def _order(keys) -> list[tuple[str, str]]:
@@ -138,8 +148,28 @@ def _order(keys) -> list[tuple[str, str]]:
     return sorted(keys, key=lambda k: (k[1] == "gpu", rank.get(k[0], len(PHASES)), k[0]))
 
 
+def _check_times(path: str, which: str, runs: list[dict[tuple[str, str], np.ndarray]]) -> None:
+    """Refuse (`UnusableInput`, naming the side and the figure) per-step times that cannot be
+    times: a step time that is not finite and positive, a phase's (or the GPU's) that is not finite
+    or is negative. Corrupt scalars would otherwise pass the gate ("-200% faster") or fail it for
+    nothing."""
+    for key in _order({k for r in runs for k in r}):
+        ms = np.concatenate([r[key] for r in runs if key in r])
+        step = key == ("step", "host")
+        bad = ~np.isfinite(ms) | ((ms <= 0) if step else (ms < 0))
+        if bad.any():
+            figure = _named(*key)
+            wanted = "finite and positive" if step else "finite and not negative"
+            raise UnusableInput(path, f"{which} side: {int(bad.sum())} of {len(ms)} {figure} times "
+                                      f"(ms per step) are not {wanted} (the first: "
+                                      f"{float(ms[bad][0]):g}); corrupt scalars or traces")
+
+
 def _per_run(runs: list[dict[tuple[str, str], np.ndarray]], key: tuple[str, str]) -> list[np.ndarray]:
-    """Each run's per-step ms of one figure; a phase a run never ran took no time in its steps."""
+    """Each run's per-step ms of one figure; a phase a run never ran took no time in its steps,
+    unless no run of the side ran it: then the side has no figure (none: not comparable)."""
+    if not any(key in r for r in runs):
+        return []
     empty = np.zeros(0)
     return [r.get(key, np.zeros(len(r[("step", "host")])) if key[1] == "host" else empty) for r in runs]
 
@@ -167,7 +197,8 @@ def _scalar_figures(s: Scalars) -> tuple[dict[tuple[str, str], np.ndarray], list
                     continue
                 key = (parsed[0], "gpu" if parsed[1] else "host")
             if key[1] == "host":  # a phase first seen later in the run took no time in earlier steps
-                out[key] = np.nan_to_num(column[has_step], nan=0.0)
+                values = column[has_step]
+                out[key] = np.where(np.isnan(values), 0.0, values)  # an infinity stays: refused
             else:  # GPU times exist only where CUDA events were read
                 out[key] = column[has_step & ~np.isnan(column)]
     return out, left_out

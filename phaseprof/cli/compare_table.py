@@ -35,13 +35,19 @@ def render(result: GateReport, console: Console) -> None:
     for c in result.changes:
         if not (c.base_ms or c.new_ms):
             continue
-        style = "bold red" if c.slower else ("green" if c.faster else None)
-        mark = "slower" if c.slower else ("faster" if c.faster else "")
+        mark, style = _verdict(c)
         interval = "-" if c.low is None else f"{_share(c.low)} … {_share(c.high)}"
         change = "-" if c.change is None else f"{c.change:+.1%}"
-        cells = (plain(c.phase), c.clock, f"{c.base_ms:,.3f}", f"{c.new_ms:,.3f}", change, interval, mark)
+        # a side that never recorded the figure has no time for it, not a time of 0
+        base_ms, new_ms = (f"{ms:,.3f}" if steps else "-"
+                           for ms, steps in ((c.base_ms, c.base_steps), (c.new_ms, c.new_steps)))
+        cells = (plain(c.phase), c.clock, base_ms, new_ms, change, interval, mark)
         table.add_row(*map(Text, cells), style=style)
     console.print(table)
+    one_sided = ", ".join(_named(c) for c in result.changes
+                          if not c.comparable and (c.base_ms or c.new_ms))
+    if one_sided:
+        console.print(Text(f"not comparable, recorded by one side only: {one_sided}", style="dim"))
     slower_phases = {c.phase for c in result.changes if c.slower and c.phase != "step"}
     ops = [o for o in result.ops if not slower_phases or o.phase in slower_phases][:OPS_SHOWN]
     if ops:
@@ -67,8 +73,21 @@ def render(result: GateReport, console: Console) -> None:
                            style="bold green"))
 
 
+def _verdict(c: Change) -> tuple[str, str | None]:
+    """A row's mark and style: slower, faster, not comparable (one side only), or neither."""
+    if c.slower:
+        return "slower", "bold red"
+    if c.faster:
+        return "faster", "green"
+    return ("", None) if c.comparable else ("not comparable", "dim")
+
+
+def _named(c: Change) -> str:
+    return plain(c.phase) + (" (GPU)" if c.clock == "gpu" else "")
+
+
 def _said(c: Change) -> str:
-    name = plain(c.phase) + (" (GPU)" if c.clock == "gpu" else "")
+    name = _named(c)
     if c.change is None:
         return f"{name} +{c.delta_ms:,.3f} ms"
     interval = f"{_share(c.low)} … {_share(c.high)}"

@@ -26,6 +26,7 @@ from phaseprof.plugin.analysis.steps import step_detail, step_rows
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.analysis.worker_summary import summarize
 from phaseprof.plugin.answers import FileError, Report, RunReport, WholeRun, WorkerReport
+from phaseprof.plugin.cache import read_only
 from phaseprof.plugin.reading import storage
 from phaseprof.plugin.reading.discovery import Run, TraceFile, discover, display
 from phaseprof.plugin.reading.errors import TraceError
@@ -94,7 +95,7 @@ def _run_report(root: str, run: Run, step: int | None, errors: list[FileError],
                 progress.reading(f)
             shown = _display_path(root, f.path)
             try:
-                span = analyze_file(f, shapes=step is not None)
+                span = analyze_file(f, shapes=step is not None, beside=not read_only())
             except TraceError as e:
                 errors.append(FileError(path=shown, error=e.reason))
                 continue

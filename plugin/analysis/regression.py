@@ -23,6 +23,10 @@ jointly over all figures compared (Bonferroni), so comparing more phases does no
 of a false alarm. With one run per side, run-to-run drift (another machine, another load) cannot be
 in the interval: that is what the threshold is for, and why several runs per side, taking turns
 on one machine, make the sharper gate.
+
+A figure only one side has (no run of the other recorded it: a phase it never ran) is not
+comparable: 0 ms against a time would read as a regression of the whole time, when the two runs
+only measured different things. It is shown, never gated.
 """
 
 from __future__ import annotations
@@ -107,16 +111,22 @@ def run_interval(base: list[np.ndarray], new: list[np.ndarray], alpha: float) ->
 def compare_figures(figures: list[tuple[str, str, list[np.ndarray], list[np.ndarray]]], *, base_step_ms: float,
                     threshold: float, confidence: float, min_share: float) -> list[Change]:
     """A `Change` per (phase, clock, base runs' per-step ms, new runs' per-step ms), intervals joint
-    at ``confidence``."""
+    at ``confidence``; a figure with no step on one side is not comparable."""
     figures = [(p, c, [r for r in a if len(r)], [r for r in b if len(r)]) for p, c, a, b in figures]
     steps = [(sum(map(len, a)), sum(map(len, b))) for _, _, a, b in figures]
-    gated = [n for n in steps if min(n) >= MIN_STEPS]
+    gated = [n for n in steps if min(n) >= MIN_STEPS]  # (a figure one side lacks has 0 steps there)
     alpha = (1.0 - confidence) / max(len(gated), 1)
     rng = np.random.default_rng(SEED)
     floor = min_share * base_step_ms
     out = []
     for (phase, clock, base, new), (n_base, n_new) in zip(figures, steps):
         base_ms, new_ms = side_figure(base), side_figure(new)
+        if not (n_base and n_new):
+            out.append(Change(
+                phase=phase, clock=clock, base_ms=round(base_ms, 4), new_ms=round(new_ms, 4),
+                delta_ms=round(new_ms - base_ms, 4), change=None, low=None, high=None,
+                base_steps=n_base, new_steps=n_new, slower=False, faster=False, comparable=False))
+            continue
         delta = new_ms - base_ms
         change = delta / base_ms if base_ms > 0 else None
         low = high = None

@@ -26,11 +26,10 @@ from phaseprof.capture_channel import (
 
 from ..analysis.captures import captures
 from ..answers import CaptureAnswer
+from ..cache import READ_ONLY_ENV  # the tab read-only, as --phaseprof_read_only makes it
 from ..reading import storage
 from ..reading.discovery import Run, within
 
-#: The environment variable that makes the tab read-only, as ``--phaseprof_read_only`` does.
-READ_ONLY_ENV = "PHASEPROF_READ_ONLY"
 #: The header a POST must carry: a page of another origin cannot send it without the browser asking
 #: TensorBoard first (a CORS preflight, which TensorBoard does not grant).
 ASK_HEADER = "X-Phaseprof-Capture"

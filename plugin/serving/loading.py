@@ -45,13 +45,15 @@ _START_S = 300.0
 SMALL_TRACE_EVENTS = 100_000
 
 
-def load(item: tuple[TraceFile, bool]):
+def load(item: tuple[TraceFile, bool], beside: bool = True):
     """What a worker does with one file (a module-level function: the worker imports it): ``item`` is
-    the file and whether other files wait for a loader (`LoaderPool` with ``backlog=True``)."""
+    the file and whether other files wait for a loader (`LoaderPool` with ``backlog=True``);
+    ``beside=False`` for a read-only TensorBoard (`spans.analyze_file`)."""
     from ..spans import analyze_file
 
     f, others_waiting = item
-    return analyze_file(f, index_from_events=SMALL_TRACE_EVENTS if others_waiting else 0)
+    index_from = SMALL_TRACE_EVENTS if others_waiting else 0
+    return analyze_file(f, index_from_events=index_from, beside=beside)
 
 
 class _Worker:

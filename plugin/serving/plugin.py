@@ -91,9 +91,9 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext):
         self._data_provider = context.data_provider
-        self._store = TraceStore(context.logdir or "")
-        self._static = _static_files()
         self._read_only = read_only(context.flags)
+        self._store = TraceStore(context.logdir or "", read_only=self._read_only is not None)
+        self._static = _static_files()
         self._store.refresh_soon(force=True)
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:

@@ -16,6 +16,7 @@ pool of its own, which writes the index meanwhile; the last answers are kept.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import threading
@@ -52,17 +53,18 @@ MAX_LOADERS = 8
 TRACE_CACHE_BYTES = 96 << 20
 
 
-def cut_step(item: tuple[TraceFile, int]) -> bytes | None:
+def cut_step(item: tuple[TraceFile, int], beside: bool = True) -> bytes | None:
     """What a trace worker does: step ``number`` of the trace file ``f`` as Chrome-trace JSON (None if
     the file has no such step). The file is decoded again, only the step comes back, and the step
-    index is written meanwhile, so that the file's other steps open without decoding it again."""
+    index is written meanwhile (``beside``: as `step_index.store`), so that the file's other steps
+    open without decoding it again."""
     from ..analysis.step_trace import StepCutter, document
     from ..reading.decode import read_trace
 
     f, number = item
     cutter = StepCutter(read_trace(f.path))
     if cache.enabled():
-        step_index.store(f, cutter)
+        step_index.store(f, cutter, beside)
     index = cutter.find(number)
     return None if index is None else msgspec.json.encode(document(cutter.tables, cutter.cut(index)))
 
@@ -93,8 +95,10 @@ class TraceStore:
     """Runs, workers and spans under a logdir, with each span's analysis once loaded."""
 
     def __init__(self, logdir: str, *, processes: int | None = None, settle_s: float = 1.0,
-                 rescan_s: float = 0.5):
+                 rescan_s: float = 0.5, read_only: bool = False):
         self.logdir = logdir
+        #: Read-only: analyses and step indexes go to the user's cache, never under the logdir.
+        self._beside = not read_only
         self._processes = processes or loaders()
         self._settle_s = settle_s
         # a rescan of a store is a listing of its prefix: a few requests per thousand objects
@@ -211,7 +215,8 @@ class TraceStore:
 
     def _submit(self, span: Span) -> None:
         if self._pool is None:
-            self._pool = LoaderPool(self._done, self._processes, target=load, backlog=True)
+            loader = functools.partial(load, beside=self._beside)
+            self._pool = LoaderPool(self._done, self._processes, target=loader, backlog=True)
         span.state = LOADING
         self._pool.submit(span, span.file)
 
@@ -295,7 +300,8 @@ class TraceStore:
             if waiting is None:
                 waiting = self._trace_waits[key] = (threading.Event(), [])
                 if self._trace_pool is None:
-                    self._trace_pool = LoaderPool(self._trace_done, 1, target=cut_step)
+                    cut = functools.partial(cut_step, beside=self._beside)
+                    self._trace_pool = LoaderPool(self._trace_done, 1, target=cut)
                 self._trace_pool.submit(key, (f, number))
         event, outcome = waiting
         event.wait()
