@@ -527,3 +527,44 @@ def test_the_hosts_tensorboard_serves_on_follow_its_flags():
     loader.define_flags(parser)
     with pytest.raises(base_plugin.FlagsError, match="'a b:x' is not name or name:port"):
         loader.fix_flags(parser.parse_args(["--phaseprof_allowed_hosts", "ok.example,a b:x"]))
+
+
+@pytest.mark.slow
+def test_a_real_tensorboard_refuses_a_post_from_another_host_or_origin(tmp_path):
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    from tests.tensorboard_server import TensorBoard
+
+    write_scalars(tmp_path / "live", range(5))
+    folder = _publish(tmp_path / "live", _beat())
+    tb = TensorBoard(tmp_path)
+    try:
+        port = urlsplit(tb.url).port
+        deadline = time.monotonic() + 300
+        while True:  # until the plugin has found the run
+            try:
+                tb.json(f"{BASE}/capture?run=live")
+                break
+            except urllib.error.HTTPError:
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+
+        def post(host, origin):
+            _publish(tmp_path / "live", _beat())  # a fresh heartbeat: the run is running
+            request = urllib.request.Request(f"http://127.0.0.1:{port}{BASE}/capture?run=live", method="POST",
+                                             headers={ASK_HEADER: "ask", "Host": host, "Origin": origin})
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    return response.status
+            except urllib.error.HTTPError as e:
+                return e.code
+
+        assert post(f"evil.example:{port}", f"http://evil.example:{port}") == 403
+        assert post(f"localhost:{port}", "http://evil.example") == 403
+        assert [n for n in os.listdir(folder) if n.startswith("request.")] == []
+        assert post(f"localhost:{port}", f"http://localhost:{port}") == 200
+        assert len([n for n in os.listdir(folder) if n.startswith("request.")]) == 1
+    finally:
+        tb.close()
