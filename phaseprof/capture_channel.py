@@ -197,7 +197,10 @@ def beat_name(rank: int) -> str:
 
 # -- the folder and its files, never through a link ---------------------------------------------
 
-_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+# (every POSIX platform has them; the getattr only lets the module import elsewhere)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | _CLOEXEC
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 @contextlib.contextmanager
@@ -206,7 +209,7 @@ def channel_folder(run_dir: str, create: bool = False) -> Iterator[int]:
     opened relative to the one above without following a link (``create``: making the missing
     ones). `NotAFolder` (saying which, within the run) if one is a link or not a folder;
     FileNotFoundError if one is missing."""
-    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = os.open(run_dir, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     try:
         path = ""  # within the run, for messages
         for part in CAPTURE_DIR.split("/"):
@@ -215,7 +218,7 @@ def channel_folder(run_dir: str, create: bool = False) -> Iterator[int]:
                 with contextlib.suppress(FileExistsError):  # a link there exists too: refused below
                     os.mkdir(part, dir_fd=fd)
             try:
-                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=fd)
+                child = os.open(part, os.O_RDONLY | os.O_NONBLOCK | _DIRECTORY | _NOFOLLOW, dir_fd=fd)
             except OSError as e:
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
