@@ -436,3 +436,21 @@ def test_a_job_refuses_what_it_cannot_honour_and_reads_a_newer_format(tmp_path):
     assert f"{request_name('b' * 16)}: its time 1e+308 is not a time before now" in log
     assert f"{request_name('e' * 16)}: format 2.0: this phaseprof reads format 1.x" in log
     assert "Traceback" not in log
+
+
+def test_a_forged_request_does_not_turn_the_slowdown_trigger_off(tmp_path):
+    """A request at step 10**12, left before the run slows down, is refused at once: the slowdown
+    is still traced by itself (before, the request stayed accepted, and the trigger waited on it)."""
+    job = Job(tmp_path, "slow", step_s=0.3, active=4, max_steps=70, slowdown=True, slow_from=40, slow_s=0.6)
+    folder = job.run_dir / ".phaseprof" / "capture"
+    try:
+        job.ready()  # step 20
+        _put(folder, request_name("f" * 16), {"id": "f" * 16, "by": "cli", "written": time.time(), "steps": 10,
+                                              "start": 10**12})
+        assert job.proc.wait(timeout=600) == 0, job.log()[-3000:]
+    finally:
+        job.kill()
+    channel = read_channel(str(job.run_dir))
+    forged, taken = channel.requests
+    assert forged.id == "f" * 16 and channel.answers[forged.id][0].state == REFUSED
+    assert taken.by == "slowdown" and channel.answers[taken.id][0].state == WRITTEN

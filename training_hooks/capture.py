@@ -95,6 +95,7 @@ class Plan:
     files: tuple[str, ...] = ()
     reason: str | None = None
     answered: str | None = None  # the state last written to the answer file
+    began: bool = False  # its profiler started: its steps were profiled
 
     def action(self, step: int) -> ProfilerAction:
         """The capture's schedule, on the run's step numbers: warm up before, record, save at the last."""
@@ -181,6 +182,7 @@ class CaptureWatcher:
             plan.state, plan.reason = REFUSED, f"torch.profiler failed to start: {type(e).__name__}: {e}"
             prof._faults.report("torch.profiler failed to start a capture", e)
             return None
+        plan.began = True
         prof._profile_until = plan.end
         return profiler
 
@@ -338,7 +340,7 @@ class CaptureWatcher:
         numbers, times = recent_steps(self._prof._recorder.stats, rule.reference + rule.last)
         if len(times) < rule.min_reference + rule.last:
             return
-        last_traced = max([p.end - 1 for p in self._plans] + [(self.schedule_until or 0) - 1])
+        last_traced = max([p.end - 1 for p in self._plans if p.began] + [(self.schedule_until or 0) - 1])
         if numbers[-rule.last] <= last_traced + 1:
             return  # the steps judged (or the one after a trace) were profiled: their time is not the run's
         band = noise(times[:-rule.last])
