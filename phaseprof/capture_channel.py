@@ -89,9 +89,9 @@ MAX_PACE = 1e6
 #: least `MAX_STEPS` steps (a requester's lead is at most a few seconds past a heartbeat at most
 #: `STALE_BEAT_S` old).
 MAX_AHEAD_S = 60.0
-#: A time may lie at most this far in the future (clocks of hosts sharing a disk disagree by less)...
+#: A time may lie at most this far in the future (clocks of hosts sharing a disk disagree by less)
 CLOCK_SKEW_S = 300.0
-#: ... and not before 2001 (seconds since the epoch).
+#: and not before 2001 (seconds since the epoch).
 TIME_FLOOR = 1e9
 #: Ranks (a file name carries at most six digits) and world sizes.
 MAX_RANK = 999_999
@@ -135,10 +135,11 @@ class Request(msgspec.Struct):
     start: int  # the first traced step, the same on every rank
     ranks: list[int] | None = None  # None: every rank
     why: Why | None = None
-    expires: float | None = None  # no rank starts it later; None (format 1.0): STALE_REQUEST_S after written
+    expires: float | None = None  # no rank starts it later; None (format 1.0): `deadline`
     format: str = FORMAT
 
     def deadline(self) -> float:
+        """When no rank starts it any more: ``expires``, else `STALE_REQUEST_S` after its time."""
         return self.written + STALE_REQUEST_S if self.expires is None else self.expires
 
 
@@ -218,12 +219,14 @@ def channel_folder(run_dir: str, create: bool = False) -> Iterator[int]:
                 with contextlib.suppress(FileExistsError):  # a link there exists too: refused below
                     os.mkdir(part, dir_fd=fd)
             try:
-                child = os.open(part, os.O_RDONLY | os.O_NONBLOCK | _DIRECTORY | _NOFOLLOW, dir_fd=fd)
+                flags = os.O_RDONLY | os.O_NONBLOCK | _DIRECTORY | _NOFOLLOW
+                child = os.open(part, flags, dir_fd=fd)
             except OSError as e:
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
                 link = stat.S_ISLNK(os.lstat(part, dir_fd=fd).st_mode)
-                raise NotAFolder(f"{path} is {'a link (never followed)' if link else 'not a folder'}") from None
+                what = "a link (never followed)" if link else "not a folder"
+                raise NotAFolder(f"{path} is {what}") from None
             os.close(fd)
             fd = child
         yield fd
@@ -286,8 +289,8 @@ def decode(data: bytes, kind: type[msgspec.Struct]):
         if m is None:
             raise Unreadable(f"its format {version[:20]!r} is not major.minor")
         if int(m["major"]) != MAJOR:
-            raise Unreadable(f"format {version}: this phaseprof reads format {MAJOR}.x (a newer phaseprof "
-                             "wrote it? upgrade phaseprof)")
+            raise Unreadable(f"format {version}: this phaseprof reads format {MAJOR}.x (a newer "
+                             "phaseprof wrote it? upgrade phaseprof)")
         return msgspec.json.decode(data, type=kind)
     except msgspec.DecodeError as e:
         raise Unreadable(f"not a {kind.__name__}: {e}") from None
@@ -312,7 +315,8 @@ def _rank(value: int, what: str = "rank") -> None:
 
 def _time(value: float, what: str, now: float) -> None:
     if not (math.isfinite(value) and TIME_FLOOR <= value <= now + CLOCK_SKEW_S):
-        raise Unreadable(f"{what} {_short(value)} is not a time before now (+{CLOCK_SKEW_S:.0f} s of clock skew)")
+        raise Unreadable(f"{what} {_short(value)} is not a time before now "
+                         f"(+{CLOCK_SKEW_S:.0f} s of clock skew)")
 
 
 def _name_rank(name: str, pattern: re.Pattern) -> tuple[str | None, int]:
@@ -362,9 +366,11 @@ def check_request(request: Request, file_id: str, now: float | None = None) -> R
     if not math.isfinite(request.written):
         raise Unreadable("its time is not a number")
     _time(request.written, "its time", now)
-    if request.expires is not None and not (math.isfinite(request.expires)
-                                            and request.written <= request.expires <= request.written + MAX_WAIT_S):
-        raise Unreadable(f"its deadline {_short(request.expires)} is not within {MAX_WAIT_S:.0f} s of its time")
+    expires = request.expires
+    if expires is not None and not (math.isfinite(expires)
+                                    and request.written <= expires <= request.written + MAX_WAIT_S):
+        raise Unreadable(f"its deadline {_short(expires)} is not within {MAX_WAIT_S:.0f} s of its "
+                         "time")
     if request.why is not None:
         _check_why(request.why)
     return request
@@ -393,7 +399,8 @@ def check_answer(answer: Answer, file_id: str, rank: int, now: float) -> Answer:
     if (answer.first is None) != (answer.last is None) or (
             answer.first is not None and not 0 <= answer.last - answer.first < MAX_STEPS):
         raise Unreadable(f"steps {_short(answer.first)}–{_short(answer.last)} are not a capture's")
-    if len(answer.files) > MAX_FILES or any(len(f) > MAX_NAME or "/" in f or "\0" in f for f in answer.files):
+    names = answer.files
+    if len(names) > MAX_FILES or any(len(f) > MAX_NAME or "/" in f or "\0" in f for f in names):
         raise Unreadable("its files are not a few trace file names")
     if answer.reason is not None and len(answer.reason) > MAX_TEXT:
         raise Unreadable(f"its reason is longer than {MAX_TEXT} characters")
@@ -415,7 +422,7 @@ class Channel(msgspec.Struct):
     beats: dict[int, Heartbeat]
     requests: list[Request]  # oldest first
     answers: dict[str, dict[int, Answer]]  # request id -> rank -> answer
-    ignored: list[str]  # "path: why" (in the run), for files or folders that are not what they should be
+    ignored: list[str]  # "path: why" (in the run): files or folders not what they should be
 
 
 def read_channel(run_dir: str, now: float | None = None) -> Channel:
@@ -529,12 +536,13 @@ def start_step(beats: Iterable[Heartbeat], now: float, lead_s: float = LEAD_S) -
 
 def expiry(start: int, beats: Iterable[Heartbeat], now: float) -> float:
     """A request's deadline: when the slowest rank, at its pace, should have reached ``start``,
-    plus `STALE_REQUEST_S`; at most `MAX_WAIT_S` from ``now`` (also when a pace is not known yet)."""
+    plus `STALE_REQUEST_S`; at most `MAX_WAIT_S` from ``now`` (also when a pace is not known
+    yet)."""
     wait = 0.0
     for b in beats:
         if b.steps_per_s <= 0:
             return now + MAX_WAIT_S
-        # seconds until it reaches the start: the steps left at its pace, less what passed since its beat
+        # seconds until it reaches the start: the steps left at its pace, less the beat's age
         wait = max(wait, (start - b.step) / b.steps_per_s - (now - b.time))
     return now + min(MAX_WAIT_S, wait + STALE_REQUEST_S)
 
@@ -548,7 +556,8 @@ def write_request(run_dir: str, request: Request) -> str:
             write_atomic(folder, request_name(request.id), msgspec.json.encode(request))
     except (FileNotFoundError, NotAFolder) as e:
         detail = str(e) if isinstance(e, NotAFolder) else "missing"
-        raise ValueError(f"{capture_dir(run_dir)} is not a folder a running profiler made ({detail})") from None
+        folder = capture_dir(run_dir)
+        raise ValueError(f"{folder} is not a folder a running profiler made ({detail})") from None
     return os.path.join(capture_dir(run_dir), request_name(request.id))
 
 

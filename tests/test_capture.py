@@ -342,7 +342,7 @@ def test_the_transformers_callback_answers_a_request(tmp_path):
     assert steps[-3:] == [answer.first, answer.first + 1, answer.first + 2]
 
 
-# -- a writer of the logdir against a running job ------------------------------------------------------
+# -- a writer of the logdir against a running job ----------------------------------------------
 
 
 def _listing(folder) -> dict[str, bytes]:
@@ -358,7 +358,8 @@ def test_a_link_swapped_in_while_the_job_runs_is_never_followed(tmp_path):
     try:
         job.ready()
         beat = read_channel(str(job.run_dir)).beats[0]
-        request = Request(id="d" * 16, written=time.time(), by="cli", steps=2, start=beat.step + 200)
+        request = Request(id="d" * 16, written=time.time(), by="cli", steps=2,
+                          start=beat.step + 200)
         (outside / "rank0.json").write_bytes(b"decoy")
         (outside / request_name(request.id)).write_bytes(msgspec.json.encode(request))
         before = _listing(outside)
@@ -392,7 +393,8 @@ def test_a_link_in_place_of_the_channel_before_start_is_never_followed(tmp_path)
     finally:
         job.kill()
     assert not (outside / "capture").exists()
-    assert "cannot watch for capture requests" in log and ".phaseprof is a link (never followed)" in log
+    assert "cannot watch for capture requests" in log
+    assert ".phaseprof is a link (never followed)" in log
     assert "Traceback" not in log
 
 
@@ -415,7 +417,8 @@ def test_a_job_refuses_what_it_cannot_honour_and_reads_a_newer_format(tmp_path):
         hostile = {
             "a" * 16: dict(written=now, steps=1000, start=step + 10**6),  # refused: too far ahead
             "b" * 16: dict(written=1e308, steps=10, start=10**12),  # ignored: not a time
-            "c" * 16: dict(written=now, steps=3, start=step + 900, expires=now + 1),  # refused: expired
+            # refused: expired
+            "c" * 16: dict(written=now, steps=3, start=step + 900, expires=now + 1),
             "e" * 16: dict(written=now, steps=3, start=step + 900, format="2.0"),  # ignored: format
         }
         for request_id, fields in hostile.items():
@@ -440,13 +443,15 @@ def test_a_job_refuses_what_it_cannot_honour_and_reads_a_newer_format(tmp_path):
 
 def test_a_forged_request_does_not_turn_the_slowdown_trigger_off(tmp_path):
     """A request at step 10**12, left before the run slows down, is refused at once: the slowdown
-    is still traced by itself (before, the request stayed accepted, and the trigger waited on it)."""
-    job = Job(tmp_path, "slow", step_s=0.3, active=4, max_steps=70, slowdown=True, slow_from=40, slow_s=0.6)
+    is still traced by itself (before, the request stayed accepted, and the trigger waited on
+    it)."""
+    job = Job(tmp_path, "slow", step_s=0.3, active=4, max_steps=70, slowdown=True, slow_from=40,
+              slow_s=0.6)
     folder = job.run_dir / ".phaseprof" / "capture"
     try:
         job.ready()  # step 20
-        _put(folder, request_name("f" * 16), {"id": "f" * 16, "by": "cli", "written": time.time(), "steps": 10,
-                                              "start": 10**12})
+        forged = {"id": "f" * 16, "by": "cli", "written": time.time(), "steps": 10, "start": 10**12}
+        _put(folder, request_name(forged["id"]), forged)
         assert job.proc.wait(timeout=600) == 0, job.log()[-3000:]
     finally:
         job.kill()

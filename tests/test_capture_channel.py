@@ -117,7 +117,8 @@ def test_a_request_that_is_not_one_is_listed_as_ignored(tmp_path):
     bad = {"a" * 16: b'{"id": "aaaaaaaaaaaaaaaa", "written": 1, "by": "cli", "steps": 0, "start": 5}',
            "b" * 16: b'{"id": "bbbbbbbbbbbbbbbb", "written": 1, "by": "me", "steps": 2, "start": 5}',
            "c" * 16: b'{"id": "cccccccccccccccc", "written": 1, "by": "cli", "steps": 2, "start": -5}',
-           "d" * 16: b'{"id": "dddddddddddddddd", "written": 1e308, "by": "cli", "steps": 2, "start": 5}'}
+           "d" * 16: b'{"id": "dddddddddddddddd", "written": 1e308, "by": "cli", "steps": 2, '
+                     b'"start": 5}'}
     for request_id, data in bad.items():
         with open(os.path.join(folder, request_name(request_id)), "wb") as fh:
             fh.write(data)
@@ -263,7 +264,7 @@ def test_a_slowdown_capture_carries_why_and_its_ranks_states(served):
     assert answer.can_ask  # every rank answered: the next capture may be asked
 
 
-# -- what a writer of the logdir can put in the channel ------------------------------------------------
+# -- what a writer of the logdir can put in the channel ----------------------------------------
 # Anyone who can write the logdir can write these files. Each test below puts one hostile file (or
 # link) where a running job would be, and checks what the CLI, the route and the library do.
 
@@ -328,8 +329,8 @@ def test_the_cli_and_the_route_never_follow_a_link_to_the_channel(tmp_path, link
 
 
 @pytest.mark.parametrize("field", [
-    {"step": 10**400}, {"steps_per_s": 1.797e308}, {"time": 1e308}, {"active": 10**30}, {"schedule_until": -5},
-    {"world_size": 0}, {"rank": 3}, {"started": 1e300}])
+    {"step": 10**400}, {"steps_per_s": 1.797e308}, {"time": 1e308}, {"active": 10**30},
+    {"schedule_until": -5}, {"world_size": 0}, {"rank": 3}, {"started": 1e300}])
 def test_a_heartbeat_out_of_bounds_is_ignored_with_a_reason(live_run, field):
     from tests.capture_job import capture
 
@@ -337,7 +338,8 @@ def test_a_heartbeat_out_of_bounds_is_ignored_with_a_reason(live_run, field):
     _write_raw(folder, "rank0.json", _beat_dict(**field))
     asked = capture(str(logdir), "--run", "live")
     assert asked.returncode == 1 and "Traceback" not in asked.stderr, asked.stderr
-    ignored = [line for line in asked.stderr.splitlines() if "ignored .phaseprof/capture/rank0.json" in line]
+    lines = asked.stderr.splitlines()
+    ignored = [line for line in lines if "ignored .phaseprof/capture/rank0.json" in line]
     assert len(ignored) == 1, asked.stderr  # one line, naming the file and what is wrong
     assert "no running PhaseProfiler" in asked.stderr
     status, answer = _capture(client, "post", {ASK_HEADER: "ask"}, run="live")
@@ -353,7 +355,8 @@ def _blocking_requests(step: int):
         "far and in the far future": dict(written=1e308, steps=10, start=10**12),
         "far": dict(written=now, steps=10, start=10**12),
         "honest-looking, 1,000 steps far ahead": dict(written=now, steps=1000, start=step + 10**6),
-        "older than its deadline (format 1.0: 60 s)": dict(written=now - 61, steps=1000, start=step + 5),
+        "older than its deadline (format 1.0: 60 s)": dict(written=now - 61, steps=1000,
+                                                           start=step + 5),
     }
 
 
@@ -390,11 +393,12 @@ def test_files_carry_their_format_and_readers_tolerate_newer_fields(live_run):
     logdir, folder, _ = live_run
     # a newer minor version's heartbeat and request: their new fields are ignored
     _write_raw(folder, "rank0.json", _beat_dict(format="1.9", gpu_memory=123))
-    newer = {"id": "1" * 16, "written": time.time(), "by": "cli", "steps": 2, "start": 20, "format": "1.9",
-             "priority": "high"}
+    newer = {"id": "1" * 16, "written": time.time(), "by": "cli", "steps": 2, "start": 20,
+             "format": "1.9", "priority": "high"}
     _write_raw(folder, request_name(newer["id"]), newer)
     channel = read_channel(str(logdir / "live"))
-    assert channel.ignored == [] and channel.beats[0].step == 100 and channel.requests[0].start == 20
+    assert channel.ignored == [] and channel.beats[0].step == 100
+    assert channel.requests[0].start == 20
     os.remove(os.path.join(folder, request_name(newer["id"])))
     # what this version writes says its format
     request = plan_request(str(logdir / "live"))
@@ -409,7 +413,7 @@ def test_files_carry_their_format_and_readers_tolerate_newer_fields(live_run):
     assert "rank0.json: format 2.0: this phaseprof reads format 1.x" in line
 
 
-# -- the terminal and --wait ---------------------------------------------------------------------------
+# -- the terminal and --wait -------------------------------------------------------------------
 
 
 class Responder:
@@ -435,8 +439,9 @@ class Responder:
                     continue
                 state, reason = self.answers[len(self.seen)]
                 self.seen.append(request.id)
-                answer = Answer(id=request.id, rank=0, state=state, updated=time.time(), first=request.start,
-                                last=request.start + request.steps - 1, reason=reason)
+                answer = Answer(id=request.id, rank=0, state=state, updated=time.time(),
+                                first=request.start, last=request.start + request.steps - 1,
+                                reason=reason)
                 _write_raw(self.folder, answer_name(request.id, 0), answer)
 
     def close(self):
@@ -449,8 +454,8 @@ def test_wait_asks_again_after_a_miss_and_prints_what_files_say_as_text(tmp_path
 
     run = tmp_path / "run"
     forged = "shortened\x1b]0;pwned\x07\x1b[2J"  # sets the window title, clears the screen
-    responder = Responder(run, [(REFUSED, "missed: rank 0 was at step 7 when it saw the request; ask again"),
-                                (WRITTEN, forged)])
+    missed = "missed: rank 0 was at step 7 when it saw the request; ask again"
+    responder = Responder(run, [(REFUSED, missed), (WRITTEN, forged)])
     try:
         asked = capture(str(tmp_path), "--run", "run", "--ranks", "0", "--wait", "--timeout", "300")
     finally:
@@ -471,11 +476,11 @@ def test_an_argument_is_printed_as_text(tmp_path):
     assert "no\\x1b[2Jsuch" in asked.stderr
 
 
-# -- who may POST: the address TensorBoard serves on ---------------------------------------------------
+# -- who may POST: the address TensorBoard serves on -------------------------------------------
 
 
 @pytest.mark.parametrize(("host", "origin", "status"), [
-    ("evil.example", "http://evil.example", 403),  # a DNS-rebinding page: its own name, resolving here
+    ("evil.example", "http://evil.example", 403),  # a DNS-rebinding page: its name, resolving here
     ("evil.example", None, 403),
     ("localhost", "http://evil.example", 403),
     ("localhost", "null", 403),
@@ -486,10 +491,12 @@ def test_an_argument_is_printed_as_text(tmp_path):
     ("127.0.0.1:80", "http://127.0.0.1", 200),
     ("[::1]", "http://[::1]", 200),
 ])
-def test_a_post_from_another_host_or_origin_is_refused_and_writes_nothing(live_run, host, origin, status):
+def test_a_post_from_another_host_or_origin_is_refused_and_writes_nothing(live_run, host, origin,
+                                                                          status):
     logdir, folder, client = live_run
     headers = {ASK_HEADER: "ask", **({"Origin": origin} if origin else {})}
-    response = client.post(f"{BASE}/capture?run=live", headers=headers, environ_overrides={"HTTP_HOST": host})
+    response = client.post(f"{BASE}/capture?run=live", headers=headers,
+                           environ_overrides={"HTTP_HOST": host})
     assert response.status_code == status, response.get_data(as_text=True)
     written = [n for n in os.listdir(folder) if n.startswith("request.")]
     assert len(written) == (status == 200)
@@ -514,14 +521,16 @@ def test_the_hosts_tensorboard_serves_on_follow_its_flags():
     assert refusal(f"{name}:6006") is not None  # served on localhost only
     assert refusal(f"{name}:6006", f"http://{name}:6006", bind_all=True) is None
     assert refusal(f"{name.upper()}:6006", host="0.0.0.0") is None
-    assert refusal("box.lab:6006", host="box.lab") is None and refusal("other.lab:6006", host="box.lab")
+    assert refusal("box.lab:6006", host="box.lab") is None
+    assert refusal("other.lab:6006", host="box.lab")
     # a reverse proxy: its name, at its port or at TensorBoard's
-    assert refusal("tb.example.com", "https://tb.example.com", phaseprof_allowed_hosts="tb.example.com") is None
+    proxy = "tb.example.com"
+    assert refusal(proxy, f"https://{proxy}", phaseprof_allowed_hosts=proxy) is None
     assert refusal("tb.example.com:8443", phaseprof_allowed_hosts="tb.example.com:8443") is None
-    assert refusal("tb.example.com:6006", phaseprof_allowed_hosts="tb.example.com, x.example") is None
+    assert refusal(f"{proxy}:6006", phaseprof_allowed_hosts=f"{proxy}, x.example") is None
     assert refusal("tb.example.com:9", phaseprof_allowed_hosts="tb.example.com") is not None
     assert "not an address this TensorBoard serves on" in refusal("evil.example:6006")
-    assert "is not this TensorBoard's" in refusal("localhost:6006", "http://localhost:6006.evil.example")
+    assert "is not this TensorBoard's" in refusal("localhost:6006", "http://localhost.evil.example")
     # the flag is checked when TensorBoard starts
     loader, parser = PhaseprofLoader(), argparse.ArgumentParser()
     loader.define_flags(parser)
@@ -553,8 +562,9 @@ def test_a_real_tensorboard_refuses_a_post_from_another_host_or_origin(tmp_path)
 
         def post(host, origin):
             _publish(tmp_path / "live", _beat())  # a fresh heartbeat: the run is running
-            request = urllib.request.Request(f"http://127.0.0.1:{port}{BASE}/capture?run=live", method="POST",
-                                             headers={ASK_HEADER: "ask", "Host": host, "Origin": origin})
+            url = f"http://127.0.0.1:{port}{BASE}/capture?run=live"
+            headers = {ASK_HEADER: "ask", "Host": host, "Origin": origin}
+            request = urllib.request.Request(url, method="POST", headers=headers)
             try:
                 with urllib.request.urlopen(request, timeout=60) as response:
                     return response.status

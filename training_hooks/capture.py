@@ -7,13 +7,13 @@ accepts or refuses each (answering in the run), refuses accepted ones whose dead
 their start, and, with ``capture_on_slowdown``, judges the last steps against the run's own noise
 and writes a request itself. Each look reaches the folder afresh without following a link
 (`channel_folder`): a link found there, at start or later, turns the channel off with one warning
-(training goes on, traced as scheduled), and nothing is written through it. The loop thread pays one attribute
-test per step (`CaptureWatcher.plan` is None while nothing is accepted); at the step before an
-accepted capture it starts a ``torch.profiler.profile`` of its own (`begin`), whose schedule warms
-up for one step and records the captured steps, numbered as the run numbers them, into one trace
-written like the configured window's (and analysed in the background like it). A capture never
-traces more steps than the configured ``active``, and never while the configured schedule is
-still profiling.
+(training goes on, traced as scheduled), and nothing is written through it. The loop thread pays
+one attribute test per step (`CaptureWatcher.plan` is None while nothing is accepted); at the step
+before an accepted capture it starts a ``torch.profiler.profile`` of its own (`begin`), whose
+schedule warms up for one step and records the captured steps, numbered as the run numbers them,
+into one trace written like the configured window's (and analysed in the background like it). A
+capture never traces more steps than the configured ``active``, and never while the configured
+schedule is still profiling.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class CaptureWatcher:
         self._stop = threading.Event()
         self._off = False  # a link was found on the way to the folder: nothing more is written
         os.makedirs(self.run_dir, exist_ok=True)
-        with channel_folder(self.run_dir, create=True) as folder:  # NotAFolder: a link, never followed
+        with channel_folder(self.run_dir, create=True) as folder:  # NotAFolder: a link
             self._beat(folder)
         self._thread = threading.Thread(target=self._run, name="phaseprof-capture", daemon=True)
         self._thread.start()
@@ -214,10 +214,10 @@ class CaptureWatcher:
                 self._prof._faults.report("the capture channel failed", e)
 
     def _link_found(self, e: NotAFolder) -> None:
-        """A link (or a file) in the channel folder's place: never followed, nothing more written."""
+        """A link (or a file) in a channel folder's place: never followed, nothing more written."""
         self._off = True
         self._stop.set()
-        self._prof._faults.report("the capture channel is off (nothing is written there any more)", e)
+        self._prof._faults.report("the capture channel is off (nothing is written there now)", e)
 
     def close(self) -> None:
         """The run ends: captures not written are refused, the heartbeat says it ended."""
@@ -245,8 +245,9 @@ class CaptureWatcher:
         self._paces.append((now, step))
         (t0, s0), (t1, s1) = self._paces[0], self._paces[-1]
         self._pace = (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
-        beat = Heartbeat(rank=self.rank, world_size=self.world_size, step=step, time=now, steps_per_s=self._pace,
-                         active=self.active, schedule_until=self.schedule_until, started=self.started, ended=ended)
+        beat = Heartbeat(rank=self.rank, world_size=self.world_size, step=step, time=now,
+                         steps_per_s=self._pace, active=self.active,
+                         schedule_until=self.schedule_until, started=self.started, ended=ended)
         write_atomic(folder, beat_name(self.rank), msgspec.json.encode(beat))
 
     def _read_requests(self, folder: int) -> None:
@@ -257,7 +258,8 @@ class CaptureWatcher:
             self._seen.add(name)
             file_id = REQUEST_RE.match(name)["id"]
             try:
-                requests.append(check_request(decode(read_small(folder, name), Request), file_id, now))
+                request = decode(read_small(folder, name), Request)
+                requests.append(check_request(request, file_id, now))
             except Unreadable as e:
                 warnings.warn(f"phaseprof: ignored the capture request {os.path.join(self.folder, name)}: {e}",
                               RuntimeWarning, stacklevel=1)
@@ -280,8 +282,9 @@ class CaptureWatcher:
         if age > STALE_REQUEST_S:
             plan.state, plan.reason = REFUSED, f"stale: seen {age:.0f} s after it was written"
         elif plan.start > farthest_start(step, self._pace):
-            plan.state, plan.reason = REFUSED, (f"step {plan.start} is too far ahead of step {step} (more than "
-                                                f"{MAX_AHEAD_S:.0f} s at this rank's pace and {MAX_STEPS} steps)")
+            plan.state, plan.reason = REFUSED, (
+                f"step {plan.start} is too far ahead of step {step} (more than "
+                f"{MAX_AHEAD_S:.0f} s at this rank's pace and {MAX_STEPS} steps)")
         elif busy:
             plan.state, plan.reason = REFUSED, (f"another capture is running: steps {busy[0].start}–"
                                                 f"{busy[0].end - 1}")
@@ -295,7 +298,7 @@ class CaptureWatcher:
         else:
             with self._states:
                 if self.plan is None or plan.start < self.plan.start:
-                    self.plan = plan  # a single process late for it starts at its next step (`begin`)
+                    self.plan = plan  # a single process late for it starts at its next step
 
     def _expire(self) -> None:
         """Refuse the accepted captures whose deadline passed before they began: none blocks others
@@ -308,9 +311,10 @@ class CaptureWatcher:
             with self._states:
                 if plan.state != ACCEPTED:
                     continue  # the loop began it meanwhile
-                plan.state, plan.reason = REFUSED, (f"expired: step {plan.start} was not reached by the request's "
-                                                    f"deadline, {deadline - plan.request.written:.0f} s after it "
-                                                    "was written")
+                waited = deadline - plan.request.written
+                plan.state, plan.reason = REFUSED, (
+                    f"expired: step {plan.start} was not reached by the request's deadline, "
+                    f"{waited:.0f} s after it was written")
                 if self.plan is plan:
                     self.plan = self._next_plan(after=plan)
 
@@ -323,11 +327,12 @@ class CaptureWatcher:
             if plan.answered != plan.state:
                 state = plan.state
                 last = plan.end - 1 if plan.end > plan.start else None
-                reason = plan.reason if plan.reason is None or len(plan.reason) <= MAX_TEXT else plan.reason[:MAX_TEXT]
+                reason = None if plan.reason is None else plan.reason[:MAX_TEXT]
                 answer = Answer(id=plan.request.id, rank=self.rank, state=state, updated=time.time(),
                                 first=plan.start if last is not None else None, last=last,
                                 files=list(plan.files), reason=reason)
-                write_atomic(folder, answer_name(plan.request.id, self.rank), msgspec.json.encode(answer))
+                name = answer_name(plan.request.id, self.rank)
+                write_atomic(folder, name, msgspec.json.encode(answer))
                 plan.answered = state
 
     def _judge_slowdown(self, rule: Slowdown) -> None:
@@ -340,7 +345,8 @@ class CaptureWatcher:
         numbers, times = recent_steps(self._prof._recorder.stats, rule.reference + rule.last)
         if len(times) < rule.min_reference + rule.last:
             return
-        last_traced = max([p.end - 1 for p in self._plans if p.began] + [(self.schedule_until or 0) - 1])
+        traced = [p.end - 1 for p in self._plans if p.began]
+        last_traced = max(traced + [(self.schedule_until or 0) - 1])
         if numbers[-rule.last] <= last_traced + 1:
             return  # the steps judged (or the one after a trace) were profiled: their time is not the run's
         band = noise(times[:-rule.last])

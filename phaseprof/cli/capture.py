@@ -57,8 +57,9 @@ def capture(logdir: str, run: str | None = None, steps: int | None = None, ranks
         except (ValueError, OSError) as e:
             _say(f"phaseprof capture: {run_dir}: not asked: {e}", sys.stderr)
             return 1
-        asked = "every rank" if request.ranks is None else "rank " + ", ".join(map(str, request.ranks))
-        _say(f"asked {run_dir} for a trace of steps {request.start}–{request.start + request.steps - 1} on {asked} "
+        on = "every rank" if request.ranks is None else "rank " + ", ".join(map(str, request.ranks))
+        last = request.start + request.steps - 1
+        _say(f"asked {run_dir} for a trace of steps {request.start}–{last} on {on} "
              f"(request {request.id})", out)
         if not wait:
             return 0

@@ -17,8 +17,9 @@ class PhaseprofLoader(base_plugin.TBLoader):
                  "job for a trace of its next steps is off); also PHASEPROF_READ_ONLY=1")
         parser.add_argument(
             "--phaseprof_allowed_hosts", default="", metavar="NAME[:PORT],...",
-            help="phaseprof: host names, besides localhost, IP addresses and the --host TensorBoard serves on, "
-                 "by which the Step Phases tab may ask a running job for a trace (e.g. a reverse proxy's name)")
+            help="phaseprof: host names, besides localhost, IP addresses and the --host "
+                 "TensorBoard serves on, by which the Step Phases tab may ask a running job for a "
+                 "trace (e.g. a reverse proxy's name)")
 
     def fix_flags(self, flags):
         from .origin import allowed_hosts  # light: the standard library only

@@ -86,20 +86,24 @@ class Served:
         except ValueError:
             return f"the Host header {host[:100]!r} is not a host name"
         at = port if port is not None else _DEFAULT_PORTS.get(scheme)
-        if not ((name, port) in self.allowed or ((name, None) in self.allowed and port in (None, bound))
-                or ((_is_address(name) or name in self.names) and at == bound)):
-            return (f"the Host {host[:100]!r} is not an address this TensorBoard serves on (a page of another "
-                    "site pointing its name here?); allow it with --phaseprof_allowed_hosts")
+        allowed = ((name, port) in self.allowed
+                   or ((name, None) in self.allowed and port in (None, bound))
+                   or ((_is_address(name) or name in self.names) and at == bound))
+        if not allowed:
+            return (f"the Host {host[:100]!r} is not an address this TensorBoard serves on (a "
+                    "page of another site pointing its name here?); allow it with "
+                    "--phaseprof_allowed_hosts")
         origin = environ.get("HTTP_ORIGIN")
         if origin is None:
             return None
         parsed = urlsplit(origin)
         try:
-            same = (parsed.scheme in _DEFAULT_PORTS and not parsed.path and parsed.hostname is not None
-                    and (parsed.hostname.rstrip("."), parsed.port or _DEFAULT_PORTS[parsed.scheme])
-                    == (name, port or _DEFAULT_PORTS[parsed.scheme]))
+            default = _DEFAULT_PORTS.get(parsed.scheme)
+            same = (default is not None and not parsed.path and parsed.hostname is not None
+                    and (parsed.hostname.rstrip("."), parsed.port or default)
+                    == (name, port or default))
         except ValueError:  # a bad port
             same = False
         if not same:
-            return f"the Origin {origin[:100]!r} is not this TensorBoard's ({scheme}://{host[:100]})"
+            return f"the Origin {origin[:100]!r} is not this TensorBoard's ({scheme}://{host[:80]})"
         return None

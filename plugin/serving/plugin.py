@@ -354,8 +354,8 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _serve_capture(self, request):
-        """GET: the run's captures; POST (with the `ASK_HEADER` header, sent to the address TensorBoard
-        serves on from its own origin: `origin.Served`): ask for one first."""
+        """GET: the run's captures; POST (with the `ASK_HEADER` header, sent to the address
+        TensorBoard serves on from its own origin: `origin.Served`): ask for one first."""
         ask = request.method == "POST"
         if ask and (refused := self._served.refusal(request.environ)):
             raise errors.PermissionDeniedError(f"not asked: {refused}")
