@@ -24,18 +24,34 @@ absorbs about a second); two requests written within a second of each other with
 steps may be resolved differently by different ranks (a requester refuses to ask while another
 request is pending, so this takes two requesters at once).
 
-Every file is read with bounds (`read_small`): only a regular file, not a link, at most
-`MAX_FILE_BYTES`, decoded strictly into its Struct; anything else is ignored with a reason.
+**What others write is hostile** (anyone who can write the logdir can write these files):
+
+- every file is reached from the run directory one folder at a time, each opened relative to the
+  one above with ``O_NOFOLLOW`` (`channel_folder`), and every file in it relative to that handle,
+  on every read and write: a link put in place of ``.phaseprof``, ``capture`` or a file, before
+  the job starts or while it runs, is never followed (the job warns once and stops writing there);
+- every file is read with bounds (`read_small`): a regular file, not a link, at most
+  `MAX_FILE_BYTES`, never blocking; decoded with strict types, and every number checked against
+  a window (`check_beat`, `check_request`, `check_answer`): steps below `MAX_STEP`, a request's
+  start within reach of the ranks' steps (`farthest_start`), times within `CLOCK_SKEW_S` of now,
+  counts and texts small, paces finite and below `MAX_PACE`; anything else is ignored with a reason;
+- a request carries its deadline (``expires``, at most `MAX_WAIT_S` after it was written): past it,
+  no rank starts it and no requester waits on it, so no request blocks others for longer;
+- every file carries its format (``format``, "major.minor", `FORMAT`): fields a newer minor version
+  added are ignored; a major version this phaseprof does not know is refused in one line.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
 import os
 import re
 import secrets
 import stat
 import time
+from collections.abc import Iterable, Iterator
 
 import msgspec
 
@@ -49,8 +65,12 @@ LEAD_S = 1.0
 MARGIN_STEPS = 2
 #: A heartbeat older than this, not marked ended, belongs to a process that stopped without closing.
 STALE_BEAT_S = 15.0
-#: A request seen more than this long after it was written is not acted on (the job was stalled).
+#: A request seen more than this long after it was written is not acted on (the job was stalled);
+#: also the slack a request's deadline leaves after the slowest rank should have reached its start.
 STALE_REQUEST_S = 60.0
+#: The latest deadline a request may carry, after it was written: past its deadline no rank starts
+#: it and no requester waits on it (so a job slower than a step per few minutes cannot be asked).
+MAX_WAIT_S = 600.0
 #: Why a run whose logdir is in an object store (``s3://…``) takes no capture request: its channel is
 #: files beside the run that the job and whoever asks both read and write, which needs a shared disk.
 IN_A_STORE = ("the logdir is in an object store: on-request capture needs the run's folder on a disk the "
@@ -59,6 +79,32 @@ IN_A_STORE = ("the logdir is in an object store: on-request capture needs the ru
 MAX_FILE_BYTES = 8192
 #: Steps one request may ask for; a rank also clamps it to its configured ``active``.
 MAX_STEPS = 1000
+
+# What a channel file may say: anything outside these bounds is ignored with a reason.
+#: Step numbers (exact in a float; far beyond any run).
+MAX_STEP = 2**53
+#: The pace a heartbeat may claim, steps per second.
+MAX_PACE = 1e6
+#: How far ahead of a rank's step a request may start: this many seconds at the rank's pace, and at
+#: least `MAX_STEPS` steps (a requester's lead is at most a few seconds past a heartbeat at most
+#: `STALE_BEAT_S` old).
+MAX_AHEAD_S = 60.0
+#: A time may lie at most this far in the future (clocks of hosts sharing a disk disagree by less)
+CLOCK_SKEW_S = 300.0
+#: and not before 2001 (seconds since the epoch).
+TIME_FLOOR = 1e9
+#: Ranks (a file name carries at most six digits) and world sizes.
+MAX_RANK = 999_999
+#: An answer's reason, in characters; the trace files it names, and each name's length.
+MAX_TEXT = 1000
+MAX_FILES = 64
+MAX_NAME = 255
+
+#: The format of the files this phaseprof writes, "major.minor": a reader ignores fields a newer
+#: minor version added, and refuses a major version it does not know. A file without one is "1.0".
+FORMAT = "1.1"
+MAJOR = 1
+FORMAT_RE = re.compile(r"^(?P<major>\d{1,4})\.(?P<minor>\d{1,4})$")
 
 REQUEST_RE = re.compile(r"^request\.(?P<id>[0-9a-f]{16})\.json$")
 ANSWER_RE = re.compile(r"^answer\.(?P<id>[0-9a-f]{16})\.rank(?P<rank>\d{1,6})\.json$")
@@ -71,7 +117,7 @@ FINAL = (WRITTEN, REFUSED)
 BY_CLI, BY_TAB, BY_SLOWDOWN = "cli", "tab", "slowdown"
 
 
-class Why(msgspec.Struct, forbid_unknown_fields=True):
+class Why(msgspec.Struct):
     """What made the slowdown trigger ask: the last steps' times against the run's own noise."""
 
     rank: int
@@ -81,7 +127,7 @@ class Why(msgspec.Struct, forbid_unknown_fields=True):
     band_ms: float  # the noise band around that median
 
 
-class Request(msgspec.Struct, forbid_unknown_fields=True):
+class Request(msgspec.Struct):
     id: str
     written: float  # seconds since the epoch
     by: str
@@ -89,9 +135,15 @@ class Request(msgspec.Struct, forbid_unknown_fields=True):
     start: int  # the first traced step, the same on every rank
     ranks: list[int] | None = None  # None: every rank
     why: Why | None = None
+    expires: float | None = None  # no rank starts it later; None (format 1.0): `deadline`
+    format: str = FORMAT
+
+    def deadline(self) -> float:
+        """When no rank starts it any more: ``expires``, else `STALE_REQUEST_S` after its time."""
+        return self.written + STALE_REQUEST_S if self.expires is None else self.expires
 
 
-class Answer(msgspec.Struct, forbid_unknown_fields=True):
+class Answer(msgspec.Struct):
     id: str
     rank: int
     state: str
@@ -100,9 +152,10 @@ class Answer(msgspec.Struct, forbid_unknown_fields=True):
     last: int | None = None
     files: list[str] = []  # trace file names in the run directory
     reason: str | None = None  # why refused, or what shortened the trace
+    format: str = FORMAT
 
 
-class Heartbeat(msgspec.Struct, forbid_unknown_fields=True):
+class Heartbeat(msgspec.Struct):
     rank: int
     world_size: int
     step: int  # the step in progress
@@ -112,10 +165,19 @@ class Heartbeat(msgspec.Struct, forbid_unknown_fields=True):
     schedule_until: int | None  # the configured schedule profiles steps before this one; None: forever
     started: float  # when the process's profiler started
     ended: bool = False
+    format: str = FORMAT
+
+
+class _Format(msgspec.Struct):
+    format: str = "1.0"
 
 
 class Unreadable(Exception):
     """A channel file that is not what it should be; the message says why."""
+
+
+class NotAFolder(Unreadable):
+    """A folder on the way to the channel is a link (never followed) or not a folder."""
 
 
 def capture_dir(run_dir: str) -> str:
@@ -134,13 +196,53 @@ def beat_name(rank: int) -> str:
     return f"rank{rank}.json"
 
 
-def read_small(path: str, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of ``path`` if it is a regular file (not a link) of at most ``limit`` bytes; else
-    `Unreadable`. Opened without following links or blocking (a FIFO never hangs the reader)."""
+# -- the folder and its files, never through a link ---------------------------------------------
+
+# (every POSIX platform has them; the getattr only lets the module import elsewhere)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | _CLOEXEC
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
+@contextlib.contextmanager
+def channel_folder(run_dir: str, create: bool = False) -> Iterator[int]:
+    """A handle on ``run_dir``'s capture folder, reached from ``run_dir`` one folder at a time, each
+    opened relative to the one above without following a link (``create``: making the missing
+    ones). `NotAFolder` (saying which, within the run) if one is a link or not a folder;
+    FileNotFoundError if one is missing."""
+    fd = os.open(run_dir, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        path = ""  # within the run, for messages
+        for part in CAPTURE_DIR.split("/"):
+            path = f"{path}/{part}" if path else part
+            if create:
+                with contextlib.suppress(FileExistsError):  # a link there exists too: refused below
+                    os.mkdir(part, dir_fd=fd)
+            try:
+                flags = os.O_RDONLY | os.O_NONBLOCK | _DIRECTORY | _NOFOLLOW
+                child = os.open(part, flags, dir_fd=fd)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                link = stat.S_ISLNK(os.lstat(part, dir_fd=fd).st_mode)
+                what = "a link (never followed)" if link else "not a folder"
+                raise NotAFolder(f"{path} is {what}") from None
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def read_small(folder: int, name: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of ``name`` in the folder ``folder`` (a handle) if it is a regular file (not a
+    link) of at most ``limit`` bytes; else `Unreadable`. Opened without following links or
+    blocking (a FIFO never hangs the reader)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW, dir_fd=folder)
     except OSError as e:
-        raise Unreadable("a link, or cannot be opened" if os.path.islink(path) else f"cannot be opened: {e}") from None
+        raise Unreadable("a link (never followed)" if e.errno == errno.ELOOP
+                         else f"cannot be opened: {e.strerror}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -155,42 +257,160 @@ def read_small(path: str, limit: int = MAX_FILE_BYTES) -> bytes:
         os.close(fd)
 
 
-def decode(data: bytes, kind: type[msgspec.Struct]):
-    """``data`` strictly as a ``kind``, else `Unreadable` with the decoder's reason."""
+def write_atomic(folder: int, name: str, data: bytes) -> None:
+    """Write ``data`` as ``name`` in the folder ``folder`` (a handle) through a temporary file and
+    a rename, so that a reader never sees half a file; never through a link (a link named ``name``
+    is replaced, not followed). The temporary file is removed when any of it fails."""
+    tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644, dir_fd=folder)
     try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=folder)
+        raise
+
+
+# -- decoding and bounds ------------------------------------------------------------------------
+
+
+def decode(data: bytes, kind: type[msgspec.Struct]):
+    """``data`` as a ``kind`` (strict types; fields it does not know, from a newer minor format,
+    ignored), else `Unreadable` with the decoder's reason, or the format it cannot read."""
+    try:
+        version = msgspec.json.decode(data, type=_Format).format
+        m = FORMAT_RE.match(version)
+        if m is None:
+            raise Unreadable(f"its format {version[:20]!r} is not major.minor")
+        if int(m["major"]) != MAJOR:
+            raise Unreadable(f"format {version}: this phaseprof reads format {MAJOR}.x (a newer "
+                             "phaseprof wrote it? upgrade phaseprof)")
         return msgspec.json.decode(data, type=kind)
     except msgspec.DecodeError as e:
         raise Unreadable(f"not a {kind.__name__}: {e}") from None
 
 
-def check_request(request: Request, file_id: str) -> Request:
-    """``request`` if its values make sense (the id of its file name, a step count, step numbers),
-    else `Unreadable`."""
+def _short(value) -> str:
+    if isinstance(value, int) and value.bit_length() > 128:  # (repr refuses past 4,300 digits)
+        return f"a {value.bit_length()}-bit number"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _step(value: int | None, what: str) -> None:
+    if value is not None and not 0 <= value <= MAX_STEP:
+        raise Unreadable(f"{what} {_short(value)} is not a step number (0..2**53)")
+
+
+def _rank(value: int, what: str = "rank") -> None:
+    if not 0 <= value <= MAX_RANK:
+        raise Unreadable(f"{what} {_short(value)} is not a rank (0..{MAX_RANK})")
+
+
+def _time(value: float, what: str, now: float) -> None:
+    if not (math.isfinite(value) and TIME_FLOOR <= value <= now + CLOCK_SKEW_S):
+        raise Unreadable(f"{what} {_short(value)} is not a time before now "
+                         f"(+{CLOCK_SKEW_S:.0f} s of clock skew)")
+
+
+def _name_rank(name: str, pattern: re.Pattern) -> tuple[str | None, int]:
+    m = pattern.match(name)
+    return m.groupdict().get("id"), int(m["rank"])
+
+
+def check_beat(beat: Heartbeat, rank: int, now: float) -> Heartbeat:
+    """``beat`` if it is rank ``rank``'s (its file name's) and its values lie within bounds, else
+    `Unreadable`."""
+    if beat.rank != rank:
+        raise Unreadable(f"its rank {_short(beat.rank)} is not its file name's")
+    _rank(beat.rank)
+    if not 1 <= beat.world_size <= MAX_RANK + 1:
+        raise Unreadable(f"world size {_short(beat.world_size)} is not 1..{MAX_RANK + 1}")
+    _step(beat.step, "step")
+    _step(beat.schedule_until, "schedule end")
+    if not 1 <= beat.active <= MAX_STEP:
+        raise Unreadable(f"active {_short(beat.active)} is not a step count")
+    if not (math.isfinite(beat.steps_per_s) and 0 <= beat.steps_per_s <= MAX_PACE):
+        raise Unreadable(f"pace {_short(beat.steps_per_s)} is not 0..{MAX_PACE:.0e} steps/s")
+    _time(beat.time, "time", now)
+    _time(beat.started, "start time", now)
+    if beat.started > beat.time:
+        raise Unreadable("it started after it was written")
+    return beat
+
+
+def check_request(request: Request, file_id: str, now: float | None = None) -> Request:
+    """``request`` if its values make sense (the id of its file name, a step count, step numbers,
+    times, a deadline at most `MAX_WAIT_S` after it was written), else `Unreadable`."""
+    now = time.time() if now is None else now
     if request.id != file_id:
-        raise Unreadable(f"its id {request.id!r} is not its file name's")
+        raise Unreadable(f"its id {_short(request.id)} is not its file name's")
     if not 1 <= request.steps <= MAX_STEPS:
-        raise Unreadable(f"steps must lie in 1..{MAX_STEPS}, not {request.steps}")
+        raise Unreadable(f"steps must lie in 1..{MAX_STEPS}, not {_short(request.steps)}")
     if request.start < 0 or (request.ranks is not None and any(r < 0 for r in request.ranks)):
         raise Unreadable("negative step or rank")
+    _step(request.start, "start step")
+    if request.ranks is not None:
+        if len(request.ranks) > MAX_STEPS:
+            raise Unreadable(f"{len(request.ranks)} ranks, more than {MAX_STEPS}")
+        for r in request.ranks:
+            _rank(r)
     if request.by not in (BY_CLI, BY_TAB, BY_SLOWDOWN):
-        raise Unreadable(f"unknown requester {request.by!r}")
+        raise Unreadable(f"unknown requester {_short(request.by)}")
     if not math.isfinite(request.written):
         raise Unreadable("its time is not a number")
+    _time(request.written, "its time", now)
+    expires = request.expires
+    if expires is not None and not (math.isfinite(expires)
+                                    and request.written <= expires <= request.written + MAX_WAIT_S):
+        raise Unreadable(f"its deadline {_short(expires)} is not within {MAX_WAIT_S:.0f} s of its "
+                         "time")
+    if request.why is not None:
+        _check_why(request.why)
     return request
 
 
-def write_atomic(directory: str, name: str, data: bytes) -> str:
-    """Write ``data`` as ``directory/name`` through a temporary file and a rename, so that a
-    reader never sees half a file; never through a link."""
-    path = os.path.join(directory, name)
-    tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    return path
+def _check_why(why: Why) -> None:
+    _rank(why.rank)
+    if len(why.steps) > MAX_STEPS or len(why.step_ms) > MAX_STEPS:
+        raise Unreadable(f"why: more than {MAX_STEPS} steps")
+    for s in why.steps:
+        _step(s, "why: step")
+    if not all(math.isfinite(v) and v >= 0 for v in (*why.step_ms, why.median_ms, why.band_ms)):
+        raise Unreadable("why: a time that is not a finite, non-negative number")
+
+
+def check_answer(answer: Answer, file_id: str, rank: int, now: float) -> Answer:
+    """``answer`` if it answers its file name's request for its file name's rank and its values
+    lie within bounds, else `Unreadable`."""
+    if answer.id != file_id or answer.rank != rank:
+        raise Unreadable("its id or rank is not its file name's")
+    if answer.state not in (ACCEPTED, TRACING, WRITTEN, REFUSED):
+        raise Unreadable(f"unknown state {_short(answer.state)}")
+    _time(answer.updated, "its time", now)
+    _step(answer.first, "first step")
+    _step(answer.last, "last step")
+    if (answer.first is None) != (answer.last is None) or (
+            answer.first is not None and not 0 <= answer.last - answer.first < MAX_STEPS):
+        raise Unreadable(f"steps {_short(answer.first)}–{_short(answer.last)} are not a capture's")
+    names = answer.files
+    if len(names) > MAX_FILES or any(len(f) > MAX_NAME or "/" in f or "\0" in f for f in names):
+        raise Unreadable("its files are not a few trace file names")
+    if answer.reason is not None and len(answer.reason) > MAX_TEXT:
+        raise Unreadable(f"its reason is longer than {MAX_TEXT} characters")
+    return answer
+
+
+def farthest_start(step: int, steps_per_s: float) -> int:
+    """The farthest start step a request may ask of a rank at ``step`` going at ``steps_per_s``:
+    `MAX_AHEAD_S` at its pace, at least `MAX_STEPS` steps, past the margin."""
+    return step + MARGIN_STEPS + max(MAX_STEPS, math.ceil(min(steps_per_s, MAX_PACE) * MAX_AHEAD_S))
 
 
 # -- what the requester reads -------------------------------------------------------------------
@@ -202,34 +422,41 @@ class Channel(msgspec.Struct):
     beats: dict[int, Heartbeat]
     requests: list[Request]  # oldest first
     answers: dict[str, dict[int, Answer]]  # request id -> rank -> answer
-    ignored: list[str]  # "name: why", for files that are not what they should be
+    ignored: list[str]  # "path: why" (in the run): files or folders not what they should be
 
 
-def read_channel(run_dir: str) -> Channel:
-    """The heartbeats, requests and answers under ``run_dir`` (none if the folder is missing)."""
-    folder = capture_dir(run_dir)
+def read_channel(run_dir: str, now: float | None = None) -> Channel:
+    """The heartbeats, requests and answers under ``run_dir`` (none if the folder is missing); never
+    raises: a folder or file that is not what it should be is listed in ``ignored``, with why."""
+    now = time.time() if now is None else now
     out = Channel(beats={}, requests=[], answers={}, ignored=[])
     try:
-        if os.path.islink(folder):
-            out.ignored.append(f"{CAPTURE_DIR}: a link")
-            return out
-        entries = sorted(os.listdir(folder))
-    except OSError:
-        return out
-    for name in entries:
-        try:
-            if m := BEAT_RE.match(name):
-                beat = decode(read_small(os.path.join(folder, name)), Heartbeat)
-                out.beats[beat.rank] = beat
-            elif m := REQUEST_RE.match(name):
-                out.requests.append(check_request(decode(read_small(os.path.join(folder, name)), Request), m["id"]))
-            elif m := ANSWER_RE.match(name):
-                answer = decode(read_small(os.path.join(folder, name)), Answer)
-                out.answers.setdefault(answer.id, {})[answer.rank] = answer
-        except Unreadable as e:
-            out.ignored.append(f"{name}: {e}")
+        with channel_folder(run_dir) as folder:
+            for name in sorted(os.listdir(folder)):
+                try:
+                    _read_entry(folder, name, now, out)
+                except Unreadable as e:
+                    out.ignored.append(f"{CAPTURE_DIR}/{name}: {e}")
+    except FileNotFoundError:
+        pass
+    except NotAFolder as e:
+        out.ignored.append(str(e))
+    except OSError as e:
+        out.ignored.append(f"{CAPTURE_DIR}: cannot be read: {e.strerror or e}")
     out.requests.sort(key=lambda r: (r.written, r.id))
     return out
+
+
+def _read_entry(folder: int, name: str, now: float, out: Channel) -> None:
+    if BEAT_RE.match(name):
+        _, rank = _name_rank(name, BEAT_RE)
+        out.beats[rank] = check_beat(decode(read_small(folder, name), Heartbeat), rank, now)
+    elif m := REQUEST_RE.match(name):
+        out.requests.append(check_request(decode(read_small(folder, name), Request), m["id"], now))
+    elif ANSWER_RE.match(name):
+        request_id, rank = _name_rank(name, ANSWER_RE)
+        answer = check_answer(decode(read_small(folder, name), Answer), request_id, rank, now)
+        out.answers.setdefault(request_id, {})[rank] = answer
 
 
 def live_beats(channel: Channel, now: float | None = None) -> tuple[dict[int, Heartbeat], str | None]:
@@ -237,8 +464,9 @@ def live_beats(channel: Channel, now: float | None = None) -> tuple[dict[int, He
     now = time.time() if now is None else now
     beats = channel.beats
     if not beats:
+        ignored = f" (ignored: {'; '.join(channel.ignored[:3])})" if channel.ignored else ""
         return {}, ("no running PhaseProfiler watches this run for capture requests (it has not started, or it "
-                    "was written by another tool or an older phaseprof)")
+                    f"was written by another tool or an older phaseprof){ignored}")
     if all(b.ended for b in beats.values()):
         last = max(beats.values(), key=lambda b: b.time)
         return {}, f"the run ended at step {last.step} ({_ago(now - last.time)})"
@@ -250,10 +478,12 @@ def live_beats(channel: Channel, now: float | None = None) -> tuple[dict[int, He
 
 
 def pending(channel: Channel, now: float | None = None) -> Request | None:
-    """A request some rank has not answered finally yet (and not abandoned), if any."""
+    """A request some rank has not answered finally yet, if any: only before its deadline, and only
+    if its start is within reach of a rank's step (a rank refuses the others)."""
     now = time.time() if now is None else now
+    reach = max((farthest_start(b.step, b.steps_per_s) for b in channel.beats.values()), default=0)
     for request in reversed(channel.requests):
-        if now - request.written > STALE_REQUEST_S + request.steps * 60:
+        if now > request.deadline() or request.start > reach:
             continue
         answers = channel.answers.get(request.id, {})
         ranks = request.ranks if request.ranks is not None else list(channel.beats)
@@ -271,11 +501,11 @@ def plan_request(run_dir: str, steps: int | None = None, ranks: list[int] | None
     now = time.time() if now is None else now
     if steps is not None and not 1 <= steps <= MAX_STEPS:
         raise ValueError(f"steps must lie in 1..{MAX_STEPS}, not {steps}")
-    channel = read_channel(run_dir)
+    channel = read_channel(run_dir, now)
     live, why_not = live_beats(channel, now)
     if why_not:
         raise ValueError(why_not)
-    steps = steps or min(b.active for b in live.values())
+    steps = steps or min(MAX_STEPS, *(b.active for b in live.values()))
     if ranks is not None:
         missing = sorted(set(ranks) - set(live))
         if missing:
@@ -290,24 +520,45 @@ def plan_request(run_dir: str, steps: int | None = None, ranks: list[int] | None
                          "cover the run")
     start = start_step(live.values(), now, lead_s)
     return Request(id=secrets.token_hex(8), written=now, by=by, steps=steps, start=start,
-                   ranks=sorted(set(ranks)) if ranks is not None else None, why=why)
+                   ranks=sorted(set(ranks)) if ranks is not None else None, why=why,
+                   expires=expiry(start, live.values(), now))
 
 
-def start_step(beats, now: float, lead_s: float = LEAD_S) -> int:
+def start_step(beats: Iterable[Heartbeat], now: float, lead_s: float = LEAD_S) -> int:
     """The first step to trace on every rank: where the fastest rank will be once every rank has
-    seen the request, plus `MARGIN_STEPS`, and after every rank's configured schedule."""
+    seen the request, plus `MARGIN_STEPS`, and after every rank's configured schedule. (Bounded:
+    a live heartbeat's step, pace and age are.)"""
+    beats = list(beats)
     projected = max(b.step + b.steps_per_s * (max(0.0, now - b.time) + lead_s) for b in beats)
     after_schedule = max((b.schedule_until or 0) + 1 for b in beats)
     return max(math.ceil(projected) + MARGIN_STEPS, after_schedule)
 
 
+def expiry(start: int, beats: Iterable[Heartbeat], now: float) -> float:
+    """A request's deadline: when the slowest rank, at its pace, should have reached ``start``,
+    plus `STALE_REQUEST_S`; at most `MAX_WAIT_S` from ``now`` (also when a pace is not known
+    yet)."""
+    wait = 0.0
+    for b in beats:
+        if b.steps_per_s <= 0:
+            return now + MAX_WAIT_S
+        # seconds until it reaches the start: the steps left at its pace, less the beat's age
+        wait = max(wait, (start - b.step) / b.steps_per_s - (now - b.time))
+    return now + min(MAX_WAIT_S, wait + STALE_REQUEST_S)
+
+
 def write_request(run_dir: str, request: Request) -> str:
     """Write ``request`` into the run's capture folder (which must exist: a running profiler made
-    it); returns its path."""
-    folder = capture_dir(run_dir)
-    if os.path.islink(folder) or not os.path.isdir(folder):
-        raise ValueError(f"{folder} is not a folder a running profiler made")
-    return write_atomic(folder, request_name(request.id), msgspec.json.encode(request))
+    it), reached without following a link; returns its path. ValueError if the folder is missing,
+    a link or not a folder."""
+    try:
+        with channel_folder(run_dir) as folder:
+            write_atomic(folder, request_name(request.id), msgspec.json.encode(request))
+    except (FileNotFoundError, NotAFolder) as e:
+        detail = str(e) if isinstance(e, NotAFolder) else "missing"
+        folder = capture_dir(run_dir)
+        raise ValueError(f"{folder} is not a folder a running profiler made ({detail})") from None
+    return os.path.join(capture_dir(run_dir), request_name(request.id))
 
 
 def targets(request: Request, channel: Channel) -> list[int]:

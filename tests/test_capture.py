@@ -20,6 +20,8 @@ from phaseprof.capture_channel import (
     Heartbeat,
     Request,
     capture_dir,
+    channel_folder,
+    plan_request,
     read_channel,
     request_name,
     write_atomic,
@@ -89,7 +91,8 @@ def test_a_capture_is_never_longer_than_the_configured_window(tmp_path):
         start = answer.last + 2  # its warm-up step is past the last capture
         _wait_for_step(job, start + 1)
         late = Request(id="a" * 16, written=time.time(), by="cli", steps=50, start=start)
-        write_atomic(capture_dir(str(job.run_dir)), request_name(late.id), msgspec.json.encode(late))
+        with channel_folder(str(job.run_dir)) as folder:
+            write_atomic(folder, request_name(late.id), msgspec.json.encode(late))
         late_answer = _final_answer(job, late.id)
         assert late_answer.state == WRITTEN and late_answer.last - late_answer.first + 1 == 4
         assert late_answer.first > late.start
@@ -337,3 +340,122 @@ def test_the_transformers_callback_answers_a_request(tmp_path):
     assert trainer.state.global_step < 1000  # stopped by the answer, not by running out of steps
     (steps,) = _traced_steps(tmp_path, "hf").values()
     assert steps[-3:] == [answer.first, answer.first + 1, answer.first + 2]
+
+
+# -- a writer of the logdir against a running job ----------------------------------------------
+
+
+def _listing(folder) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_link_swapped_in_while_the_job_runs_is_never_followed(tmp_path):
+    """The capture folder is replaced by a link to a folder outside the run, holding a decoy
+    heartbeat and a request: the job writes nothing there, warns once, and trains on."""
+    job = Job(tmp_path, active=3)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    try:
+        job.ready()
+        beat = read_channel(str(job.run_dir)).beats[0]
+        request = Request(id="d" * 16, written=time.time(), by="cli", steps=2,
+                          start=beat.step + 200)
+        (outside / "rank0.json").write_bytes(b"decoy")
+        (outside / request_name(request.id)).write_bytes(msgspec.json.encode(request))
+        before = _listing(outside)
+        channel = job.run_dir / ".phaseprof" / "capture"
+        channel.rename(job.run_dir / ".phaseprof" / "moved")
+        channel.symlink_to(outside)
+        deadline = time.monotonic() + 300
+        # until the job said it stopped (or, as before, wrote through the link)
+        while "capture channel is off" not in job.log() and _listing(outside) == before:
+            assert time.monotonic() < deadline and job.proc.poll() is None, job.log()[-3000:]
+            time.sleep(0.1)
+        log = job.finish()
+    finally:
+        job.kill()
+    assert _listing(outside) == before
+    assert "moved" in os.listdir(job.run_dir / ".phaseprof")  # (the folder it wrote into before)
+    assert ".phaseprof/capture is a link (never followed)" in log
+    assert "Traceback" not in log and "the capture channel failed" not in log
+
+
+def test_a_link_in_place_of_the_channel_before_start_is_never_followed(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run_dir = tmp_path / "profile" / "long"
+    run_dir.mkdir(parents=True)
+    (run_dir / ".phaseprof").symlink_to(outside)
+    job = Job(tmp_path, active=3)
+    try:
+        job.ready()
+        log = job.finish()
+    finally:
+        job.kill()
+    assert not (outside / "capture").exists()
+    assert "cannot watch for capture requests" in log
+    assert ".phaseprof is a link (never followed)" in log
+    assert "Traceback" not in log
+
+
+def _put(folder, name: str, fields: dict) -> None:
+    """Write a file into the channel whole (a half-written request is ignored, as it should be)."""
+    (folder / f".{name}.tmp").write_bytes(msgspec.json.encode(fields))
+    os.replace(folder / f".{name}.tmp", folder / name)
+
+
+def test_a_job_refuses_what_it_cannot_honour_and_reads_a_newer_format(tmp_path):
+    """Requests another writer left (a start a million steps ahead, a time in the far future, a
+    deadline before the start, a major format it does not know) are refused or ignored, so the
+    next capture asked is taken; a request of a newer minor format, with a field this version does
+    not know, is traced."""
+    job = Job(tmp_path, active=3)
+    folder = job.run_dir / ".phaseprof" / "capture"
+    try:
+        job.ready()
+        step, now = read_channel(str(job.run_dir)).beats[0].step, time.time()
+        hostile = {
+            "a" * 16: dict(written=now, steps=1000, start=step + 10**6),  # refused: too far ahead
+            "b" * 16: dict(written=1e308, steps=10, start=10**12),  # ignored: not a time
+            # refused: expired
+            "c" * 16: dict(written=now, steps=3, start=step + 900, expires=now + 1),
+            "e" * 16: dict(written=now, steps=3, start=step + 900, format="2.0"),  # ignored: format
+        }
+        for request_id, fields in hostile.items():
+            _put(folder, request_name(request_id), {"id": request_id, "by": "cli", **fields})
+        far, expired = _final_answer(job, "a" * 16), _final_answer(job, "c" * 16)
+        asked = capture(str(job.logdir), "--run", "long", "--steps", "2", "--wait")
+        assert asked.returncode == 0, asked.stderr + asked.stdout
+        newer = msgspec.to_builtins(plan_request(str(job.run_dir), 2))
+        newer.update(format="1.7", priority="high")
+        _put(folder, request_name(newer["id"]), newer)
+        answer = _final_answer(job, newer["id"])
+        log = job.finish()
+    finally:
+        job.kill()
+    assert far.state == REFUSED and "too far ahead" in far.reason
+    assert expired.state == REFUSED and "expired" in expired.reason
+    assert answer.state == WRITTEN and answer.first >= newer["start"]
+    assert f"{request_name('b' * 16)}: its time 1e+308 is not a time before now" in log
+    assert f"{request_name('e' * 16)}: format 2.0: this phaseprof reads format 1.x" in log
+    assert "Traceback" not in log
+
+
+def test_a_forged_request_does_not_turn_the_slowdown_trigger_off(tmp_path):
+    """A request at step 10**12, left before the run slows down, is refused at once: the slowdown
+    is still traced by itself (before, the request stayed accepted, and the trigger waited on
+    it)."""
+    job = Job(tmp_path, "slow", step_s=0.3, active=4, max_steps=70, slowdown=True, slow_from=40,
+              slow_s=0.6)
+    folder = job.run_dir / ".phaseprof" / "capture"
+    try:
+        job.ready()  # step 20
+        forged = {"id": "f" * 16, "by": "cli", "written": time.time(), "steps": 10, "start": 10**12}
+        _put(folder, request_name(forged["id"]), forged)
+        assert job.proc.wait(timeout=600) == 0, job.log()[-3000:]
+    finally:
+        job.kill()
+    channel = read_channel(str(job.run_dir))
+    forged, taken = channel.requests
+    assert forged.id == "f" * 16 and channel.answers[forged.id][0].state == REFUSED
+    assert taken.by == "slowdown" and channel.answers[taken.id][0].state == WRITTEN

@@ -22,6 +22,7 @@ from phaseprof.capture_channel import (
     answer_name,
     beat_name,
     capture_dir,
+    pending,
     plan_request,
     read_channel,
     read_small,
@@ -95,16 +96,20 @@ def test_one_capture_at_a_time(tmp_path):
 
 def test_channel_files_are_read_within_bounds(tmp_path):
     (tmp_path / "big").write_bytes(b"x" * (MAX_FILE_BYTES + 1))
-    with pytest.raises(Unreadable, match="more than"):
-        read_small(str(tmp_path / "big"))
     (tmp_path / "ok").write_bytes(b"{}")
     os.symlink(tmp_path / "ok", tmp_path / "link")
-    with pytest.raises(Unreadable, match="link"):
-        read_small(str(tmp_path / "link"))
     os.mkfifo(tmp_path / "fifo")
-    with pytest.raises(Unreadable, match="not a regular file"):
-        read_small(str(tmp_path / "fifo"))  # and it does not block
-    assert read_small(str(tmp_path / "ok")) == b"{}"
+    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(Unreadable, match="more than"):
+            read_small(folder, "big")
+        with pytest.raises(Unreadable, match="link"):
+            read_small(folder, "link")
+        with pytest.raises(Unreadable, match="not a regular file"):
+            read_small(folder, "fifo")  # and it does not block
+        assert read_small(folder, "ok") == b"{}"
+    finally:
+        os.close(folder)
 
 
 def test_a_request_that_is_not_one_is_listed_as_ignored(tmp_path):
@@ -112,7 +117,8 @@ def test_a_request_that_is_not_one_is_listed_as_ignored(tmp_path):
     bad = {"a" * 16: b'{"id": "aaaaaaaaaaaaaaaa", "written": 1, "by": "cli", "steps": 0, "start": 5}',
            "b" * 16: b'{"id": "bbbbbbbbbbbbbbbb", "written": 1, "by": "me", "steps": 2, "start": 5}',
            "c" * 16: b'{"id": "cccccccccccccccc", "written": 1, "by": "cli", "steps": 2, "start": -5}',
-           "d" * 16: b'{"id": "dddddddddddddddd", "written": 1, "by": "cli", "steps": 2, "start": 5, "x": 1}'}
+           "d" * 16: b'{"id": "dddddddddddddddd", "written": 1e308, "by": "cli", "steps": 2, '
+                     b'"start": 5}'}
     for request_id, data in bad.items():
         with open(os.path.join(folder, request_name(request_id)), "wb") as fh:
             fh.write(data)
@@ -120,6 +126,7 @@ def test_a_request_that_is_not_one_is_listed_as_ignored(tmp_path):
     assert channel.requests == [] and len(channel.ignored) == 4
     assert any("steps must lie in" in line for line in channel.ignored)
     assert any("unknown requester" in line for line in channel.ignored)
+    assert any("is not a time before now" in line for line in channel.ignored)
 
 
 # -- the route ---------------------------------------------------------------------------------------
@@ -255,3 +262,319 @@ def test_a_slowdown_capture_carries_why_and_its_ranks_states(served):
     assert [(a.rank, a.state, a.files) for a in info.answers] == [(0, WRITTEN, ["w.1.pt.trace.json.gz"]),
                                                                   (1, REFUSED, [])]
     assert answer.can_ask  # every rank answered: the next capture may be asked
+
+
+# -- what a writer of the logdir can put in the channel ----------------------------------------
+# Anyone who can write the logdir can write these files. Each test below puts one hostile file (or
+# link) where a running job would be, and checks what the CLI, the route and the library do.
+
+
+def _write_raw(folder, name, data) -> None:
+    with open(os.path.join(folder, name), "wb") as fh:
+        fh.write(data if isinstance(data, bytes) else msgspec.json.encode(data))
+
+
+def _beat_dict(**changes) -> dict:
+    return {**msgspec.to_builtins(_beat()), **changes}
+
+
+def _plugin(logdir, flags=None):
+    from tensorboard.backend import application
+    from werkzeug import test as werkzeug_test
+
+    plugin = PhaseprofPlugin(base_plugin.TBContext(logdir=str(logdir), flags=flags))
+    return plugin, werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
+
+
+@pytest.fixture
+def live_run(tmp_path):
+    """A logdir with one run whose heartbeat is fresh, and the route's app over it."""
+    write_scalars(tmp_path / "live", range(5))
+    folder = _publish(tmp_path / "live", _beat(0, step=40))
+    plugin, client = _plugin(tmp_path)
+    assert plugin._store.wait(300)
+    yield tmp_path, folder, client
+    plugin._store.close()
+
+
+@pytest.mark.parametrize("link", [".phaseprof", ".phaseprof/capture"])
+def test_the_cli_and_the_route_never_follow_a_link_to_the_channel(tmp_path, link):
+    from tests.capture_job import capture
+
+    logdir, outside = tmp_path / "logdir", tmp_path / "outside"
+    write_scalars(logdir / "run", range(5))
+    target = _publish(outside, _beat())  # a live heartbeat, outside the logdir
+    os.makedirs(logdir / "run" / ".phaseprof", exist_ok=True)
+    if link == ".phaseprof":
+        os.rmdir(logdir / "run" / ".phaseprof")
+        os.symlink(outside / ".phaseprof", logdir / "run" / ".phaseprof")
+    else:
+        os.symlink(target, logdir / "run" / ".phaseprof" / "capture")
+    found = capture(str(logdir))
+    assert found.returncode == 2 and "no run under" in found.stderr, found.stderr
+    named = capture(str(logdir), "--run", "run")
+    assert named.returncode == 1 and "a link (never followed)" in named.stderr, named.stderr
+    assert "Traceback" not in found.stderr + named.stderr
+    with pytest.raises(ValueError, match="a link"):
+        write_request(str(logdir / "run"), plan_request(str(outside)))
+    assert read_channel(str(logdir / "run")).ignored == [f"{link} is a link (never followed)"]
+    plugin, client = _plugin(logdir)
+    assert plugin._store.wait(300)
+    try:
+        status, answer = _capture(client, "post", {ASK_HEADER: "ask"}, run="run")
+    finally:
+        plugin._store.close()
+    assert status == 403 and "outside the logdir" in answer
+    assert os.listdir(target) == ["rank0.json"]  # nothing written outside the logdir
+
+
+@pytest.mark.parametrize("field", [
+    {"step": 10**400}, {"steps_per_s": 1.797e308}, {"time": 1e308}, {"active": 10**30},
+    {"schedule_until": -5}, {"world_size": 0}, {"rank": 3}, {"started": 1e300}])
+def test_a_heartbeat_out_of_bounds_is_ignored_with_a_reason(live_run, field):
+    from tests.capture_job import capture
+
+    logdir, folder, client = live_run
+    _write_raw(folder, "rank0.json", _beat_dict(**field))
+    asked = capture(str(logdir), "--run", "live")
+    assert asked.returncode == 1 and "Traceback" not in asked.stderr, asked.stderr
+    lines = asked.stderr.splitlines()
+    ignored = [line for line in lines if "ignored .phaseprof/capture/rank0.json" in line]
+    assert len(ignored) == 1, asked.stderr  # one line, naming the file and what is wrong
+    assert "no running PhaseProfiler" in asked.stderr
+    status, answer = _capture(client, "post", {ASK_HEADER: "ask"}, run="live")
+    assert status == 200 and not answer.can_ask and "rank0.json" in answer.reason
+    assert os.listdir(folder) == ["rank0.json"]
+
+
+def _blocking_requests(step: int):
+    """Requests another writer could leave to block every later capture, by name: each passes the
+    old checks; none may block past its own bounded window."""
+    now = time.time()
+    return {
+        "far and in the far future": dict(written=1e308, steps=10, start=10**12),
+        "far": dict(written=now, steps=10, start=10**12),
+        "honest-looking, 1,000 steps far ahead": dict(written=now, steps=1000, start=step + 10**6),
+        "older than its deadline (format 1.0: 60 s)": dict(written=now - 61, steps=1000,
+                                                           start=step + 5),
+    }
+
+
+@pytest.mark.parametrize("case", list(_blocking_requests(0)))
+def test_no_request_blocks_others_beyond_its_window(live_run, case):
+    from tests.capture_job import capture
+
+    logdir, folder, client = live_run
+    forged = {"id": "f" * 16, "by": "cli", **_blocking_requests(40)[case]}
+    _write_raw(folder, request_name(forged["id"]), forged)
+    assert plan_request(str(logdir / "live")).start < 100
+    status, answer = _capture(client, "post", {ASK_HEADER: "ask"}, run="live")
+    assert status == 200 and answer.asked, answer
+    os.remove(os.path.join(folder, request_name(answer.asked)))
+    asked = capture(str(logdir), "--run", "live")
+    assert asked.returncode == 0, asked.stderr
+
+
+def test_a_request_blocks_others_until_its_deadline(live_run):
+    logdir, folder, _ = live_run
+    request = plan_request(str(logdir / "live"))
+    assert request.written < request.expires <= request.written + 600
+    write_request(str(logdir / "live"), request)
+    with pytest.raises(ValueError, match="another capture is running"):
+        plan_request(str(logdir / "live"))
+    channel = read_channel(str(logdir / "live"))
+    assert pending(channel, now=request.expires - 1).id == request.id
+    assert pending(channel, now=request.expires + 1) is None
+
+
+def test_files_carry_their_format_and_readers_tolerate_newer_fields(live_run):
+    from tests.capture_job import capture
+
+    logdir, folder, _ = live_run
+    # a newer minor version's heartbeat and request: their new fields are ignored
+    _write_raw(folder, "rank0.json", _beat_dict(format="1.9", gpu_memory=123))
+    newer = {"id": "1" * 16, "written": time.time(), "by": "cli", "steps": 2, "start": 20,
+             "format": "1.9", "priority": "high"}
+    _write_raw(folder, request_name(newer["id"]), newer)
+    channel = read_channel(str(logdir / "live"))
+    assert channel.ignored == [] and channel.beats[0].step == 100
+    assert channel.requests[0].start == 20
+    os.remove(os.path.join(folder, request_name(newer["id"])))
+    # what this version writes says its format
+    request = plan_request(str(logdir / "live"))
+    write_request(str(logdir / "live"), request)
+    with open(os.path.join(folder, request_name(request.id)), "rb") as fh:
+        assert msgspec.json.decode(fh.read())["format"] == "1.1"
+    # a major version it does not know: refused in one line
+    _write_raw(folder, "rank0.json", _beat_dict(format="2.0"))
+    asked = capture(str(logdir), "--run", "live")
+    assert asked.returncode == 1
+    (line,) = [ln for ln in asked.stderr.splitlines() if "ignored .phaseprof" in ln]
+    assert "rank0.json: format 2.0: this phaseprof reads format 1.x" in line
+
+
+# -- the terminal and --wait -------------------------------------------------------------------
+
+
+class Responder:
+    """The job's side of the channel for one rank, answering by the file protocol (no torch): a
+    fresh heartbeat every 0.1 s; the n-th request gets ``answers[n]`` (state, reason)."""
+
+    def __init__(self, run_dir, answers):
+        import threading
+
+        self.run_dir, self.answers, self.seen = str(run_dir), answers, []
+        self.folder = _publish(run_dir, _beat())
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        step = 100
+        while not self.stop.wait(0.1):
+            step += 5
+            _write_raw(self.folder, "rank0.json", _beat(step=step))
+            for request in read_channel(self.run_dir).requests:
+                if request.id in self.seen:
+                    continue
+                state, reason = self.answers[len(self.seen)]
+                self.seen.append(request.id)
+                answer = Answer(id=request.id, rank=0, state=state, updated=time.time(),
+                                first=request.start, last=request.start + request.steps - 1,
+                                reason=reason)
+                _write_raw(self.folder, answer_name(request.id, 0), answer)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(30)
+
+
+def test_wait_asks_again_after_a_miss_and_prints_what_files_say_as_text(tmp_path):
+    from tests.capture_job import capture
+
+    run = tmp_path / "run"
+    forged = "shortened\x1b]0;pwned\x07\x1b[2J"  # sets the window title, clears the screen
+    missed = "missed: rank 0 was at step 7 when it saw the request; ask again"
+    responder = Responder(run, [(REFUSED, missed), (WRITTEN, forged)])
+    try:
+        asked = capture(str(tmp_path), "--run", "run", "--ranks", "0", "--wait", "--timeout", "300")
+    finally:
+        responder.close()
+    assert asked.returncode == 0, asked.stderr + asked.stdout
+    assert "asking again with a longer lead" in asked.stdout
+    requests = read_channel(str(run)).requests
+    assert [r.ranks for r in requests] == [[0], [0]] and requests[1].id == responder.seen[1]
+    assert "\x1b" not in asked.stdout + asked.stderr
+    assert "shortened\\x1b]0;pwned\\x07\\x1b[2J" in asked.stdout
+
+
+def test_an_argument_is_printed_as_text(tmp_path):
+    from tests.capture_job import capture
+
+    asked = capture(str(tmp_path), "--run", "no\x1b[2Jsuch")
+    assert asked.returncode == 2 and "\x1b" not in asked.stderr
+    assert "no\\x1b[2Jsuch" in asked.stderr
+
+
+# -- who may POST: the address TensorBoard serves on -------------------------------------------
+
+
+@pytest.mark.parametrize(("host", "origin", "status"), [
+    ("evil.example", "http://evil.example", 403),  # a DNS-rebinding page: its name, resolving here
+    ("evil.example", None, 403),
+    ("localhost", "http://evil.example", 403),
+    ("localhost", "null", 403),
+    ("localhost:8080", None, 403),  # not the port TensorBoard is bound to (80 in the test client)
+    ("localhost", "http://localhost:8080", 403),
+    ("localhost", None, 200),
+    ("localhost", "http://localhost", 200),
+    ("127.0.0.1:80", "http://127.0.0.1", 200),
+    ("[::1]", "http://[::1]", 200),
+])
+def test_a_post_from_another_host_or_origin_is_refused_and_writes_nothing(live_run, host, origin,
+                                                                          status):
+    logdir, folder, client = live_run
+    headers = {ASK_HEADER: "ask", **({"Origin": origin} if origin else {})}
+    response = client.post(f"{BASE}/capture?run=live", headers=headers,
+                           environ_overrides={"HTTP_HOST": host})
+    assert response.status_code == status, response.get_data(as_text=True)
+    written = [n for n in os.listdir(folder) if n.startswith("request.")]
+    assert len(written) == (status == 200)
+
+
+def test_the_hosts_tensorboard_serves_on_follow_its_flags():
+    import argparse
+    import socket
+
+    from phaseprof.plugin.serving.loader import PhaseprofLoader
+    from phaseprof.plugin.serving.origin import Served
+
+    def refusal(header, origin=None, port="6006", **flags):
+        defaults = {"host": None, "bind_all": False, "phaseprof_allowed_hosts": ""}
+        environ = {"HTTP_HOST": header, "SERVER_PORT": port, "wsgi.url_scheme": "http"}
+        if origin:
+            environ["HTTP_ORIGIN"] = origin
+        return Served(argparse.Namespace(**{**defaults, **flags})).refusal(environ)
+
+    name = socket.gethostname()
+    assert refusal("localhost:6006") is None and refusal("127.0.0.1:6006") is None
+    assert refusal(f"{name}:6006") is not None  # served on localhost only
+    assert refusal(f"{name}:6006", f"http://{name}:6006", bind_all=True) is None
+    assert refusal(f"{name.upper()}:6006", host="0.0.0.0") is None
+    assert refusal("box.lab:6006", host="box.lab") is None
+    assert refusal("other.lab:6006", host="box.lab")
+    # a reverse proxy: its name, at its port or at TensorBoard's
+    proxy = "tb.example.com"
+    assert refusal(proxy, f"https://{proxy}", phaseprof_allowed_hosts=proxy) is None
+    assert refusal("tb.example.com:8443", phaseprof_allowed_hosts="tb.example.com:8443") is None
+    assert refusal(f"{proxy}:6006", phaseprof_allowed_hosts=f"{proxy}, x.example") is None
+    assert refusal("tb.example.com:9", phaseprof_allowed_hosts="tb.example.com") is not None
+    assert "not an address this TensorBoard serves on" in refusal("evil.example:6006")
+    assert "is not this TensorBoard's" in refusal("localhost:6006", "http://localhost.evil.example")
+    # the flag is checked when TensorBoard starts
+    loader, parser = PhaseprofLoader(), argparse.ArgumentParser()
+    loader.define_flags(parser)
+    with pytest.raises(base_plugin.FlagsError, match="'a b:x' is not name or name:port"):
+        loader.fix_flags(parser.parse_args(["--phaseprof_allowed_hosts", "ok.example,a b:x"]))
+
+
+@pytest.mark.slow
+def test_a_real_tensorboard_refuses_a_post_from_another_host_or_origin(tmp_path):
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    from tests.tensorboard_server import TensorBoard
+
+    write_scalars(tmp_path / "live", range(5))
+    folder = _publish(tmp_path / "live", _beat())
+    tb = TensorBoard(tmp_path)
+    try:
+        port = urlsplit(tb.url).port
+        deadline = time.monotonic() + 300
+        while True:  # until the plugin has found the run
+            try:
+                tb.json(f"{BASE}/capture?run=live")
+                break
+            except urllib.error.HTTPError:
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+
+        def post(host, origin):
+            _publish(tmp_path / "live", _beat())  # a fresh heartbeat: the run is running
+            url = f"http://127.0.0.1:{port}{BASE}/capture?run=live"
+            headers = {ASK_HEADER: "ask", "Host": host, "Origin": origin}
+            request = urllib.request.Request(url, method="POST", headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    return response.status
+            except urllib.error.HTTPError as e:
+                return e.code
+
+        assert post(f"evil.example:{port}", f"http://evil.example:{port}") == 403
+        assert post(f"localhost:{port}", "http://evil.example") == 403
+        assert [n for n in os.listdir(folder) if n.startswith("request.")] == []
+        assert post(f"localhost:{port}", f"http://localhost:{port}") == 200
+        assert len([n for n in os.listdir(folder) if n.startswith("request.")]) == 1
+    finally:
+        tb.close()

@@ -3,14 +3,17 @@
 
 A daemon thread (`CaptureWatcher`) wakes every `BEAT_S` seconds, off the loop: it republishes this
 rank's heartbeat (its step and pace), reads new requests under ``<run>/.phaseprof/capture/``,
-accepts or refuses each (answering in the run), and, with ``capture_on_slowdown``, judges the last
-steps against the run's own noise and writes a request itself. The loop thread pays one attribute
-test per step (`CaptureWatcher.plan` is None while nothing is accepted); at the step before an
-accepted capture it starts a ``torch.profiler.profile`` of its own (`begin`), whose schedule warms
-up for one step and records the captured steps, numbered as the run numbers them, into one trace
-written like the configured window's (and analysed in the background like it). A capture never
-traces more steps than the configured ``active``, and never while the configured schedule is
-still profiling.
+accepts or refuses each (answering in the run), refuses accepted ones whose deadline passed before
+their start, and, with ``capture_on_slowdown``, judges the last steps against the run's own noise
+and writes a request itself. Each look reaches the folder afresh without following a link
+(`channel_folder`): a link found there, at start or later, turns the channel off with one warning
+(training goes on, traced as scheduled), and nothing is written through it. The loop thread pays
+one attribute test per step (`CaptureWatcher.plan` is None while nothing is accepted); at the step
+before an accepted capture it starts a ``torch.profiler.profile`` of its own (`begin`), whose
+schedule warms up for one step and records the captured steps, numbered as the run numbers them,
+into one trace written like the configured window's (and analysed in the background like it). A
+capture never traces more steps than the configured ``active``, and never while the configured
+schedule is still profiling.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from phaseprof.capture_channel import (
     BEAT_S,
     BY_SLOWDOWN,
     FINAL,
+    MAX_AHEAD_S,
+    MAX_STEPS,
+    MAX_TEXT,
     REFUSED,
     REQUEST_RE,
     STALE_REQUEST_S,
@@ -40,14 +46,17 @@ from phaseprof.capture_channel import (
     WRITTEN,
     Answer,
     Heartbeat,
+    NotAFolder,
     Request,
     Unreadable,
     Why,
     answer_name,
     beat_name,
     capture_dir,
+    channel_folder,
     check_request,
     decode,
+    farthest_start,
     plan_request,
     read_small,
     write_atomic,
@@ -86,6 +95,7 @@ class Plan:
     files: tuple[str, ...] = ()
     reason: str | None = None
     answered: str | None = None  # the state last written to the answer file
+    began: bool = False  # its profiler started: its steps were profiled
 
     def action(self, step: int) -> ProfilerAction:
         """The capture's schedule, on the run's step numbers: warm up before, record, save at the last."""
@@ -103,7 +113,8 @@ class CaptureWatcher:
         self._prof = prof
         self.rank = prof._rank
         self.world_size = world_size
-        self.folder = capture_dir(prof.run_dir)
+        self.run_dir = prof.run_dir
+        self.folder = capture_dir(prof.run_dir)  # for messages: every look opens it afresh
         self.started = time.time()
         s = prof._schedule
         self.active = s["active"]
@@ -114,13 +125,16 @@ class CaptureWatcher:
         self._plans: list[Plan] = []
         self._seen: set[str] = set()
         self._paces: collections.deque[tuple[float, int]] = collections.deque(maxlen=5)
+        self._pace = 0.0  # steps per second, as the last heartbeat said
         self._slowdowns: dict[str, float] = {}  # slowdown captures of this run: when each was asked
         self._lock = threading.Lock()  # one tick at a time (the thread's, close's last one)
+        # a plan leaves ACCEPTED once: for the loop (tracing, missed) or the watcher (expired)
+        self._states = threading.Lock()
         self._stop = threading.Event()
-        os.makedirs(self.folder, exist_ok=True)
-        if os.path.islink(self.folder):
-            raise OSError(f"{self.folder} is a link")
-        self._beat()
+        self._off = False  # a link was found on the way to the folder: nothing more is written
+        os.makedirs(self.run_dir, exist_ok=True)
+        with channel_folder(self.run_dir, create=True) as folder:  # NotAFolder: a link
+            self._beat(folder)
         self._thread = threading.Thread(target=self._run, name="phaseprof-capture", daemon=True)
         self._thread.start()
 
@@ -133,7 +147,11 @@ class CaptureWatcher:
         step = prof.step_num
         if plan is None or step < plan.start - 1:
             return None
-        self.plan = self._next_plan(after=plan)
+        with self._states:
+            self.plan = self._next_plan(after=plan)
+            if plan.state != ACCEPTED:
+                return None  # expired meanwhile
+            plan.state = TRACING
         if step > plan.start - 1:
             if self.world_size > 1:
                 plan.state, plan.reason = REFUSED, (f"missed: rank {self.rank} was at step {step} before it could "
@@ -164,7 +182,7 @@ class CaptureWatcher:
             plan.state, plan.reason = REFUSED, f"torch.profiler failed to start: {type(e).__name__}: {e}"
             prof._faults.report("torch.profiler failed to start a capture", e)
             return None
-        plan.state = TRACING
+        plan.began = True
         prof._profile_until = plan.end
         return profiler
 
@@ -177,17 +195,29 @@ class CaptureWatcher:
     def tick(self) -> None:
         """One look: heartbeat, new requests, answers, the slowdown rule. Never raises."""
         with self._lock:
+            if self._off:
+                return
             try:
-                self._beat()
-                self._read_requests()
-                self._answer_all()
+                with channel_folder(self.run_dir) as folder:
+                    self._beat(folder)
+                    self._read_requests(folder)
+                    self._expire()
+                    self._answer_all(folder)
                 if self.slowdown is not None:
                     self._judge_slowdown(self.slowdown)
-            except FileNotFoundError:
-                if not os.path.isdir(self.folder):
+            except FileNotFoundError:  # (a folder swapped away for a moment: the next look tells)
+                if not os.path.isdir(self.run_dir):
                     self._stop.set()  # the run's folder was removed (a test's, a cleanup): stop watching
+            except NotAFolder as e:
+                self._link_found(e)
             except Exception as e:  # noqa: BLE001 - the channel is down, training goes on
                 self._prof._faults.report("the capture channel failed", e)
+
+    def _link_found(self, e: NotAFolder) -> None:
+        """A link (or a file) in a channel folder's place: never followed, nothing more written."""
+        self._off = True
+        self._stop.set()
+        self._prof._faults.report("the capture channel is off (nothing is written there now)", e)
 
     def close(self) -> None:
         """The run ends: captures not written are refused, the heartbeat says it ended."""
@@ -199,30 +229,37 @@ class CaptureWatcher:
                 if plan.state not in FINAL:
                     plan.state, plan.reason = REFUSED, f"the run ended at step {step}, before the capture"
             self.plan = None
+            if self._off:
+                return
             try:
-                self._answer_all()
-                self._beat(ended=True)
+                with channel_folder(self.run_dir) as folder:
+                    self._answer_all(folder)
+                    self._beat(folder, ended=True)
+            except NotAFolder as e:
+                self._link_found(e)
             except Exception as e:  # noqa: BLE001
                 self._prof._faults.report("the capture channel failed", e)
 
-    def _beat(self, ended: bool = False) -> None:
+    def _beat(self, folder: int, ended: bool = False) -> None:
         now, step = time.time(), self._prof.step_num
         self._paces.append((now, step))
         (t0, s0), (t1, s1) = self._paces[0], self._paces[-1]
-        pace = (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
-        beat = Heartbeat(rank=self.rank, world_size=self.world_size, step=step, time=now, steps_per_s=pace,
-                         active=self.active, schedule_until=self.schedule_until, started=self.started, ended=ended)
-        write_atomic(self.folder, beat_name(self.rank), msgspec.json.encode(beat))
+        self._pace = (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
+        beat = Heartbeat(rank=self.rank, world_size=self.world_size, step=step, time=now,
+                         steps_per_s=self._pace, active=self.active,
+                         schedule_until=self.schedule_until, started=self.started, ended=ended)
+        write_atomic(folder, beat_name(self.rank), msgspec.json.encode(beat))
 
-    def _read_requests(self) -> None:
-        with os.scandir(self.folder) as entries:
-            names = sorted(e.name for e in entries if e.name not in self._seen and REQUEST_RE.match(e.name))
+    def _read_requests(self, folder: int) -> None:
+        names = sorted(n for n in os.listdir(folder) if n not in self._seen and REQUEST_RE.match(n))
         requests = []
+        now = time.time()
         for name in names:
             self._seen.add(name)
             file_id = REQUEST_RE.match(name)["id"]
             try:
-                requests.append(check_request(decode(read_small(os.path.join(self.folder, name)), Request), file_id))
+                request = decode(read_small(folder, name), Request)
+                requests.append(check_request(request, file_id, now))
             except Unreadable as e:
                 warnings.warn(f"phaseprof: ignored the capture request {os.path.join(self.folder, name)}: {e}",
                               RuntimeWarning, stacklevel=1)
@@ -244,6 +281,10 @@ class CaptureWatcher:
                 and p.start - 1 < plan.end and plan.start - 1 < p.end]
         if age > STALE_REQUEST_S:
             plan.state, plan.reason = REFUSED, f"stale: seen {age:.0f} s after it was written"
+        elif plan.start > farthest_start(step, self._pace):
+            plan.state, plan.reason = REFUSED, (
+                f"step {plan.start} is too far ahead of step {step} (more than "
+                f"{MAX_AHEAD_S:.0f} s at this rank's pace and {MAX_STEPS} steps)")
         elif busy:
             plan.state, plan.reason = REFUSED, (f"another capture is running: steps {busy[0].start}–"
                                                 f"{busy[0].end - 1}")
@@ -254,22 +295,44 @@ class CaptureWatcher:
         elif plan.start - 1 <= step and self.world_size > 1:
             plan.state, plan.reason = REFUSED, (f"missed: rank {self.rank} was at step {step} when it saw the "
                                                 f"request for step {plan.start}; ask again")
-        elif self.plan is None or plan.start < self.plan.start:
-            self.plan = plan  # a single process late for it starts at its next step (`begin`)
+        else:
+            with self._states:
+                if self.plan is None or plan.start < self.plan.start:
+                    self.plan = plan  # a single process late for it starts at its next step
+
+    def _expire(self) -> None:
+        """Refuse the accepted captures whose deadline passed before they began: none blocks others
+        for longer than its request's own window."""
+        now = time.time()
+        for plan in self._plans:
+            deadline = plan.request.deadline()
+            if plan.state != ACCEPTED or now <= deadline:
+                continue
+            with self._states:
+                if plan.state != ACCEPTED:
+                    continue  # the loop began it meanwhile
+                waited = deadline - plan.request.written
+                plan.state, plan.reason = REFUSED, (
+                    f"expired: step {plan.start} was not reached by the request's deadline, "
+                    f"{waited:.0f} s after it was written")
+                if self.plan is plan:
+                    self.plan = self._next_plan(after=plan)
 
     def _next_plan(self, after: Plan) -> Plan | None:
         waiting = [p for p in self._plans if p is not after and p.state == ACCEPTED and p.start > after.start]
         return min(waiting, key=lambda p: p.start, default=None)
 
-    def _answer_all(self) -> None:
+    def _answer_all(self, folder: int) -> None:
         for plan in self._plans:
             if plan.answered != plan.state:
                 state = plan.state
                 last = plan.end - 1 if plan.end > plan.start else None
+                reason = None if plan.reason is None else plan.reason[:MAX_TEXT]
                 answer = Answer(id=plan.request.id, rank=self.rank, state=state, updated=time.time(),
                                 first=plan.start if last is not None else None, last=last,
-                                files=list(plan.files), reason=plan.reason)
-                write_atomic(self.folder, answer_name(plan.request.id, self.rank), msgspec.json.encode(answer))
+                                files=list(plan.files), reason=reason)
+                name = answer_name(plan.request.id, self.rank)
+                write_atomic(folder, name, msgspec.json.encode(answer))
                 plan.answered = state
 
     def _judge_slowdown(self, rule: Slowdown) -> None:
@@ -282,7 +345,8 @@ class CaptureWatcher:
         numbers, times = recent_steps(self._prof._recorder.stats, rule.reference + rule.last)
         if len(times) < rule.min_reference + rule.last:
             return
-        last_traced = max([p.end - 1 for p in self._plans] + [(self.schedule_until or 0) - 1])
+        traced = [p.end - 1 for p in self._plans if p.began]
+        last_traced = max(traced + [(self.schedule_until or 0) - 1])
         if numbers[-rule.last] <= last_traced + 1:
             return  # the steps judged (or the one after a trace) were profiled: their time is not the run's
         band = noise(times[:-rule.last])

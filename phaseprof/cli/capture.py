@@ -1,5 +1,8 @@
 """``phaseprof capture``: ask a running job for a trace of its next steps, and (``--wait``) wait for
-every rank's answer, then analyse the traces so that ``report`` and TensorBoard find them ready."""
+every rank's answer, then analyse the traces so that ``report`` and TensorBoard find them ready.
+
+Everything printed that came from a channel file, a path or an argument is plain text (`shown`):
+another writer of the logdir cannot send the terminal an escape sequence."""
 
 from __future__ import annotations
 
@@ -17,15 +20,16 @@ from phaseprof.capture_channel import (
     WRITTEN,
     Answer,
     Request,
-    capture_dir,
     live_beats,
     plan_request,
     read_channel,
     targets,
     write_request,
 )
-from phaseprof.contract import CAPTURE_DIR
+from phaseprof.contract import ANALYSIS_DIR, CAPTURE_DIR
 from phaseprof.plugin.reading import storage
+
+from .terminal import shown
 
 #: Times a request all ranks missed the start of is asked again, each with twice the lead.
 RETRIES = 3
@@ -35,13 +39,15 @@ def capture(logdir: str, run: str | None = None, steps: int | None = None, ranks
             wait: bool = False, timeout: float = 600.0, out=None) -> int:
     out = out or sys.stdout
     if storage.is_remote(logdir):
-        print(f"phaseprof capture: {logdir}: {IN_A_STORE}", file=sys.stderr)
+        _say(f"phaseprof capture: {logdir}: {IN_A_STORE}", sys.stderr)
         return 2
     try:
         run_dir = find_run(logdir, run)
     except ValueError as e:
-        print(f"phaseprof capture: {e}", file=sys.stderr)
+        _say(f"phaseprof capture: {e}", sys.stderr)
         return 2
+    for line in read_channel(run_dir).ignored:  # each file another writer got wrong, once
+        _say(f"phaseprof capture: {run_dir}: ignored {line}", sys.stderr)
     deadline = time.monotonic() + timeout
     lead = LEAD_S
     for _ in range(RETRIES + 1):
@@ -49,23 +55,29 @@ def capture(logdir: str, run: str | None = None, steps: int | None = None, ranks
             request = plan_request(run_dir, steps, ranks, lead_s=lead)
             write_request(run_dir, request)
         except (ValueError, OSError) as e:
-            print(f"phaseprof capture: {run_dir}: not asked: {e}", file=sys.stderr)
+            _say(f"phaseprof capture: {run_dir}: not asked: {e}", sys.stderr)
             return 1
-        ranks = "every rank" if request.ranks is None else "rank " + ", ".join(map(str, request.ranks))
-        print(f"asked {run_dir} for a trace of steps {request.start}–{request.start + request.steps - 1} on {ranks} "
-              f"(request {request.id})", file=out)
+        on = "every rank" if request.ranks is None else "rank " + ", ".join(map(str, request.ranks))
+        last = request.start + request.steps - 1
+        _say(f"asked {run_dir} for a trace of steps {request.start}–{last} on {on} "
+             f"(request {request.id})", out)
         if not wait:
             return 0
         answers = wait_for_answers(run_dir, request, deadline)
         if answers is None:
-            print(f"phaseprof capture: no answer from every rank within {timeout:.0f} s", file=sys.stderr)
+            _say(f"phaseprof capture: no answer from every rank within {timeout:.0f} s", sys.stderr)
             return 1
         missed = [a for a in answers.values() if a.state == REFUSED and (a.reason or "").startswith("missed")]
         if not missed:
             break
         lead *= 2
-        print(f"rank {missed[0].rank} {missed[0].reason}: asking again with a longer lead", file=out)
+        _say(f"rank {missed[0].rank} {missed[0].reason}: asking again with a longer lead", out)
     return _report(run_dir, answers, out)
+
+
+def _say(line: str, out) -> None:
+    """One line as plain text: names, paths and reasons from files escaped, never sent raw."""
+    print(shown(line), file=out)
 
 
 def find_run(logdir: str, run: str | None) -> str:
@@ -74,15 +86,15 @@ def find_run(logdir: str, run: str | None) -> str:
         raise ValueError(f"{logdir}: no such directory")
     if run is not None:
         parts = run.replace("\\", "/").split("/")
-        if os.path.isabs(run) or ".." in parts:
-            raise ValueError(f"--run {run!r} must be a run directory inside {logdir}")
         path = os.path.join(logdir, run)
+        if os.path.isabs(run) or ".." in parts or not _inside(logdir, path):
+            raise ValueError(f"--run {run!r} must be a run directory inside {logdir}")
         if not os.path.isdir(path):
             raise ValueError(f"{path}: no such run directory")
         return path
     watched = []
-    for directory, subdirs, _ in os.walk(logdir):
-        if os.path.isdir(capture_dir(directory)):
+    for directory, subdirs, _ in os.walk(logdir):  # (links to folders are not walked into)
+        if ANALYSIS_DIR in subdirs:  # its channel is read without following a link
             watched.append(directory)
         subdirs[:] = [d for d in subdirs if not d.startswith(".")]
     running = [d for d in watched if not live_beats(read_channel(d))[1]]
@@ -93,6 +105,12 @@ def find_run(logdir: str, run: str | None) -> str:
                          f"(its {CAPTURE_DIR}/ holds a fresh heartbeat)")
     names = ", ".join(os.path.relpath(d, logdir) for d in running)
     raise ValueError(f"several runs under {logdir} are running ({names}): name one with --run")
+
+
+def _inside(logdir: str, path: str) -> bool:
+    """Whether ``path``, its links resolved, lies inside ``logdir``'s resolved path."""
+    root, real = os.path.realpath(logdir), os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def wait_for_answers(run_dir: str, request: Request, deadline: float) -> dict[int, Answer] | None:
@@ -124,19 +142,19 @@ def _report(run_dir: str, answers: dict[int, Answer], out) -> int:
     failed = 0
     for rank, answer in sorted(answers.items()):
         if answer.state != WRITTEN:
-            print(f"rank {rank}: refused: {answer.reason}", file=out)
+            _say(f"rank {rank}: refused: {answer.reason}", out)
             failed += 1
             continue
         note = f" ({answer.reason})" if answer.reason else ""
-        print(f"rank {rank}: steps {answer.first}–{answer.last}{note}", file=out)
+        _say(f"rank {rank}: steps {answer.first}–{answer.last}{note}", out)
         for name in answer.files:
             f = files.get(name)
             try:
                 if f is None:
                     raise TraceError("not found beside the run")
                 steps = analyze_file(f).steps  # the analysis the job started, else made now
-                print(f"  {name}: {len(steps)} steps analysed", file=out)
+                _say(f"  {name}: {len(steps)} steps analysed", out)
             except TraceError as e:
-                print(f"  {name}: cannot be read: {e.reason}", file=out)
+                _say(f"  {name}: cannot be read: {e.reason}", out)
                 failed += 1
     return 1 if failed else 0

@@ -3,8 +3,12 @@
 This is the one place the plugin writes: a request file (`phaseprof.capture_channel`), named by the
 plugin (``request.<16 hex digits>.json``), a few hundred bytes (its fields are the plugin's own:
 a step count it checked, the start step it computed), into ``<run>/.phaseprof/capture/`` only when
-that folder exists already (a running PhaseProfiler made it), is not a link and lies inside the
-logdir. ``--phaseprof_read_only`` (or ``PHASEPROF_READ_ONLY=1``) turns it off. See docs/security.md.
+that folder exists already (a running PhaseProfiler made it), lies inside the logdir, and is reached
+from the run without following a link (`phaseprof.capture_channel.channel_folder`), and only for a
+POST sent to TensorBoard's own address from its own origin (`origin.Served`, checked by the route).
+Nothing a channel file holds makes it fail: a file out of bounds is ignored, and a run that cannot
+be asked is a refusal with the reason. ``--phaseprof_read_only`` (or ``PHASEPROF_READ_ONLY=1``)
+turns it off. See docs/security.md.
 """
 
 from __future__ import annotations

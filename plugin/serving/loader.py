@@ -15,6 +15,19 @@ class PhaseprofLoader(base_plugin.TBLoader):
             "--phaseprof_read_only", action="store_true",
             help="phaseprof: the Step Phases tab never writes under the logdir (its button that asks a running "
                  "job for a trace of its next steps is off); also PHASEPROF_READ_ONLY=1")
+        parser.add_argument(
+            "--phaseprof_allowed_hosts", default="", metavar="NAME[:PORT],...",
+            help="phaseprof: host names, besides localhost, IP addresses and the --host "
+                 "TensorBoard serves on, by which the Step Phases tab may ask a running job for a "
+                 "trace (e.g. a reverse proxy's name)")
+
+    def fix_flags(self, flags):
+        from .origin import allowed_hosts  # light: the standard library only
+
+        try:
+            allowed_hosts(getattr(flags, "phaseprof_allowed_hosts", ""))
+        except ValueError as e:
+            raise base_plugin.FlagsError(f"--phaseprof_allowed_hosts: {e}") from None
 
     def load(self, context):
         from .plugin import PhaseprofPlugin

@@ -62,6 +62,7 @@ from ..reading import storage
 from ..reading.decode import TraceError
 from ..reading.discovery import Run
 from .capture import ASK_HEADER, capture_impl, read_only
+from .origin import Served
 from .store import LOADING, PENDING, READY, TraceStore
 
 PLUGIN_NAME = "phaseprof"
@@ -94,6 +95,7 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         self._read_only = read_only(context.flags)
         self._store = TraceStore(context.logdir or "", read_only=self._read_only is not None)
         self._static = _static_files()
+        self._served = Served(context.flags)  # the Host and Origin a POST /capture must carry
         self._store.refresh_soon(force=True)
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
@@ -352,8 +354,11 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _serve_capture(self, request):
-        """GET: the run's captures; POST (with the `ASK_HEADER` header): ask for one first."""
+        """GET: the run's captures; POST (with the `ASK_HEADER` header, sent to the address
+        TensorBoard serves on from its own origin: `origin.Served`): ask for one first."""
         ask = request.method == "POST"
+        if ask and (refused := self._served.refusal(request.environ)):
+            raise errors.PermissionDeniedError(f"not asked: {refused}")
         if ask and request.headers.get(ASK_HEADER) != "ask":
             raise errors.InvalidArgumentError(f"a capture is asked by a POST with the header {ASK_HEADER}: ask")
         steps = _int_arg(request.args, "steps")
