@@ -102,6 +102,40 @@ class RunsAnswer(Answer):
 # --- steps ----------------------------------------------------------------------------------------
 
 
+class LaunchQueue(Answer):
+    """A stream's launch queue in a step (or the mean over steps): ``mean`` / ``max``, the device work
+    launched on it (its runtime call started) and not yet started, time-weighted mean and maximum over
+    the step's host window; ``delay_p50_ms`` / ``delay_p90_ms``, the launch delay (runtime call's start
+    to the device work's start) of the work the step launched there, median and 90th percentile (null
+    where it launched none there). A long queue is a GPU with work waiting; a short one while the GPU
+    idles, a host that does not launch fast enough."""
+
+    mean: float
+    max: int
+    delay_p50_ms: float | None
+    delay_p90_ms: float | None
+
+
+class BlockingCall(Answer):
+    """A host call of a step that waited for the device: a synchronize, or a copy to the host (or
+    through pageable memory) that held the host until it was done. ``copy``: the device copy (null: a
+    synchronize); ``op``: the op that made it (``aten::to``, ``aten::item``; null: no op), ``inputs`` its
+    input shapes, ``frame`` the user's code that called it (with_stack); ``start_ms`` from the step's
+    start; ``blocked_ms`` its host time; ``queued``: device work launched and not yet started when it
+    began (all streams), most of it on ``queue_stream``."""
+
+    phase: str
+    call: str
+    copy: str | None
+    op: str | None
+    inputs: str | None
+    frame: str | None
+    start_ms: float
+    blocked_ms: float
+    queued: int
+    queue_stream: str | None
+
+
 class GpuTime(Answer):
     """A step's GPU measures (or their means over steps), each named for what it counts, all of the
     device work *launched* in the step (kernels, copies, sets), wherever on the GPU's clock it ran.
@@ -125,6 +159,9 @@ class GpuTime(Answer):
     overlap: float | None
     past_host_ms: float
     streams: dict[str, float]
+    #: per stream: its launch queue and launch delay (`LaunchQueue`; over several steps, the means of
+    #: the steps' figures and the largest maximum)
+    queues: dict[str, LaunchQueue]
 
 
 class PhaseTimes(Answer):
@@ -238,6 +275,7 @@ class StepDetail(StepRow):
     lanes: Lanes
     gpu_names: list[str]
     apart: list[ApartBand]
+    blocking: list[BlockingCall]  # the host calls of the step that waited for the device, in time order
 
 
 # --- comparisons ----------------------------------------------------------------------------------
@@ -393,6 +431,14 @@ class Evidence(Answer, omit_defaults=True):
     phases: list[str] | None = None
     eval_ms: float | None = None  # evaluation passes inside the steps' windows, in all
     paused_ms: float | None = None  # prof.paused() blocks inside the steps' windows, in all
+    blocked_ms: float | None = None  # host time per step in calls waiting for the device (host-blocked)
+    blocked_max_ms: float | None = None  # the longest such call of the kind named
+    copy: str | None = None  # the device copy the call named waited for (None: a synchronize)
+    inputs: str | None = None  # the input shapes of the op that made it
+    queued: int | None = None  # launched kernels not yet started when the longest such call began
+    queue_stream: str | None = None  # the stream holding most of them
+    frame: str | None = None  # the user's code that made that call (with_stack)
+    queue: float | None = None  # launched kernels waiting to start, mean over the phase (all streams)
 
 
 class Finding(Answer):

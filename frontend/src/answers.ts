@@ -17,6 +17,27 @@ export interface ApartTime {
   share: number;
 }
 
+/**
+ * A host call of a step that waited for the device: a synchronize, or a copy to the host (or
+ * through pageable memory) that held the host until it was done. `copy`: the device copy (null: a
+ * synchronize); `op`: the op that made it (`aten::to`, `aten::item`; null: no op), `inputs` its
+ * input shapes, `frame` the user's code that called it (with_stack); `start_ms` from the step's
+ * start; `blocked_ms` its host time; `queued`: device work launched and not yet started when it
+ * began (all streams), most of it on `queue_stream`.
+ */
+export interface BlockingCall {
+  phase: string;
+  call: string;
+  copy: string | null;
+  op: string | null;
+  inputs: string | null;
+  frame: string | null;
+  start_ms: number;
+  blocked_ms: number;
+  queued: number;
+  queue_stream: string | null;
+}
+
 export interface BreakdownStep {
   step: number;
   total: GpuBreakdown;
@@ -220,6 +241,14 @@ export interface Evidence {
   phases?: string[];
   eval_ms?: number;
   paused_ms?: number;
+  blocked_ms?: number;
+  blocked_max_ms?: number;
+  copy?: string;
+  inputs?: string;
+  queued?: number;
+  queue_stream?: string;
+  frame?: string;
+  queue?: number;
 }
 
 /** A file (or path) that could not be read or analysed, and why, in one line. */
@@ -313,6 +342,7 @@ export interface GpuTime {
   overlap: number | null;
   past_host_ms: number;
   streams: Record<string, number>;
+  queues: Record<string, LaunchQueue>;
 }
 
 /** One kernel (or copy, or set) name over the chosen steps and phase; times in µs. */
@@ -352,6 +382,21 @@ export interface KernelsAnswer {
 export interface Lanes {
   labels: string[];
   bands: [number, number, number, string][];
+}
+
+/**
+ * A stream's launch queue in a step (or the mean over steps): `mean` / `max`, the device work
+ * launched on it (its runtime call started) and not yet started, time-weighted mean and maximum over
+ * the step's host window; `delay_p50_ms` / `delay_p90_ms`, the launch delay (runtime call's start
+ * to the device work's start) of the work the step launched there, median and 90th percentile (null
+ * where it launched none there). A long queue is a GPU with work waiting; a short one while the GPU
+ * idles, a host that does not launch fast enough.
+ */
+export interface LaunchQueue {
+  mean: number;
+  max: number;
+  delay_p50_ms: number | null;
+  delay_p90_ms: number | null;
 }
 
 /** How far the background loading of trace files has come. */
@@ -765,6 +810,7 @@ export interface StepDetail extends StepRow {
   lanes: Lanes;
   gpu_names: string[];
   apart: [number, number, string][];
+  blocking: BlockingCall[];
 }
 
 /**

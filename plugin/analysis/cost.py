@@ -46,6 +46,8 @@ class Figures(msgspec.Struct):
     exposed_comm_us: np.ndarray  # communication time with no compute on any stream
     step_idle_us: float  # GPU idle in the step window (NaN without GPU)
     has_gpu: bool
+    #: per phase: launched device work not yet started (all streams), mean over its host time
+    queue: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0))
 
 
 class Costs(msgspec.Struct):

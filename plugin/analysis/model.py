@@ -157,6 +157,41 @@ class CollectiveTable(msgspec.Struct):
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
 
 
+class BlockingTable(msgspec.Struct):
+    """Each host call of a span's steps that waited for the device, one row a call, in (step, start)
+    order (`blocking`): a synchronize, or a copy to the host or through pageable memory that held it."""
+
+    step: np.ndarray  # int32 index into SpanAnalysis.steps
+    phase: np.ndarray  # int32 code into SpanAnalysis.phases: the phase at its start
+    call: np.ndarray  # int32 into SpanAnalysis.names: the runtime call
+    copy: np.ndarray  # int32 into SpanAnalysis.names: the device copy it waited for (-1: a synchronize)
+    op: np.ndarray  # int32 into SpanAnalysis.names: the op that made it (-1: the call is no op's)
+    shapes: np.ndarray  # int32 into SpanAnalysis.shapes: that op's input shapes
+    stack: np.ndarray  # int32 into SpanAnalysis.call_paths: its call path (-1: not recorded)
+    ts: np.ndarray  # µs its host call starts
+    blocked_us: np.ndarray  # its host time: how long it held the host
+    queued: np.ndarray  # int64 device work launched and not yet started when it began, all streams
+    queue_stream: np.ndarray  # int32 into LaunchQueues.streams: the stream holding most of it
+
+    def rows(self, step: int) -> slice:
+        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+
+
+class LaunchQueues(msgspec.Struct):
+    """The launch queues of a span's steps (`blocking`): per step and stream, the device work launched
+    and not yet started, its time-weighted mean and its maximum over the step's host window; the
+    launch delay (runtime call to device start) of the work the step launched, median and 90th
+    percentile (µs, NaN where it launched none there); per step and phase, the queue of all streams
+    summed over the phase's host time (queue-µs: divided by that time, its mean)."""
+
+    streams: list[str]  # "GPU d stream s"
+    mean: np.ndarray  # (steps, streams)
+    max: np.ndarray  # (steps, streams) int64
+    delay_p50_us: np.ndarray  # (steps, streams)
+    delay_p90_us: np.ndarray  # (steps, streams)
+    phase_queued_us: np.ndarray  # (steps, phases)
+
+
 class MemoryOpTable(msgspec.Struct):
     """Memory per (step, device, op name), in that order (`memory_ops`): events, bytes allocated and
     freed and the peak delta, self (events in the op itself) and total (with the ops it called)."""
@@ -259,6 +294,8 @@ class SpanAnalysis(msgspec.Struct):
     modules: ModuleTable  # per nn.Module, where recorded (`modules`)
     kernels: KernelTable
     collectives: CollectiveTable
+    blocking: BlockingTable  # host calls that waited for the device
+    queues: LaunchQueues  # launch queues and delays per stream
     memory_curve: MemoryCurve
     memory_ops: MemoryOpTable
     memory_events: MemoryEventTable

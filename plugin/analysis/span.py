@@ -19,6 +19,7 @@ from phaseprof.contract import OUT_OF_STEP
 
 from ..reading.discovery import display
 from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
+from .blocking import blocking_calls, blocking_mask, launch_queues
 from .collectives import collective_table
 from .kernels import kernel_table
 from .memory import has_baseline, memory_curve, running_allocated
@@ -82,13 +83,18 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
         gpu_idle[:] = np.nan
         step_idle[:] = np.nan
 
-    wait = np.minimum(_waits(trace, n, part, shape2), host_us)
+    blocks, copy_of = blocking_mask(trace, n, launch.runtime)
+    wait = np.minimum(_waits(trace, n, part, shape2, blocks), host_us)
     comm = communication(trace, n, launch)
     gpu = gpu_measures(trace, part, dev_step, dev_phase, comm, shape2)
     allocated = running_allocated(trace)
     peak, delta = _memory(trace, part, shape2, allocated)
     self_gpu, op_gpu = _op_gpu(trace, n, launch)
     paths, op_stack = op_paths(trace.python, n)
+    queue_labels, queue_stream = streams(dev.device, dev.stream)
+    queues, queue_steps = launch_queues(trace, part, launch.runtime, launch.ts, dev_step, queue_labels,
+                                        queue_stream)
+    blocking = blocking_calls(trace, n, part, blocks, copy_of, op_stack, queue_steps, len(queue_labels))
     ops = _op_table(trace, n, part, self_gpu, op_gpu, op_stack)
     kernels = kernel_table(trace, launch.op_name(n), dev_step, dev_phase)
     collectives = collective_table(trace, n, part, launch.runtime, launch.ts, comm)
@@ -118,6 +124,8 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
         modules=module_table(trace, n, part, launch.runtime, op_gpu),
         kernels=kernels,
         collectives=collectives,
+        blocking=blocking,
+        queues=queues,
         memory_curve=memory_curve(trace, part, allocated),
         memory_baseline=has_baseline(trace, allocated),
         memory_ops=memory_ops,
@@ -214,8 +222,9 @@ class _Busy:
         return self._until(b) - self._until(a)
 
 
-def _waits(trace: Trace, n: Nesting, part: Partition, shape2: tuple[int, int]) -> np.ndarray:
-    """Host time per (step, phase) in runtime calls that waited for the GPU (see `SpanAnalysis.wait_us`)."""
+def _waits(trace: Trace, n: Nesting, part: Partition, shape2: tuple[int, int], blocks: np.ndarray) -> np.ndarray:
+    """Host time per (step, phase) in runtime calls that waited for the GPU (see `SpanAnalysis.wait_us`;
+    ``blocks``: per host event, a call that blocked the host, `blocking.blocking_mask`)."""
     out = np.zeros(shape2)
     rt = np.flatnonzero(n.kind == RUNTIME)
     if not len(rt):
@@ -226,7 +235,7 @@ def _waits(trace: Trace, n: Nesting, part: Partition, shape2: tuple[int, int]) -
     inverse = inverse.ravel()
     usual = np.array([np.median(dur[inverse == k]) for k in range(len(codes))])[inverse]
     stalled = (dur >= _STALL_FACTOR * usual) & (dur >= _STALL_US)
-    waited = np.where(sync[names], dur, np.where(stalled, dur - usual, 0.0))
+    waited = np.where(sync[names] | blocks[rt], dur, np.where(stalled, dur - usual, 0.0))
     step, phase = part.locate(n.ts[rt])
     inside = (step >= 0) & (waited > 0)
     np.add.at(out, (step[inside], phase[inside]), waited[inside])

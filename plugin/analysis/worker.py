@@ -15,6 +15,7 @@ import numpy as np
 
 from phaseprof.contract import COMPILE, OUT_OF_STEP, PHASES
 
+from .blocking import Blocked, mean_blocking
 from .model import SpanAnalysis
 from .warmup import setup_us, warmup
 
@@ -65,6 +66,8 @@ class Worker:
         self.comm_us = self._gather("gpu.comm_us")
         self.exposed_comm_us = self._gather("gpu.exposed_us")
         self.untraced_us = self._gather("untraced_us")
+        #: launched work not yet started, all streams, summed over each phase's host time (queue-µs)
+        self.queued_us = self._gather("queues.phase_queued_us")
         self.step_gpu_idle_us = np.array([r.span.step_gpu_idle_us[r.index] for r in refs], dtype=np.float64)
         #: kernel time (summed over streams), GPU window and how far the GPU work outlasts the host window
         self.kernel_us = np.array([r.span.step_gpu_us[r.index] for r in refs], dtype=np.float64)
@@ -179,6 +182,10 @@ class Worker:
                 totals[name] = totals[name] + sums[g] if name in totals else sums[g].copy()
         n = max(len(rows), 1)
         return {k: v / n for k, v in totals.items()}
+
+    def blocking_means(self, rows: np.ndarray) -> list[Blocked]:
+        """The host calls that waited for the device in ``rows``, grouped, per step (`blocking`)."""
+        return mean_blocking([(span, indices) for span, _, indices in self.by_span(rows.tolist())], len(rows))
 
     def collective_us(self, rows: np.ndarray, phases: list[str], is_collective) -> np.ndarray:
         """Per step of ``rows`` and phase of ``phases``, the time spent in ops ``is_collective(name)``
