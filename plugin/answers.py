@@ -143,9 +143,10 @@ class GpuTime(Answer):
     ``busy_ms``: GPU busy, the union of that work over all streams (an instant counts once);
     ``kernel_ms``: kernel time, device-event time summed over streams (at least ``busy_ms``);
     ``window_ms``: the GPU window, first to last device activity of that work (at least ``busy_ms``);
-    ``compute_ms`` / ``comm_ms``: busy time of the compute work / of communication (collective kernels:
-    NCCL, RCCL, gloo, and work launched under ``record_param_comms``); ``exposed_comm_ms``: communication
-    time with no compute running on any stream (busy = compute + exposed communication);
+    ``compute_ms`` / ``comm_ms``: busy time of the compute work (kernels that are neither communication
+    nor memory; up to phaseprof 0.1.0, copies and sets counted as compute too) / of communication (collective
+    kernels: NCCL, RCCL, gloo, and work launched under ``record_param_comms``); ``exposed_comm_ms``:
+    communication time with no compute running on any stream;
     ``overlap``: the share of communication time that compute overlapped (null without communication);
     ``past_host_ms``: how long the work runs on after the step's host window ends (the host ran ahead;
     0 when it does not); ``streams``: GPU busy per stream (``GPU 0 stream 7``)."""
@@ -162,6 +163,12 @@ class GpuTime(Answer):
     #: per stream: its launch queue and launch delay (`LaunchQueue`; over several steps, the means of
     #: the steps' figures and the largest maximum)
     queues: dict[str, LaunchQueue]
+    #: busy time of copies and sets (memcpy, memset: not compute), and its part with neither compute
+    #: nor communication running; busy = compute + exposed communication + exposed memory
+    memory_ms: float
+    exposed_memory_ms: float
+    idle_ms: float  # the GPU window less busy: the fourth measure (compute, communication, memory, idle)
+    memory_kinds: dict[str, float]  # device time per kind of copy or set, by its name, most first
 
 
 class PhaseTimes(Answer):
@@ -1018,14 +1025,16 @@ class CollectiveRow(Answer):
 class GpuBreakdown(Answer):
     """Where a rank's time went, ms. GPU measure: ``compute_ms`` and ``comm_ms`` are `GpuTime`'s
     compute and communication (each instant counted once), ``overlap_ms`` the communication that ran
-    while compute ran (communication less its exposed part), ``other_ms`` host time with no device
-    work running (GPU idle). Host measure (no GPU): communication is the host time in collective ops,
-    compute the rest of the host time, overlap and other 0."""
+    while compute ran (communication less its exposed part), ``memory_ms`` copies and sets running with
+    neither (`GpuTime.exposed_memory_ms`: compute + comm - overlap + memory is GPU busy), ``other_ms``
+    host time with no device work running (GPU idle). Host measure (no GPU): communication is the host
+    time in collective ops, compute the rest of the host time, overlap, memory and other 0."""
 
     compute_ms: float
     comm_ms: float
     overlap_ms: float
     other_ms: float
+    memory_ms: float
 
 
 class BreakdownStep(Answer):

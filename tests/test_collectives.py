@@ -199,8 +199,10 @@ def test_breakdown_is_the_gpu_measures(traces, folder):
         assert t.comm_ms == ms(w.comm_us[row].sum())
         assert t.overlap_ms == ms(w.comm_us[row].sum() - w.exposed_comm_us[row].sum())
         assert t.other_ms == ms(w.gpu_idle_us[row].sum())
-        assert t.compute_ms + t.comm_ms - t.overlap_ms == pytest.approx(ms(w.gpu_busy_us[row].sum()), abs=2e-3)
-        for field in ("compute_ms", "comm_ms", "overlap_ms", "other_ms"):
+        assert t.memory_ms == ms(w.exposed_memory_us[row].sum())
+        busy = t.compute_ms + t.comm_ms - t.overlap_ms + t.memory_ms
+        assert busy == pytest.approx(ms(w.gpu_busy_us[row].sum()), abs=3e-3)
+        for field in ("compute_ms", "comm_ms", "overlap_ms", "other_ms", "memory_ms"):
             parts = sum(getattr(p, field) for p in s.phases.values())
             assert parts == pytest.approx(getattr(t, field), abs=1e-3 * (len(s.phases) + 1))
         comm_seen += t.comm_ms
@@ -270,14 +272,14 @@ def test_the_report_gives_the_routes_answer_as_json_and_as_tables(tmp_path, caps
         assert c[4] == {"all_reduce": "3.8 MiB", "all_gather": "976.6 KiB"}[r["kind"]]
         assert c[2:4] + c[5:] == [r["group"], str(r["group_size"]), str(r["calls"]), f"{r['time_ms']:,.2f}",
                                   f"{r['mean_ms']:,.2f}", f"{r['max_ms']:,.2f}", f"{r['busbw_gbps']:,.2f}", "GPU"]
-    # worker, rank, measure, steps, compute, communication, overlap, other
-    means = [c for c in cells if len(c) == 8 and c[2] in ("gpu", "host")]
+    # worker, rank, measure, steps, compute, communication, overlap, memory, other
+    means = [c for c in cells if len(c) == 9 and c[2] in ("gpu", "host")]
     assert [c[0] for c in means] == [r["worker"] for r in route["ranks"]]
     for c, rank in zip(means, route["ranks"]):
         n = len(rank["steps"])
         assert c[1:4] == [str(rank["rank"]), "gpu", str(n)]
         assert c[4:] == [f"{sum(s['total'][f] for s in rank['steps']) / n:,.2f}"
-                         for f in ("compute_ms", "comm_ms", "overlap_ms", "other_ms")]
+                         for f in ("compute_ms", "comm_ms", "overlap_ms", "memory_ms", "other_ms")]
     waited = [line.strip() for line in lines if "arrived last" in line]
     assert waited == [f"• rank 1 arrived last at {STEPS} of {2 * STEPS} collectives matched across ranks; the others "
                       f"waited {0.03 * STEPS:,.2f} ms for it",

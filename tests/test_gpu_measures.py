@@ -122,7 +122,11 @@ def test_gpu_invariants(gpu_case):
                                  ("comm_ms", g.comm_ms), ("exposed_comm_ms", g.exposed_comm_ms)):
                 _adds_up([getattr(p, field) for p in phases], total)
             assert g.busy_ms <= g.window_ms + 0.002 and g.busy_ms <= g.kernel_ms + 0.002
-            assert g.busy_ms == pytest.approx(g.compute_ms + g.exposed_comm_ms, abs=0.003)
+            # four measures partition the GPU window: compute, communication no compute hides, copies
+            # and sets neither hides, and idle
+            assert g.busy_ms == pytest.approx(g.compute_ms + g.exposed_comm_ms + g.exposed_memory_ms, abs=0.004)
+            assert g.busy_ms + g.idle_ms == pytest.approx(g.window_ms, abs=0.002)
+            assert 0 <= g.exposed_memory_ms <= g.memory_ms + 0.002 <= sum(g.memory_kinds.values()) + 0.004
             assert min(g.compute_ms, g.comm_ms, g.exposed_comm_ms, g.past_host_ms) >= 0
             assert g.exposed_comm_ms <= g.comm_ms + 0.002
             assert (g.overlap is None) == (g.comm_ms == 0) and (g.overlap is None or 0 <= g.overlap <= 1)
@@ -251,7 +255,8 @@ def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
 def independent_comm(path: Path) -> dict[int, dict[str, float]]:
     """Per step number, from the raw events alone: compute, communication and exposed communication
     (µs) of the device work launched in the step, communication being NCCL kernels and work launched
-    under a ``record_param_comms`` (or ``nccl:``) op of the launching thread."""
+    under a ``record_param_comms`` (or ``nccl:``) op of the launching thread, memory the other copies
+    and sets, compute the other kernels."""
     with gzip.open(path, "rt") as f:
         raw = json.load(f)
     events = raw["traceEvents"] if isinstance(raw, dict) else raw
@@ -274,7 +279,7 @@ def independent_comm(path: Path) -> dict[int, dict[str, float]]:
             k = bisect.bisect_right(ops, (t, float("inf")))
             under = any(a <= t <= b for a, b in ops[max(k - 8, 0):k])
             launches[e["args"]["correlation"]] = (t, under)
-    per_step = defaultdict(lambda: {"compute": [], "comm": []})
+    per_step = defaultdict(lambda: {"compute": [], "comm": [], "memory": []})
     for e in complete:
         if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"):
             continue
@@ -285,33 +290,56 @@ def independent_comm(path: Path) -> dict[int, dict[str, float]]:
         k = bisect.bisect_right(steps, (t, float("inf"), 0)) - 1
         if k < 0 or not steps[k][0] <= t < steps[k][1]:
             continue
-        kind = "comm" if COMM.search(e["name"]) or under else "compute"
+        memory = e.get("cat") in ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset")
+        kind = "comm" if COMM.search(e["name"]) or under else "memory" if memory else "compute"
         per_step[steps[k][2]][kind].append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
     out = {}
     for number, work in per_step.items():
-        compute, comm = _union(work["compute"]), _union(work["comm"])
-        out[number] = {"compute": _length(compute), "comm": _length(comm), "exposed": _minus(comm, compute)}
+        compute, comm, memory = _union(work["compute"]), _union(work["comm"]), _union(work["memory"])
+        out[number] = {"compute": _length(compute), "comm": _length(comm), "exposed": _minus(comm, compute),
+                       "memory": _length(memory),
+                       "exposed_memory": _minus(memory, _union(work["compute"] + work["comm"]))}
     return out
 
 
-@pytest.mark.parametrize("folder", ["hta_nccl_16rank", "hta_sampled_2rank"])
+@pytest.mark.parametrize("folder", ["hta_nccl_16rank", "hta_sampled_2rank", "hta_ns_resolution",
+                                    "kineto_resnet50_num_workers_0"])
 def test_communication_agrees_with_an_independent_computation(folder):
+    # compute is kernels only: copies and sets are memory, collectives communication (HTA's kernel types)
     _, workers = gpu_report(DATA / "gpu" / folder)
     checked = 0
     for w in workers:
-        (span,) = w.spans
-        path = DATA / "gpu" / folder / span
-        expected = independent_comm(path)
-        rows = {r.step: r for r in w.steps}
-        assert set(expected) == set(rows), path.name
-        for number, want in expected.items():
-            g = rows[number].gpu_time
-            assert want["comm"] > 0, (path.name, number)
-            for got, key in ((g.compute_ms, "compute"), (g.comm_ms, "comm"), (g.exposed_comm_ms, "exposed")):
-                assert got == pytest.approx(want[key] / 1000, rel=0.05, abs=0.05), (path.name, number, key)
-            assert g.overlap == pytest.approx(1 - want["exposed"] / want["comm"], abs=0.05)
-            checked += 1
+        for span in w.spans:
+            path = DATA / "gpu" / folder / span
+            expected = independent_comm(path)
+            rows = {r.step: r for r in w.steps if r.span == span}
+            assert set(expected) == set(rows), path.name
+            for number, want in expected.items():
+                g = rows[number].gpu_time
+                assert want["comm"] > 0 or folder not in ("hta_nccl_16rank", "hta_sampled_2rank"), (path.name, number)
+                for got, key in ((g.compute_ms, "compute"), (g.comm_ms, "comm"), (g.exposed_comm_ms, "exposed"),
+                                 (g.memory_ms, "memory"), (g.exposed_memory_ms, "exposed_memory")):
+                    assert got == pytest.approx(want[key] / 1000, rel=0.05, abs=0.05), (path.name, number, key)
+                if want["comm"]:
+                    assert g.overlap == pytest.approx(1 - want["exposed"] / want["comm"], abs=0.05)
+                checked += 1
     assert checked == sum(len(w.steps) for w in workers) >= 4
+
+
+#: Device work that is not compute, by name: collectives' kernels, copies and sets.
+NOT_COMPUTE = re.compile(r"nccl|rccl|gloo|^Memcpy|^Memset", re.I)
+
+
+def test_no_finding_names_communication_or_a_copy_as_compute(gpu_case):
+    # a GPU-bound phase's cost is its compute, and the kernels it names are its compute kernels: never
+    # an all-reduce (the built GPU-bound loop's backward runs 9 ms of gemm and 3 ms of NCCL all-reduce)
+    _, workers = gpu_case
+    for w in workers:
+        for f in w.summary.findings:
+            named = f.evidence.kernels or []
+            assert not [k for k in named if NOT_COMPUTE.search(k)], (w.worker, f.kind, named)
+            if f.kind == "gpu-bound":
+                assert not re.search(r"nccl|rccl|gloo|Memcpy|Memset", f.text, re.I), f.text
 
 
 def test_exposed_communication_gets_advice_for_its_collective():
@@ -366,7 +394,8 @@ def test_ranks_of_a_gpu_job_are_all_gpu_time_and_never_negative():
         assert min(r.compute_ms, r.comm_ms, r.exposed_comm_ms, r.step_ms, *r.phase_compute_ms.values()) >= 0
         # GPU time throughout: phases' compute adds up to the compute, the step is GPU busy
         assert sum(r.phase_compute_ms.values()) == pytest.approx(r.compute_ms, abs=0.01)
-        assert r.step_ms == pytest.approx(r.compute_ms + r.exposed_comm_ms, abs=0.003)
+        # the step is GPU busy: compute, exposed communication and the copies and sets neither hides
+        assert r.step_ms >= r.compute_ms + r.exposed_comm_ms - 0.003
         assert r.exposed_comm_ms <= r.comm_ms and r.step_ms < r.wall_ms
 
 

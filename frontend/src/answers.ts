@@ -307,15 +307,17 @@ export interface GateSide {
 /**
  * Where a rank's time went, ms. GPU measure: `compute_ms` and `comm_ms` are `GpuTime`'s
  * compute and communication (each instant counted once), `overlap_ms` the communication that ran
- * while compute ran (communication less its exposed part), `other_ms` host time with no device
- * work running (GPU idle). Host measure (no GPU): communication is the host time in collective ops,
- * compute the rest of the host time, overlap and other 0.
+ * while compute ran (communication less its exposed part), `memory_ms` copies and sets running with
+ * neither (`GpuTime.exposed_memory_ms`: compute + comm - overlap + memory is GPU busy), `other_ms`
+ * host time with no device work running (GPU idle). Host measure (no GPU): communication is the host
+ * time in collective ops, compute the rest of the host time, overlap, memory and other 0.
  */
 export interface GpuBreakdown {
   compute_ms: number;
   comm_ms: number;
   overlap_ms: number;
   other_ms: number;
+  memory_ms: number;
 }
 
 /**
@@ -325,9 +327,10 @@ export interface GpuBreakdown {
  * `busy_ms`: GPU busy, the union of that work over all streams (an instant counts once);
  * `kernel_ms`: kernel time, device-event time summed over streams (at least `busy_ms`);
  * `window_ms`: the GPU window, first to last device activity of that work (at least `busy_ms`);
- * `compute_ms` / `comm_ms`: busy time of the compute work / of communication (collective kernels:
- * NCCL, RCCL, gloo, and work launched under `record_param_comms`); `exposed_comm_ms`: communication
- * time with no compute running on any stream (busy = compute + exposed communication);
+ * `compute_ms` / `comm_ms`: busy time of the compute work (kernels that are neither communication
+ * nor memory; up to phaseprof 0.1.0, copies and sets counted as compute too) / of communication (collective
+ * kernels: NCCL, RCCL, gloo, and work launched under `record_param_comms`); `exposed_comm_ms`:
+ * communication time with no compute running on any stream;
  * `overlap`: the share of communication time that compute overlapped (null without communication);
  * `past_host_ms`: how long the work runs on after the step's host window ends (the host ran ahead;
  * 0 when it does not); `streams`: GPU busy per stream (`GPU 0 stream 7`).
@@ -343,6 +346,10 @@ export interface GpuTime {
   past_host_ms: number;
   streams: Record<string, number>;
   queues: Record<string, LaunchQueue>;
+  memory_ms: number;
+  exposed_memory_ms: number;
+  idle_ms: number;
+  memory_kinds: Record<string, number>;
 }
 
 /** One kernel (or copy, or set) name over the chosen steps and phase; times in µs. */

@@ -73,6 +73,8 @@ _ALLOC_CALL = re.compile(r"^(cuda|hip)(Malloc|Free)(Async)?$")
 _PAGEABLE_HTOD = re.compile(r"HtoD.*Pageable", re.I)
 _COPY_CALL = re.compile(r"^(cuda|hip)Memcpy(2D|3D)?(Async)?(WithStream)?$")
 _MEMCPY = re.compile(r"^Memcpy")
+#: Device work by name that is not compute: copies and sets (memory), collectives (communication).
+_NOT_COMPUTE = re.compile(r"^(Memcpy|Memset)|nccl|rccl|gloo", re.I)
 #: Phases on the batch's way to the GPU: pageable copies launched there are the DataLoader's batch.
 BATCH_PHASES = (DATA, FORWARD)
 _COLLECTIVE_OP = re.compile(r"^(nccl|gloo|mpi|ucc|c10d)(:|::)|^record_param_comms$")
@@ -230,7 +232,9 @@ def _optimizer(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
 
 
 def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tuple[str, str]:
-    kernels = sorted(((name, v) for (p, name), v in ctx.kernels.items() if p == phase), key=lambda kv: -kv[1][1])
+    # the phase's compute: never a collective or a copy (the cost of a GPU-bound phase is its compute)
+    kernels = sorted(((name, v) for (p, name), v in ctx.kernels.items() if p == phase and is_compute(name)),
+                     key=lambda kv: -kv[1][1])
     total = sum(float(v[1]) for _, v in kernels) or 1.0
     matrix = [(n, v) for n, v in kernels if MATRIX_KERNEL.search(n) and not _NORM_KERNEL.search(n)]
     fp32 = [(n, v) for n, v in matrix if not uses_tensor_cores(n)]
@@ -261,6 +265,11 @@ def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tupl
         return "gpu-bound", (f"{elementwise_us / total:.0%} of its GPU time is elementwise kernels "
                              f"({top}): torch.compile fuses them into fewer passes over memory")
     return "gpu-bound", f"its GPU time goes to {top}"
+
+
+def is_compute(kernel: str) -> bool:
+    """Whether device work of this name is compute: neither a copy or set nor a collective's kernel."""
+    return not _NOT_COMPUTE.search(kernel)
 
 
 def tensor_cores(name: str, capability: str) -> str | None:

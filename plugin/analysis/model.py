@@ -245,12 +245,15 @@ class Apart(msgspec.Struct):
 class GpuMeasures(msgspec.Struct):
     """The GPU measures of a span's steps (µs), of the device work launched in each step.
 
-    Per (step, phase) tables share each instant of the step's GPU busy time equally among the phases
-    whose work runs in it, so each adds up over the phases to the step's figure exactly:
-    ``busy`` (any work), ``compute`` (compute work: instants where compute runs, shared among the
-    phases whose compute runs), ``comm`` (communication: collectives, and work launched under
-    ``record_param_comms``), ``exposed`` (communication with no compute on any stream). Busy is
-    compute plus exposed communication. Kernel time (device-event time summed over streams) is
+    Device work is of three kinds, as Holistic Trace Analysis types kernels: *communication*
+    (collectives, and work launched under ``record_param_comms``), else *memory* (copies and sets),
+    else *compute* (kernels that are neither). Per (step, phase) tables share each instant of the
+    step's GPU busy time equally among the phases whose work runs in it, so each adds up over the
+    phases to the step's figure exactly: ``busy`` (any work), ``compute`` (instants where compute runs,
+    shared among the phases whose compute runs), ``comm``, ``memory`` (likewise), ``exposed``
+    (communication with no compute on any stream) and ``memory_exposed`` (copies and sets with neither
+    compute nor communication running). Busy is compute plus exposed communication plus exposed
+    memory; the GPU window less busy is idle. Kernel time (device-event time summed over streams) is
     `SpanAnalysis.gpu_us`."""
 
     busy_us: np.ndarray  # (steps, phases)
@@ -261,6 +264,10 @@ class GpuMeasures(msgspec.Struct):
     past_host_us: np.ndarray  # (steps,) how long that work runs on after the step's host window ends
     streams: list[str]  # "GPU d stream s", for every stream with work in some step
     stream_busy_us: np.ndarray  # (steps, streams) GPU busy per stream
+    memory_us: np.ndarray  # (steps, phases)
+    memory_exposed_us: np.ndarray  # (steps, phases)
+    memory_kinds: list[str]  # the names of the copies and sets: "Memcpy DtoH (Device -> Pageable)", …
+    memory_kind_us: np.ndarray  # (steps, memory kinds) device time summed over streams
 
 
 class SpanAnalysis(msgspec.Struct):

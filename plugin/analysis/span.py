@@ -18,7 +18,7 @@ import numpy as np
 from phaseprof.contract import OUT_OF_STEP
 
 from ..reading.discovery import display
-from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
+from ..reading.events import ANNOTATION, KERNEL, OP, RUNTIME, Trace
 from .blocking import blocking_calls, blocking_mask, launch_queues
 from .collectives import collective_table
 from .kernels import kernel_table
@@ -262,8 +262,9 @@ def communication(trace: Trace, n: Nesting, launch: Launch) -> np.ndarray:
 
 def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase: np.ndarray, comm: np.ndarray,
                  shape2: tuple[int, int]) -> GpuMeasures:
-    """GPU busy, compute, communication and exposed communication per step and phase, GPU busy per
-    stream, and the GPU window of each step's work (see `GpuMeasures`).
+    """GPU busy, compute, communication, memory and their exposed parts per step and phase, GPU busy
+    per stream, device time per kind of copy or set, and the GPU window of each step's work (see
+    `GpuMeasures`). Work is communication (``comm``), else memory (copies and sets), else compute.
 
     One sweep over the starts and ends of the device events attributed to a step, in (step, time)
     order: between two consecutive ones lies a segment. For each kind of column (a phase's compute, a
@@ -284,6 +285,7 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
     end = start + np.maximum(dev.dur[keep], 0.0)
     labels, stream = streams(dev.device[keep], dev.stream[keep])
     talk = comm[keep]
+    copying = (dev.kind[keep] != KERNEL) & ~talk  # copies and sets that are not a collective's
 
     t = np.concatenate([start, end])
     ends_last = np.r_[np.zeros(m, np.int8), np.ones(m, np.int8)]  # at one instant, starts before ends
@@ -320,10 +322,15 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
         return np.where(n > 0, seg / np.maximum(n, 1), 0.0)
 
     everything = np.ones(m, dtype=bool)
-    compute, talking = runs(phase, ~talk), runs(phase, talk)
+    compute, talking, memory = runs(phase, ~talk & ~copying), runs(phase, talk), runs(phase, copying)
     either, on_stream = runs(phase, everything), runs(stream, everything)
-    n_compute, n_comm = compute[3], talking[3]
+    n_compute, n_comm, n_memory = compute[3], talking[3], memory[3]
 
+    # device time of each kind of copy or set (its name: "Memcpy HtoD (Pageable -> Device)", …)
+    kind_codes, kind_of = np.unique(dev.name[keep][copying], return_inverse=True)
+    kinds = [trace.names[k] for k in kind_codes.tolist()]
+    kind_us = np.bincount(step[copying] * len(kinds) + kind_of.ravel(), weights=end[copying] - start[copying],
+                          minlength=steps * len(kinds)).reshape(steps, len(kinds))
     window = np.zeros(steps)
     past = np.zeros(steps)
     if m:
@@ -340,6 +347,10 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
         compute_us=shared(compute, each(n_compute), phases),
         comm_us=shared(talking, each(n_comm), phases),
         exposed_us=shared(talking, np.where(n_compute > 0, 0.0, each(n_comm)), phases),
+        memory_us=shared(memory, each(n_memory), phases),
+        memory_exposed_us=shared(memory, np.where((n_compute > 0) | (n_comm > 0), 0.0, each(n_memory)), phases),
+        memory_kinds=kinds,
+        memory_kind_us=kind_us,
         window_us=window,
         past_host_us=past,
         streams=labels,

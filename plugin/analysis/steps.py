@@ -109,11 +109,15 @@ def gpu_time(w: Worker, rows: np.ndarray) -> GpuTime | None:
     comm = float(w.comm_us[rows].sum()) / n
     exposed = float(w.exposed_comm_us[rows].sum()) / n
     streams: dict[str, float] = {}
+    kinds: dict[str, float] = {}
     for row in rows.tolist():
         for label, us in w.streams(row).items():
             streams[label] = streams.get(label, 0.0) + us
+        for name, us in w.memory_kinds(row).items():
+            kinds[name] = kinds.get(name, 0.0) + us
+    busy = float(w.gpu_busy_us[rows].sum()) / n
     return GpuTime(
-        busy_ms=ms(w.gpu_busy_us[rows].sum() / n),
+        busy_ms=ms(busy),
         kernel_ms=ms(w.kernel_us[rows].sum() / n),
         window_ms=ms(w.gpu_window_us[rows].sum() / n),
         compute_ms=ms(w.gpu_compute_us[rows].sum() / n),
@@ -123,6 +127,10 @@ def gpu_time(w: Worker, rows: np.ndarray) -> GpuTime | None:
         past_host_ms=ms(w.past_host_us[rows].sum() / n),
         streams={label: ms(us / n) for label, us in streams.items()},
         queues=_queues(w, rows),
+        memory_ms=ms(w.memory_us[rows].sum() / n),
+        exposed_memory_ms=ms(w.exposed_memory_us[rows].sum() / n),
+        idle_ms=ms(max(float(w.gpu_window_us[rows].sum()) / n - busy, 0.0)),
+        memory_kinds={name: ms(us / n) for name, us in sorted(kinds.items(), key=lambda kv: -kv[1])},
     )
 
 

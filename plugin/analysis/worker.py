@@ -65,6 +65,9 @@ class Worker:
         self.gpu_compute_us = self._gather("gpu.compute_us")
         self.comm_us = self._gather("gpu.comm_us")
         self.exposed_comm_us = self._gather("gpu.exposed_us")
+        #: copies and sets (busy, and with neither compute nor communication running) per step and phase
+        self.memory_us = self._gather("gpu.memory_us")
+        self.exposed_memory_us = self._gather("gpu.memory_exposed_us")
         self.untraced_us = self._gather("untraced_us")
         #: launched work not yet started, all streams, summed over each phase's host time (queue-µs)
         self.queued_us = self._gather("queues.phase_queued_us")
@@ -112,6 +115,12 @@ class Worker:
         g = ref.span.gpu
         busy = g.stream_busy_us[ref.index] if len(g.streams) else np.zeros(0)
         return {label: float(v) for label, v in zip(g.streams, busy.tolist()) if v > 0}
+
+    def memory_kinds(self, row: int) -> dict[str, float]:
+        """Device µs per kind of copy or set (its name) of step ``row``."""
+        ref = self.refs[row]
+        g = ref.span.gpu
+        return {k: float(v) for k, v in zip(g.memory_kinds, g.memory_kind_us[ref.index].tolist()) if v > 0}
 
     def by_span(self, rows) -> list[tuple[SpanAnalysis, list[int], list[int]]]:
         """``rows`` grouped by span: (span, the rows, their step indices in the span)."""
