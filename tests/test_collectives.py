@@ -8,6 +8,7 @@ import gzip
 import json
 
 import msgspec
+import numpy as np
 import pytest
 
 from phaseprof import cli
@@ -314,3 +315,24 @@ def test_kinds_come_from_the_backend_ops_where_the_args_do_not_say(traces, folde
                 and any(a <= e["ts"] < b for a, b in windows)]
     nccl_us = sum(kernels[e["args"]["correlation"]] for e in launched)
     assert sum(r.kernel_ms for r in answer.collectives) == pytest.approx(nccl_us / 1000, abs=0.01)
+
+
+def test_a_childless_collective_is_charged_with_no_work_but_its_own(tmp_path):
+    # a step launches a 5 ms gemm under aten::mm (no collective above it) and ends in a barrier that
+    # launches nothing, the last event of the trace in nesting order: the barrier owns no device work
+    # (an owner of -1 once read the last event's row, giving the barrier the gemm's time and start)
+    events = thread_names() + [
+        step(1, 1_000, 10_000), annotation("phaseprof::forward", 1_000, 8_000),
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 100, "tid": 100, "ts": 1_100, "dur": 50,
+         "args": {}},
+        launch(1_110, 1), kernel("volta_sgemm_128x64_nn", 1_200, 5_000, 1),
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 100, "tid": 100, "ts": 10_900,
+         "dur": 50, "args": {"Collective name": "barrier", "Group size": 2}},
+    ]
+    path = write_trace(tmp_path / "w.1.pt.trace.json", events)
+    span = analyze_trace(read_trace(str(path)), "w")
+    t = span.collectives
+    (row,) = range(len(t.step))
+    assert t.kinds[t.kind[row]] == "barrier"
+    assert t.kernel_us[row] == 0.0 and np.isnan(t.device_start[row]) and np.isnan(t.device_end[row])
+    assert t.host_ts[row] == 10_900.0

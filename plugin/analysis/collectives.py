@@ -129,7 +129,9 @@ def collective_table(trace: Trace, n: Nesting, part: Partition, launch_runtime: 
     dev = trace.device
     known = launch_runtime >= 0
     call_of_dev = np.full(len(dev), -1, np.int64)
-    call_of_dev[known] = row_of[owner[launch_runtime[known]]] if len(owner) else -1
+    if len(owner):  # work launched under no call is none's (-1 must not index the last event)
+        under = owner[launch_runtime[known]]
+        call_of_dev[known] = np.where(under >= 0, row_of[np.maximum(under, 0)], -1)
     alone = np.flatnonzero(comm & (call_of_dev < 0) & np.isfinite(launch_ts))
     m = len(calls) + len(alone)
     call_of_dev[alone] = len(calls) + np.arange(len(alone))
