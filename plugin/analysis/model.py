@@ -243,7 +243,9 @@ class Apart(msgspec.Struct):
 
 
 class GpuMeasures(msgspec.Struct):
-    """The GPU measures of a span's steps (µs), of the device work launched in each step.
+    """The GPU measures of a span's steps (µs): of the device work launched in each step, each instant
+    of the GPU's time owned by one step (`span.owned_pieces`: the earliest step whose work has not all
+    ended then), so the steps' windows never overlap and their figures add up to the trace's.
 
     Device work is of three kinds, as Holistic Trace Analysis types kernels: *communication*
     (collectives, and work launched under ``record_param_comms``), else *memory* (copies and sets),
@@ -268,6 +270,7 @@ class GpuMeasures(msgspec.Struct):
     memory_exposed_us: np.ndarray  # (steps, phases)
     memory_kinds: list[str]  # the names of the copies and sets: "Memcpy DtoH (Device -> Pageable)", …
     memory_kind_us: np.ndarray  # (steps, memory kinds) device time summed over streams
+    window_start_us: np.ndarray  # (steps,) where the GPU window opens (trace clock; NaN without work)
 
 
 class SpanAnalysis(msgspec.Struct):

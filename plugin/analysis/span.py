@@ -260,6 +260,29 @@ def communication(trace: Trace, n: Nesting, launch: Launch) -> np.ndarray:
     return comm
 
 
+def owned_pieces(start: np.ndarray, dur: np.ndarray, step: np.ndarray,
+                 steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One owner per GPU instant: the device work of the steps cut where each step's work has all
+    ended. An instant belongs to the earliest step whose work has not all ended by then (work of a
+    later step running before it has is counted there, once); so the steps' GPU windows follow each
+    other without overlap and their figures add up to the trace's. Returns the pieces: the event each
+    is of (index into the arguments), its owner step, start and end."""
+    end = start + dur
+    last = np.full(steps, -np.inf)
+    np.maximum.at(last, step, end)
+    bound = np.maximum.accumulate(last)  # no instant before bound[s] belongs to a step after s
+    first = np.minimum(np.searchsorted(bound, start, side="right"), step)
+    final = np.minimum(np.searchsorted(bound, end, side="left"), step)  # owner of the instants before end
+    count = final - first + 1
+    src = np.repeat(np.arange(len(start)), count)
+    k = np.arange(len(src)) - np.repeat(np.cumsum(count) - count, count)  # piece k of its event
+    owner = first[src] + k
+    cut_start = np.where(k == 0, start[src], bound[np.maximum(owner - 1, 0)])
+    cut_end = np.where(owner == final[src], end[src], bound[owner])
+    piece = (cut_end > cut_start) | (count[src] == 1)  # a step between two equal bounds owns nothing
+    return src[piece], owner[piece], cut_start[piece], cut_end[piece]
+
+
 def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase: np.ndarray, comm: np.ndarray,
                  shape2: tuple[int, int]) -> GpuMeasures:
     """GPU busy, compute, communication, memory and their exposed parts per step and phase, GPU busy
@@ -281,8 +304,8 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
     # times from the first event: near the epoch a float64 µs is 0.25 µs coarse, and sums of many
     # differences would drift past the durations they are made of
     base = float(dev.ts[keep].min()) if m else 0.0
-    start = dev.ts[keep] - base
-    end = start + np.maximum(dev.dur[keep], 0.0)
+    src, step, start, end = owned_pieces(dev.ts[keep] - base, np.maximum(dev.dur[keep], 0.0), step, steps)
+    keep, phase, m = keep[src], phase[src], len(src)
     labels, stream = streams(dev.device[keep], dev.stream[keep])
     talk = comm[keep]
     copying = (dev.kind[keep] != KERNEL) & ~talk  # copies and sets that are not a collective's
@@ -333,6 +356,7 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
                           minlength=steps * len(kinds)).reshape(steps, len(kinds))
     window = np.zeros(steps)
     past = np.zeros(steps)
+    opens = np.full(steps, np.nan)
     if m:
         first = np.full(steps, np.inf)
         last = np.full(steps, -np.inf)
@@ -340,6 +364,7 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
         np.maximum.at(last, step, end)
         has = np.isfinite(first)
         window[has] = last[has] - first[has]
+        opens[has] = first[has] + base
         ends = np.array([s.end for s in part.steps]) - base
         past[has] = np.maximum(last[has] - ends[has], 0.0)
     return GpuMeasures(
@@ -352,6 +377,7 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
         memory_kinds=kinds,
         memory_kind_us=kind_us,
         window_us=window,
+        window_start_us=opens,
         past_host_us=past,
         streams=labels,
         stream_busy_us=shared(on_stream, seg, len(labels)),
