@@ -150,7 +150,8 @@ def consistent(a: SpanAnalysis) -> bool:
     grids = [(x, (steps, phases)) for x in (a.host_us, a.gpu_us, a.gpu_idle_us, a.launches, a.wait_us,
                                            g.busy_us, g.compute_us, g.comm_us, g.exposed_us, a.untraced_us)]
     grids += [(g.window_us, (steps,)), (g.past_host_us, (steps,)), (g.stream_busy_us, (steps, len(g.streams)))]
-    grids += [(g.window_start_us, (steps,)), (g.memory_us, (steps, phases)), (g.memory_exposed_us, (steps, phases)),
+    grids += [(g.window_start_us, (steps,)), (g.memory_us, (steps, phases)),
+              (g.memory_exposed_us, (steps, phases)),
               (g.memory_kind_us, (steps, len(g.memory_kinds)))]
     q = a.queues
     grids += [(x, (steps, len(q.streams))) for x in (q.mean, q.max, q.delay_p50_us, q.delay_p90_us)]

@@ -201,23 +201,25 @@ def test_an_optimizer_launching_many_tiny_kernels_is_told_to_use_foreach():
 
 
 def test_a_host_bound_phase_whose_gpu_idles_on_short_kernels_is_launch_bound():
-    f = typical_step(cpu=[0, 1000, 0, 0], gpu=[0, 1234, 0, 0], launches=[0, 100, 0, 0], idle=[0, 500, 0, 0],
-                     queue=[0, 0.5, 0, 0])
+    f = typical_step(cpu=[0, 1000, 0, 0], gpu=[0, 1234, 0, 0], launches=[0, 100, 0, 0],
+                     idle=[0, 500, 0, 0], queue=[0, 0.5, 0, 0])
     evidence = Evidence()
     assert _host_bound(f, Context(ops={}, kernels={}, loader=None, gpu_names=[]), "forward", evidence) == (
-        "launch-bound", "the GPU idles 50% of it while the host launches 100 kernels averaging 12.3 µs, 0.5 waiting "
-        "to start on average: launch-bound; CUDA graphs (torch.compile(mode='reduce-overhead')), torch.compile's "
-        "fusion or a larger batch give the GPU more work per launch")
+        "launch-bound", "the GPU idles 50% of it while the host launches 100 kernels averaging "
+        "12.3 µs, 0.5 waiting to start on average: launch-bound; CUDA graphs "
+        "(torch.compile(mode='reduce-overhead')), torch.compile's fusion or a larger batch give "
+        "the GPU more work per launch")
     assert (evidence.launches, evidence.mean_kernel_us, evidence.queue) == (100.0, 12.34, 0.5)
 
 
 def test_short_kernels_behind_a_long_launch_queue_are_not_launch_bound():
     # the same phase, but 40 launched kernels wait to start on average: the GPU has work queued and
     # idles for another reason (a stream waiting on another), so faster launches would not help
-    f = typical_step(cpu=[0, 1000, 0, 0], gpu=[0, 1234, 0, 0], launches=[0, 100, 0, 0], idle=[0, 500, 0, 0],
-                     queue=[0, 40.0, 0, 0])
+    f = typical_step(cpu=[0, 1000, 0, 0], gpu=[0, 1234, 0, 0], launches=[0, 100, 0, 0],
+                     idle=[0, 500, 0, 0], queue=[0, 40.0, 0, 0])
     evidence = Evidence()
-    kind, text = _host_bound(f, Context(ops={}, kernels={}, loader=None, gpu_names=[]), "forward", evidence)
+    ctx = Context(ops={}, kernels={}, loader=None, gpu_names=[])
+    kind, text = _host_bound(f, ctx, "forward", evidence)
     assert kind == "host-time" and "CUDA graphs" not in text and evidence.queue is None
 
 

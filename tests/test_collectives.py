@@ -19,7 +19,7 @@ from phaseprof.plugin.answers import CollectivesAnswer
 from phaseprof.plugin.reading.decode import read_trace
 from tests.logdir import settled, write_trace
 from tests.test_plugin import BASE, make_app
-from tests.tracebuilder import annotation, collective, kernel, launch, step, thread_names
+from tests.tracebuilder import annotation, collective, kernel, launch, op, step, thread_names
 
 #: Element sizes, written out here for the types these traces use.
 SIZES = {"Float": 4, "BFloat16": 2, "Half": 2, "Long": 8, "Int": 4, "Byte": 1}
@@ -319,15 +319,14 @@ def test_kinds_come_from_the_backend_ops_where_the_args_do_not_say(traces, folde
 
 def test_a_childless_collective_is_charged_with_no_work_but_its_own(tmp_path):
     # a step launches a 5 ms gemm under aten::mm (no collective above it) and ends in a barrier that
-    # launches nothing, the last event of the trace in nesting order: the barrier owns no device work
-    # (an owner of -1 once read the last event's row, giving the barrier the gemm's time and start)
+    # launches nothing, the last event of the trace in nesting order: the barrier owns no device
+    # work (an owner of -1 once read the last event's row, giving the barrier the gemm's time and
+    # start)
     events = thread_names() + [
         step(1, 1_000, 10_000), annotation("phaseprof::forward", 1_000, 8_000),
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 100, "tid": 100, "ts": 1_100, "dur": 50,
-         "args": {}},
+        op("aten::mm", 1_100, 50),
         launch(1_110, 1), kernel("volta_sgemm_128x64_nn", 1_200, 5_000, 1),
-        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 100, "tid": 100, "ts": 10_900,
-         "dur": 50, "args": {"Collective name": "barrier", "Group size": 2}},
+        op("record_param_comms", 10_900, 50, **{"Collective name": "barrier", "Group size": 2}),
     ]
     path = write_trace(tmp_path / "w.1.pt.trace.json", events)
     span = analyze_trace(read_trace(str(path)), "w")

@@ -173,8 +173,8 @@ def test_memory_outside_every_op_is_no_ops_peak(tmp_path):
     # a trace without ProfilerStep (one step): aten::empty allocates 100 B, then 1,000,000 B are
     # allocated outside every op; aten::empty is the first event in nesting order (index 0), which
     # once took the loose megabyte into its own peak (1,000,100 B, above its own total)
-    events = [op("aten::empty", 1_000, 10), memory(1_005, 100, 100), memory(2_000, 1_000_000, 1_000_100),
-              op("aten::add", 3_000, 10)]
+    events = [op("aten::empty", 1_000, 10), memory(1_005, 100, 100),
+              memory(2_000, 1_000_000, 1_000_100), op("aten::add", 3_000, 10)]
     span = analyze_trace(read_trace(str(write_trace(tmp_path / "w.1.pt.trace.json", events))), "w")
     t = span.memory_ops
     rows = {(span.names[k] if k >= 0 else NO_OP): r for r, k in enumerate(t.name.tolist())}

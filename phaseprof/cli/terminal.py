@@ -102,11 +102,13 @@ def _cell(phase: PhaseTimes | PhaseMean, gpu: bool) -> str:
 def _gpu_line(g: GpuTime) -> str:
     """The GPU measures of a (mean) step, each named for what it counts."""
     line = (f"  GPU per step (mean): GPU busy {_fmt(g.busy_ms)} ms (compute {_fmt(g.compute_ms)} ms, exposed "
-            f"communication {_fmt(g.exposed_comm_ms)} ms, copies and sets alone {_fmt(g.exposed_memory_ms)} ms)"
-            f" · GPU idle in the window {_fmt(g.idle_ms)} ms"
-            f" · kernel time (summed over streams) {_fmt(g.kernel_ms)} ms · GPU window {_fmt(g.window_ms)} ms")
+            f"communication {_fmt(g.exposed_comm_ms)} ms, copies and sets alone "
+            f"{_fmt(g.exposed_memory_ms)} ms) · GPU idle in the window {_fmt(g.idle_ms)} ms"
+            f" · kernel time (summed over streams) {_fmt(g.kernel_ms)} ms"
+            f" · GPU window {_fmt(g.window_ms)} ms")
     if g.memory_ms:
-        kinds = ", ".join(f"{plain(k)} {_fmt(v)} ms" for k, v in list(g.memory_kinds.items())[:_EDGE])
+        shown = list(g.memory_kinds.items())[:_EDGE]
+        kinds = ", ".join(f"{plain(k)} {_fmt(v)} ms" for k, v in shown)
         line += f" · copies and sets (memory) {_fmt(g.memory_ms)} ms: {kinds}"
     if g.comm_ms:
         line += f" · communication {_fmt(g.comm_ms)} ms, {g.overlap:.0%} of it overlapped by compute"
@@ -283,7 +285,9 @@ def _collectives(c: CollectivesAnswer, console: Console) -> None:
         console.print(t)
         _more(len(c.collectives), COLLECTIVE_ROWS, "rows", console)
     t = _table(caption="ms per step, mean over the steps; overlap: communication while compute ran")
-    for col in ("worker", "rank", "measure", "steps", "compute", "communication", "overlap", "memory", "other"):
+    columns = ("worker", "rank", "measure", "steps", "compute", "communication", "overlap", "memory",
+               "other")
+    for col in columns:
         t.add_column(col, justify="left" if col in ("worker", "measure") else "right")
     for r in c.ranks:
         n = len(r.steps)

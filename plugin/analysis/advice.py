@@ -37,10 +37,11 @@ MANY_OPS = 100
 #: A host-bound phase whose GPU idles this share of it, launching kernels this short, is launch-bound.
 LAUNCH_IDLE_SHARE = 0.4
 SHORT_KERNEL_US = 50.0
-#: ... and only while its launch queue is short: on average fewer than this many launched kernels (all
-#: streams) wait to start. A longer queue means the GPU has work and idles for another reason.
+#: ... and only while its launch queue is short: on average fewer than this many launched kernels
+#: (all streams) wait to start. A longer queue means the GPU has work and idles for another reason.
 SHORT_QUEUE = 4.0
-#: A costly phase whose host is held this share of it by calls waiting for the device is host-blocked.
+#: A costly phase whose host is held this share of it by calls waiting for the device is
+#: host-blocked.
 BLOCKED_SHARE = 0.25
 #: GPU-bound phases whose matrix kernels are fp32 without tensor cores at least this share of their
 #: device time are worth mixed precision.
@@ -232,9 +233,10 @@ def _optimizer(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
 
 
 def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tuple[str, str]:
-    # the phase's compute: never a collective or a copy (the cost of a GPU-bound phase is its compute)
-    kernels = sorted(((name, v) for (p, name), v in ctx.kernels.items() if p == phase and is_compute(name)),
-                     key=lambda kv: -kv[1][1])
+    # the phase's compute: never a collective or a copy (the cost of a GPU-bound phase is its
+    # compute)
+    kernels = sorted(((name, v) for (p, name), v in ctx.kernels.items()
+                      if p == phase and is_compute(name)), key=lambda kv: -kv[1][1])
     total = sum(float(v[1]) for _, v in kernels) or 1.0
     matrix = [(n, v) for n, v in kernels if MATRIX_KERNEL.search(n) and not _NORM_KERNEL.search(n)]
     fp32 = [(n, v) for n, v in matrix if not uses_tensor_cores(n)]
@@ -268,7 +270,7 @@ def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tupl
 
 
 def is_compute(kernel: str) -> bool:
-    """Whether device work of this name is compute: neither a copy or set nor a collective's kernel."""
+    """Whether device work of this name is compute: no copy or set, no collective's kernel."""
     return not _NOT_COMPUTE.search(kernel)
 
 
@@ -298,22 +300,25 @@ def _host_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tup
         evidence.mean_kernel_us = round(gpu / launches, 2)
         evidence.queue = round(queue, 2)
         return "launch-bound", (
-            f"the GPU idles {idle / cpu:.0%} of it while the host launches {launches:.0f} kernels averaging "
-            f"{gpu / launches:.1f} µs, {queue:.1f} waiting to start on average: launch-bound; CUDA graphs "
-            "(torch.compile(mode='reduce-overhead')), torch.compile's fusion or a larger batch give the GPU more "
-            "work per launch")
+            f"the GPU idles {idle / cpu:.0%} of it while the host launches {launches:.0f} kernels "
+            f"averaging {gpu / launches:.1f} µs, {queue:.1f} waiting to start on average: "
+            "launch-bound; CUDA graphs (torch.compile(mode='reduce-overhead')), torch.compile's "
+            "fusion or a larger batch give the GPU more work per launch")
     return "host-time", _top_ops(f, ctx, phase, evidence)
 
 
-def _blocked(f: Figures, c: Costs, ctx: Context, phase: str, evidence: Evidence) -> tuple[str, str] | None:
+def _blocked(f: Figures, c: Costs, ctx: Context, phase: str,
+             evidence: Evidence) -> tuple[str, str] | None:
     """A phase costing host time whose host is held, for at least ``BLOCKED_SHARE`` of it, by calls
     waiting for the device (`blocking`): the host waits, so launching faster would win nothing back.
-    Names the call holding it longest, the op and line that made it and the queue it waited behind."""
+    Names the call holding it longest, the op and line that made it and the queue it waited behind.
+    """
     j = f.phases.index(phase)
     host = float(f.host_us[j])
     calls = [b for b in ctx.blocking if b.phase == phase]
     blocked = sum(b.blocked_us for b in calls)
-    if c.measure != HOST or phase == DATA or not f.has_gpu or host <= 0 or blocked < BLOCKED_SHARE * host:
+    if c.measure != HOST or phase == DATA or not f.has_gpu or host <= 0 \
+            or blocked < BLOCKED_SHARE * host:
         return None
     top = calls[0]
     maker = top.op or top.call
@@ -333,20 +338,21 @@ def _blocked(f: Figures, c: Costs, ctx: Context, phase: str, evidence: Evidence)
     evidence.host_critical_ms = _ms(c.host_us)
     queue = (f"; the longest waits behind {top.queued} launched kernels not yet started"
              + (f" (most on {top.queue_stream})" if top.queue_stream else "")) if top.queued else ""
-    text = (f"the host is blocked {_ms(blocked):.2f} ms per step of it waiting for the GPU: {maker}{shapes}"
-            + (f" at {top.frame}" if top.frame else "")
-            + f" holds it in {what} {_ms(top.blocked_us):.2f} ms per step (up to {_ms(top.longest_us):.2f} ms)"
-            f"{queue}; without such waits the host's work is {_ms(c.host_us):.2f} ms per step, so the GPU is not "
-            "starved and launching faster would win nothing back: ")
+    text = (f"the host is blocked {_ms(blocked):.2f} ms per step of it waiting for the GPU: "
+            f"{maker}{shapes}" + (f" at {top.frame}" if top.frame else "")
+            + f" holds it in {what} {_ms(top.blocked_us):.2f} ms per step (up to "
+            f"{_ms(top.longest_us):.2f} ms){queue}; without such waits the host's work is "
+            f"{_ms(c.host_us):.2f} ms per step, so the GPU is not starved and launching faster "
+            "would win nothing back: ")
     if top.copy and re.search(r"DtoH|DeviceToHost", top.copy, re.I):
-        text += ("copy into pinned memory with .to('cpu', non_blocking=True) and read the values only after "
-                 "an event later in the step, or keep them on the GPU")
+        text += ("copy into pinned memory with .to('cpu', non_blocking=True) and read the values "
+                 "only after an event later in the step, or keep them on the GPU")
     elif top.copy:
         text += ("keep the host tensors in pinned memory (tensor.pin_memory(), once) and copy with "
                  ".to(device, non_blocking=True), or create them on the GPU")
     else:
-        text += ("drop the synchronization (no .item(), .cpu(), .tolist() or printing of GPU tensors inside "
-                 "the step), or move it to where the GPU has nothing queued")
+        text += ("drop the synchronization (no .item(), .cpu(), .tolist() or printing of GPU "
+                 "tensors inside the step), or move it to where the GPU has nothing queued")
     return "host-blocked", text
 
 

@@ -5,9 +5,9 @@ A host call *blocks* when it returns only once the device has run work queued be
 ``cuda/hip{Stream,Device,Event}Synchronize``, and a copy call (``cudaMemcpy*``) whose device copy is
 device-to-host or to or from pageable memory, an ``…Async`` one only when the call lasts until its
 copy ends (the driver stages a pageable copy through the host; a pinned one returns at once). How
-long it blocked is the call's host time. The op that made it is the outermost op of the chain of ops around
-the call (``aten::to`` around ``aten::_to_copy`` around ``aten::copy_``; ``aten::item`` around
-``aten::_local_scalar_dense``): the one the user's code called.
+long it blocked is the call's host time. The op that made it is the outermost op of the chain of ops
+around the call (``aten::to`` around ``aten::_to_copy`` around ``aten::copy_``; ``aten::item``
+around ``aten::_local_scalar_dense``): the one the user's code called.
 
 The launch queue of a stream at an instant is the device work launched on it (its runtime call has
 started) and not yet started, as Holistic Trace Analysis counts it; its mean over a window is
@@ -36,9 +36,12 @@ BLOCKING_COPY = re.compile(r"DtoH|DeviceToHost|Pageable", re.I)
 _COPY_END_SLACK_US = 1.0
 
 
-def _matches(pattern: re.Pattern, names: list[str]) -> np.ndarray:
-    """Per name code: whether ``pattern`` is found in the name."""
-    return np.array([bool(pattern.search(name)) for name in names] or [False])
+def _matches(pattern: re.Pattern, names: list[str], codes: np.ndarray) -> np.ndarray:
+    """Per name code of ``codes``: whether ``pattern`` is found in the name (each distinct name read
+    once: the runtime calls and copies of a trace have a few dozen)."""
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    found = np.array([bool(pattern.search(names[k])) for k in distinct.tolist()], dtype=bool)
+    return found[inverse.ravel()] if len(codes) else np.zeros(0, dtype=bool)
 
 
 def blocking_mask(
@@ -50,14 +53,15 @@ def blocking_mask(
     known = runtime_of >= 0
     copy_of[runtime_of[known]] = np.flatnonzero(known)
     names = trace.names
-    is_rt = n.kind == RUNTIME
-    sync = is_rt & _matches(SYNCHRONIZE, names)[n.name] if len(n.name) else is_rt
-    copying = is_rt & (copy_of >= 0) & _matches(COPY_CALL, names)[n.name] if len(n.name) else is_rt
-    at = np.flatnonzero(copying)
+    rt = np.flatnonzero(n.kind == RUNTIME)
+    sync = np.zeros(len(n.ts), dtype=bool)
+    sync[rt] = _matches(SYNCHRONIZE, names, n.name[rt])
+    rt = rt[copy_of[rt] >= 0]
+    at = rt[_matches(COPY_CALL, names, n.name[rt])]
     dev = trace.device
     d = copy_of[at]
-    waits = _matches(BLOCKING_COPY, names)[dev.name[d]]
-    is_async = _matches(re.compile("Async"), names)[n.name[at]]
+    waits = _matches(BLOCKING_COPY, names, dev.name[d])
+    is_async = _matches(re.compile("Async"), names, n.name[at])
     copy_end = dev.ts[d] + dev.dur[d]
     waits &= ~is_async | (n.end[at] + _COPY_END_SLACK_US >= copy_end)
     blocks = sync.copy()

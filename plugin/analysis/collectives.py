@@ -222,8 +222,8 @@ def collective_rows(w: Worker, rows: list[int]) -> list[CollectiveRow]:
 
 
 def breakdown(w: Worker, rows: list[int], phases: list[str]) -> RankBreakdown:
-    """The worker's time per step and phase as compute / communication / overlap / memory / other: the
-    GPU measures of `span.gpu_measures` (`Worker.gpu_compute_us`, `comm_us`, `exposed_comm_us`,
+    """The worker's time per step and phase as compute / communication / overlap / memory / other:
+    the GPU measures of `span.gpu_measures` (`Worker.gpu_compute_us`, `comm_us`, `exposed_comm_us`,
     `exposed_memory_us`) and its GPU idle (`Worker.gpu_idle_us`), or, without a GPU, host time less
     the collectives' (as `ranks`)."""
     from .span import COLLECTIVE_OP  # the collective ops the ranks view counts (span imports this module)
@@ -241,12 +241,14 @@ def breakdown(w: Worker, rows: list[int], phases: list[str]) -> RankBreakdown:
     else:
         cpu = table(w.host_us)
         comm = np.minimum(w.collective_us(r, phases, COLLECTIVE_OP.match), cpu)
-        compute, overlap, other, memory = cpu - comm, np.zeros_like(cpu), np.zeros_like(cpu), np.zeros_like(cpu)
+        compute = cpu - comm
+        overlap, other, memory = np.zeros_like(cpu), np.zeros_like(cpu), np.zeros_like(cpu)
 
     def cell(k: int, j: int | None) -> GpuBreakdown:
         pick = slice(None) if j is None else j
         return GpuBreakdown(compute_ms=ms(np.sum(compute[k, pick])), comm_ms=ms(np.sum(comm[k, pick])),
-                            overlap_ms=ms(np.sum(overlap[k, pick])), other_ms=ms(np.sum(other[k, pick])),
+                            overlap_ms=ms(np.sum(overlap[k, pick])),
+                            other_ms=ms(np.sum(other[k, pick])),
                             memory_ms=ms(np.sum(memory[k, pick])))
 
     steps = [BreakdownStep(step=w.numbers[row], total=cell(k, None),

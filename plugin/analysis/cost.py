@@ -58,7 +58,7 @@ class Costs(msgspec.Struct):
     wall_us: float
     total_us: float
     host_us: float  # host time on the critical path, all phases
-    gpu_busy_us: float  # GPU busy time of the step's work: compute plus exposed communication and memory
+    gpu_busy_us: float  # GPU busy time of the step: compute plus exposed communication and memory
     compute_us: float  # GPU compute time of the step's work
     cost_us: dict[str, float]  # per phase, in ``measure``
     order: list[str]  # phases by cost, largest first
@@ -76,7 +76,7 @@ def phase_costs(f: Figures) -> Costs:
     cost = f.compute_us if measure == GPU else f.host_us
     cost_us = {p: float(c) for p, c in zip(f.phases, cost.tolist())}
     order = sorted(f.phases, key=lambda p: -cost_us[p])
-    busy = float(f.busy_us.sum()) if f.has_gpu else 0.0  # compute + exposed communication and memory
+    busy = float(f.busy_us.sum()) if f.has_gpu else 0.0  # compute, exposed communication and memory
     return Costs(measure=measure, wall_us=f.wall_us, total_us=compute if measure == GPU else f.wall_us,
                  host_us=float(host.sum()), gpu_busy_us=busy, compute_us=compute, cost_us=cost_us, order=order)
 

@@ -159,12 +159,13 @@ class CollectiveTable(msgspec.Struct):
 
 class BlockingTable(msgspec.Struct):
     """Each host call of a span's steps that waited for the device, one row a call, in (step, start)
-    order (`blocking`): a synchronize, or a copy to the host or through pageable memory that held it."""
+    order (`blocking`): a synchronize, or a copy to the host or through pageable memory that held
+    it."""
 
     step: np.ndarray  # int32 index into SpanAnalysis.steps
     phase: np.ndarray  # int32 code into SpanAnalysis.phases: the phase at its start
     call: np.ndarray  # int32 into SpanAnalysis.names: the runtime call
-    copy: np.ndarray  # int32 into SpanAnalysis.names: the device copy it waited for (-1: a synchronize)
+    copy: np.ndarray  # int32 into SpanAnalysis.names: the copy it waited for (-1: a synchronize)
     op: np.ndarray  # int32 into SpanAnalysis.names: the op that made it (-1: the call is no op's)
     shapes: np.ndarray  # int32 into SpanAnalysis.shapes: that op's input shapes
     stack: np.ndarray  # int32 into SpanAnalysis.call_paths: its call path (-1: not recorded)
@@ -174,15 +175,16 @@ class BlockingTable(msgspec.Struct):
     queue_stream: np.ndarray  # int32 into LaunchQueues.streams: the stream holding most of it
 
     def rows(self, step: int) -> slice:
-        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+        return slice(int(np.searchsorted(self.step, step, "left")),
+                     int(np.searchsorted(self.step, step, "right")))
 
 
 class LaunchQueues(msgspec.Struct):
-    """The launch queues of a span's steps (`blocking`): per step and stream, the device work launched
-    and not yet started, its time-weighted mean and its maximum over the step's host window; the
-    launch delay (runtime call to device start) of the work the step launched, median and 90th
-    percentile (µs, NaN where it launched none there); per step and phase, the queue of all streams
-    summed over the phase's host time (queue-µs: divided by that time, its mean)."""
+    """The launch queues of a span's steps (`blocking`): per step and stream, the device work
+    launched and not yet started, its time-weighted mean and its maximum over the step's host
+    window; the launch delay (runtime call to device start) of the work the step launched, median
+    and 90th percentile (µs, NaN where it launched none there); per step and phase, the queue of all
+    streams summed over the phase's host time (queue-µs: divided by that time, its mean)."""
 
     streams: list[str]  # "GPU d stream s"
     mean: np.ndarray  # (steps, streams)
@@ -243,20 +245,21 @@ class Apart(msgspec.Struct):
 
 
 class GpuMeasures(msgspec.Struct):
-    """The GPU measures of a span's steps (µs): of the device work launched in each step, each instant
-    of the GPU's time owned by one step (`span.owned_pieces`: the earliest step whose work has not all
-    ended then), so the steps' windows never overlap and their figures add up to the trace's.
+    """The GPU measures of a span's steps (µs): of the device work launched in each step, each
+    instant of the GPU's time owned by one step (`span.owned_pieces`: the earliest step whose work
+    has not all ended then), so the steps' windows never overlap and their figures add up to the
+    trace's.
 
     Device work is of three kinds, as Holistic Trace Analysis types kernels: *communication*
     (collectives, and work launched under ``record_param_comms``), else *memory* (copies and sets),
     else *compute* (kernels that are neither). Per (step, phase) tables share each instant of the
     step's GPU busy time equally among the phases whose work runs in it, so each adds up over the
-    phases to the step's figure exactly: ``busy`` (any work), ``compute`` (instants where compute runs,
-    shared among the phases whose compute runs), ``comm``, ``memory`` (likewise), ``exposed``
-    (communication with no compute on any stream) and ``memory_exposed`` (copies and sets with neither
-    compute nor communication running). Busy is compute plus exposed communication plus exposed
-    memory; the GPU window less busy is idle. Kernel time (device-event time summed over streams) is
-    `SpanAnalysis.gpu_us`."""
+    phases to the step's figure exactly: ``busy`` (any work), ``compute`` (instants where compute
+    runs, shared among the phases whose compute runs), ``comm``, ``memory`` (likewise), ``exposed``
+    (communication with no compute on any stream) and ``memory_exposed`` (copies and sets with
+    neither compute nor communication running). Busy is compute plus exposed communication plus
+    exposed memory; the GPU window less busy is idle. Kernel time (device-event time summed over
+    streams) is `SpanAnalysis.gpu_us`."""
 
     busy_us: np.ndarray  # (steps, phases)
     compute_us: np.ndarray  # (steps, phases)
@@ -268,9 +271,9 @@ class GpuMeasures(msgspec.Struct):
     stream_busy_us: np.ndarray  # (steps, streams) GPU busy per stream
     memory_us: np.ndarray  # (steps, phases)
     memory_exposed_us: np.ndarray  # (steps, phases)
-    memory_kinds: list[str]  # the names of the copies and sets: "Memcpy DtoH (Device -> Pageable)", …
+    memory_kinds: list[str]  # names of the copies and sets: "Memcpy DtoH (Device -> Pageable)", …
     memory_kind_us: np.ndarray  # (steps, memory kinds) device time summed over streams
-    window_start_us: np.ndarray  # (steps,) where the GPU window opens (trace clock; NaN without work)
+    window_start_us: np.ndarray  # (steps,) where the GPU window opens (trace clock; NaN: no work)
 
 
 class SpanAnalysis(msgspec.Struct):

@@ -92,9 +92,10 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
     self_gpu, op_gpu = _op_gpu(trace, n, launch)
     paths, op_stack = op_paths(trace.python, n)
     queue_labels, queue_stream = streams(dev.device, dev.stream)
-    queues, queue_steps = launch_queues(trace, part, launch.runtime, launch.ts, dev_step, queue_labels,
-                                        queue_stream)
-    blocking = blocking_calls(trace, n, part, blocks, copy_of, op_stack, queue_steps, len(queue_labels))
+    queues, queue_steps = launch_queues(trace, part, launch.runtime, launch.ts, dev_step,
+                                        queue_labels, queue_stream)
+    blocking = blocking_calls(trace, n, part, blocks, copy_of, op_stack, queue_steps,
+                              len(queue_labels))
     ops = _op_table(trace, n, part, self_gpu, op_gpu, op_stack)
     kernels = kernel_table(trace, launch.op_name(n), dev_step, dev_phase)
     collectives = collective_table(trace, n, part, launch.runtime, launch.ts, comm)
@@ -222,9 +223,11 @@ class _Busy:
         return self._until(b) - self._until(a)
 
 
-def _waits(trace: Trace, n: Nesting, part: Partition, shape2: tuple[int, int], blocks: np.ndarray) -> np.ndarray:
-    """Host time per (step, phase) in runtime calls that waited for the GPU (see `SpanAnalysis.wait_us`;
-    ``blocks``: per host event, a call that blocked the host, `blocking.blocking_mask`)."""
+def _waits(trace: Trace, n: Nesting, part: Partition, shape2: tuple[int, int],
+           blocks: np.ndarray) -> np.ndarray:
+    """Host time per (step, phase) in runtime calls that waited for the GPU (see
+    `SpanAnalysis.wait_us`; ``blocks``: per host event, a call that blocked the host,
+    `blocking.blocking_mask`)."""
     out = np.zeros(shape2)
     rt = np.flatnonzero(n.kind == RUNTIME)
     if not len(rt):
@@ -265,21 +268,22 @@ def owned_pieces(start: np.ndarray, dur: np.ndarray, step: np.ndarray,
     """One owner per GPU instant: the device work of the steps cut where each step's work has all
     ended. An instant belongs to the earliest step whose work has not all ended by then (work of a
     later step running before it has is counted there, once); so the steps' GPU windows follow each
-    other without overlap and their figures add up to the trace's. Returns the pieces: the event each
-    is of (index into the arguments), its owner step, start and end."""
+    other without overlap and their figures add up to the trace's. Returns the pieces: the event
+    each is of (index into the arguments), its owner step, start and end."""
     end = start + dur
     last = np.full(steps, -np.inf)
     np.maximum.at(last, step, end)
     bound = np.maximum.accumulate(last)  # no instant before bound[s] belongs to a step after s
     first = np.minimum(np.searchsorted(bound, start, side="right"), step)
-    final = np.minimum(np.searchsorted(bound, end, side="left"), step)  # owner of the instants before end
+    # the owner of the instants just before each end
+    final = np.minimum(np.searchsorted(bound, end, side="left"), step)
     count = final - first + 1
     src = np.repeat(np.arange(len(start)), count)
     k = np.arange(len(src)) - np.repeat(np.cumsum(count) - count, count)  # piece k of its event
     owner = first[src] + k
     cut_start = np.where(k == 0, start[src], bound[np.maximum(owner - 1, 0)])
     cut_end = np.where(owner == final[src], end[src], bound[owner])
-    piece = (cut_end > cut_start) | (count[src] == 1)  # a step between two equal bounds owns nothing
+    piece = (cut_end > cut_start) | (count[src] == 1)  # no piece for a step owning nothing
     return src[piece], owner[piece], cut_start[piece], cut_end[piece]
 
 
@@ -304,7 +308,8 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
     # times from the first event: near the epoch a float64 µs is 0.25 µs coarse, and sums of many
     # differences would drift past the durations they are made of
     base = float(dev.ts[keep].min()) if m else 0.0
-    src, step, start, end = owned_pieces(dev.ts[keep] - base, np.maximum(dev.dur[keep], 0.0), step, steps)
+    src, step, start, end = owned_pieces(dev.ts[keep] - base, np.maximum(dev.dur[keep], 0.0), step,
+                                         steps)
     keep, phase, m = keep[src], phase[src], len(src)
     labels, stream = streams(dev.device[keep], dev.stream[keep])
     talk = comm[keep]
@@ -345,14 +350,16 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
         return np.where(n > 0, seg / np.maximum(n, 1), 0.0)
 
     everything = np.ones(m, dtype=bool)
-    compute, talking, memory = runs(phase, ~talk & ~copying), runs(phase, talk), runs(phase, copying)
+    compute, talking = runs(phase, ~talk & ~copying), runs(phase, talk)
+    memory = runs(phase, copying)
     either, on_stream = runs(phase, everything), runs(stream, everything)
     n_compute, n_comm, n_memory = compute[3], talking[3], memory[3]
 
     # device time of each kind of copy or set (its name: "Memcpy HtoD (Pageable -> Device)", …)
     kind_codes, kind_of = np.unique(dev.name[keep][copying], return_inverse=True)
     kinds = [trace.names[k] for k in kind_codes.tolist()]
-    kind_us = np.bincount(step[copying] * len(kinds) + kind_of.ravel(), weights=end[copying] - start[copying],
+    kind_us = np.bincount(step[copying] * len(kinds) + kind_of.ravel(),
+                          weights=end[copying] - start[copying],
                           minlength=steps * len(kinds)).reshape(steps, len(kinds))
     window = np.zeros(steps)
     past = np.zeros(steps)
@@ -373,7 +380,8 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
         comm_us=shared(talking, each(n_comm), phases),
         exposed_us=shared(talking, np.where(n_compute > 0, 0.0, each(n_comm)), phases),
         memory_us=shared(memory, each(n_memory), phases),
-        memory_exposed_us=shared(memory, np.where((n_compute > 0) | (n_comm > 0), 0.0, each(n_memory)), phases),
+        memory_exposed_us=shared(memory, np.where(n_compute + n_comm > 0, 0.0, each(n_memory)),
+                                 phases),
         memory_kinds=kinds,
         memory_kind_us=kind_us,
         window_us=window,

@@ -130,7 +130,8 @@ def gpu_time(w: Worker, rows: np.ndarray) -> GpuTime | None:
         memory_ms=ms(w.memory_us[rows].sum() / n),
         exposed_memory_ms=ms(w.exposed_memory_us[rows].sum() / n),
         idle_ms=ms(max(float(w.gpu_window_us[rows].sum()) / n - busy, 0.0)),
-        memory_kinds={name: ms(us / n) for name, us in sorted(kinds.items(), key=lambda kv: -kv[1])},
+        memory_kinds={name: ms(us / n)
+                      for name, us in sorted(kinds.items(), key=lambda kv: -kv[1])},
     )
 
 
@@ -246,10 +247,12 @@ def blocking_calls(span: SpanAnalysis, i: int) -> list[BlockingCall]:
         frames = op_stack(span, int(b.stack[k]))
         out.append(BlockingCall(
             phase=span.phases[b.phase[k]], call=names[b.call[k]],
-            copy=names[b.copy[k]] if b.copy[k] >= 0 else None, op=names[b.op[k]] if b.op[k] >= 0 else None,
+            copy=names[b.copy[k]] if b.copy[k] >= 0 else None,
+            op=names[b.op[k]] if b.op[k] >= 0 else None,
             inputs=inputs_of(span.shapes[b.shapes[k]]) or None, frame=frames.get("frame"),
             start_ms=ms(b.ts[k] - start), blocked_ms=ms(b.blocked_us[k]), queued=int(b.queued[k]),
-            queue_stream=span.queues.streams[b.queue_stream[k]] if b.queue_stream[k] >= 0 else None))
+            queue_stream=(span.queues.streams[b.queue_stream[k]] if b.queue_stream[k] >= 0
+                          else None)))
     return out
 
 

@@ -65,7 +65,8 @@ class Worker:
         self.gpu_compute_us = self._gather("gpu.compute_us")
         self.comm_us = self._gather("gpu.comm_us")
         self.exposed_comm_us = self._gather("gpu.exposed_us")
-        #: copies and sets (busy, and with neither compute nor communication running) per step and phase
+        #: copies and sets (busy, and with neither compute nor communication running) per step and
+        #: phase
         self.memory_us = self._gather("gpu.memory_us")
         self.exposed_memory_us = self._gather("gpu.memory_exposed_us")
         self.untraced_us = self._gather("untraced_us")
@@ -120,7 +121,8 @@ class Worker:
         """Device µs per kind of copy or set (its name) of step ``row``."""
         ref = self.refs[row]
         g = ref.span.gpu
-        return {k: float(v) for k, v in zip(g.memory_kinds, g.memory_kind_us[ref.index].tolist()) if v > 0}
+        us = g.memory_kind_us[ref.index].tolist()
+        return {k: float(v) for k, v in zip(g.memory_kinds, us) if v > 0}
 
     def by_span(self, rows) -> list[tuple[SpanAnalysis, list[int], list[int]]]:
         """``rows`` grouped by span: (span, the rows, their step indices in the span)."""
@@ -194,7 +196,8 @@ class Worker:
 
     def blocking_means(self, rows: np.ndarray) -> list[Blocked]:
         """The host calls that waited for the device in ``rows``, grouped, per step (`blocking`)."""
-        return mean_blocking([(span, indices) for span, _, indices in self.by_span(rows.tolist())], len(rows))
+        spans = [(span, indices) for span, _, indices in self.by_span(rows.tolist())]
+        return mean_blocking(spans, len(rows))
 
     def collective_us(self, rows: np.ndarray, phases: list[str], is_collective) -> np.ndarray:
         """Per step of ``rows`` and phase of ``phases``, the time spent in ops ``is_collective(name)``
