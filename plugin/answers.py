@@ -713,6 +713,10 @@ class ModulesAnswer(Answer):
     forward_phase_ms: float  # the steps' forward phase host time, what the top-level modules' forward is part of
     has_gpu: bool
     modules: list[ModuleRow]
+    #: over every profiled step: the steps left out as the summary leaves them out (warm-up and
+    #: compiling steps, `Summary.warmup_steps`, `compiling_steps`), and why, in one sentence
+    left_out: list[int]
+    left_out_why: str | None
 
 
 # --- the report (CLI and `analyze()`) -------------------------------------------------------------
@@ -875,6 +879,10 @@ class KernelsAnswer(Answer):
     steps: int  # how many steps the figures cover
     gpu_us: float  # their kernel time (summed over streams; in the phase): what ``share`` divides
     kernels: list[KernelRow]
+    #: over every profiled step: the steps left out as the summary leaves them out (warm-up and
+    #: compiling steps, `Summary.warmup_steps`, `compiling_steps`), and why, in one sentence
+    left_out: list[int]
+    left_out_why: str | None
 
 
 class RunOpRow(Answer, omit_defaults=True):
@@ -909,6 +917,10 @@ class OpsAnswer(Answer):
     wall_ms: float  # their host time, in the phase when one is chosen
     gpu_ms: float  # their GPU time, in the phase when one is chosen
     ops: list[RunOpRow]
+    #: over every profiled step: the steps left out as the summary leaves them out (warm-up and
+    #: compiling steps, `Summary.warmup_steps`, `compiling_steps`), and why, in one sentence
+    left_out: list[int]
+    left_out_why: str | None
 
 
 class MemorySeries(Answer):

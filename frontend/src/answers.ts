@@ -387,6 +387,8 @@ export interface KernelsAnswer {
   steps: number;
   gpu_us: number;
   kernels: KernelRow[];
+  left_out: number[];
+  left_out_why: string | null;
 }
 
 /** A step's swimlanes: lane 0 is the loop's thread, then other threads, then GPU streams. */
@@ -557,6 +559,8 @@ export interface ModulesAnswer {
   forward_phase_ms: number;
   has_gpu: boolean;
   modules: ModuleRow[];
+  left_out: number[];
+  left_out_why: string | null;
 }
 
 /**
@@ -585,6 +589,8 @@ export interface OpsAnswer {
   wall_ms: number;
   gpu_ms: number;
   ops: RunOpRow[];
+  left_out: number[];
+  left_out_why: string | null;
 }
 
 /**

@@ -233,6 +233,13 @@ def _modules(m: ModulesAnswer, console: Console) -> None:
              _fmt(r.backward_ms), *gpu, plain(r.ops[0].name, _OP_WIDTH) if r.ops else "-")
     console.print(t)
     _more(len(m.modules), MODULE_ROWS, "modules", console)
+    _left_out(m.left_out_why, console)
+
+
+def _left_out(why: str | None, console: Console) -> None:
+    """The line under a run-wide table that says which steps it left out (warm-up, compiling)."""
+    if why:
+        console.print(say(why, "dim"))
 
 
 #: The kernel table shows this many rows (``--json`` has them all) and names cut to these widths.
@@ -257,6 +264,7 @@ def _kernels(k: KernelsAnswer, console: Console) -> None:
              {True: "yes", False: "no", None: "-"}[r.tensor_cores], plain(r.op, _OP_WIDTH), plain(r.phase))
     console.print(t)
     _more(len(k.kernels), KERNEL_ROWS, "kernels", console)
+    _left_out(k.left_out_why, console)
 
 
 #: The collective table and the list of waits show this many rows (``--json`` has them all).

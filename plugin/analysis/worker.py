@@ -150,6 +150,21 @@ class Worker:
         steady = full[~(self.compiling[full] | self.warmup[full])]
         return steady if len(steady) else full
 
+    def run_wide(self, rows: list[int]) -> tuple[list[int], list[int], str | None]:
+        """``rows`` as a run-wide table (operators, kernels, modules) takes them: less the steps the
+        summary leaves out (`steady`: compiling and warm-up steps), with the numbers of those left
+        out and one sentence saying why (None when none is)."""
+        steady = set(self.steady().tolist())
+        kept = [k for k in rows if k in steady]
+        out = [k for k in rows if k not in steady and not self.empty[k]]
+        if not out:
+            return kept, [], None
+        parts = [f"{'steps' if len(ks) > 1 else 'step'} {', '.join(str(self.numbers[k]) for k in ks)} {why}"
+                 for why, ks in (("compiled", [k for k in out if self.compiling[k]]),
+                                 ("warmed up", [k for k in out if not self.compiling[k]])) if ks]
+        return kept, [self.numbers[k] for k in out], (
+            f"{' and '.join(parts)}: left out, as the summary's means and findings leave them out")
+
     def _span_order(self) -> np.ndarray:
         """Position of each row in the spans' steps laid end to end (span by span)."""
         offsets = np.cumsum([0] + [len(s.steps) for s in self.spans])
