@@ -48,6 +48,8 @@ class Figures(msgspec.Struct):
     has_gpu: bool
     #: per phase: launched device work not yet started (all streams), mean over its host time
     queue: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0))
+    #: per phase: copies and sets with neither compute nor communication running
+    exposed_memory_us: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0))
 
 
 class Costs(msgspec.Struct):
@@ -76,7 +78,9 @@ def phase_costs(f: Figures) -> Costs:
     cost = f.compute_us if measure == GPU else f.host_us
     cost_us = {p: float(c) for p, c in zip(f.phases, cost.tolist())}
     order = sorted(f.phases, key=lambda p: -cost_us[p])
-    busy = float(f.busy_us.sum()) if f.has_gpu else 0.0  # compute, exposed communication and memory
+    # the GPU's busy time: compute, and communication and copies no compute hides
+    exposed = float(f.exposed_comm_us.sum()) + float(f.exposed_memory_us.sum())
+    busy = compute + exposed if f.has_gpu else 0.0
     return Costs(measure=measure, wall_us=f.wall_us, total_us=compute if measure == GPU else f.wall_us,
                  host_us=float(host.sum()), gpu_busy_us=busy, compute_us=compute, cost_us=cost_us, order=order)
 
