@@ -245,3 +245,14 @@ def test_every_gpu_trace_has_a_queue_per_stream_with_work(gpu_case_folder):
 @pytest.fixture(params=sorted(p.name for p in (DATA / "gpu").iterdir() if p.is_dir()))
 def gpu_case_folder(request):
     return DATA / "gpu" / request.param
+
+
+def test_a_stream_whose_work_has_no_known_launch_has_an_empty_queue(tmp_path):
+    # a kernel with no runtime call correlated to it (a sampled or hand-edited trace): its stream has
+    # no launch to count, and the analysis goes on (found by the fuzz test: an IndexError once)
+    events = [*thread_names(), step(1, 1_000, 1_000), annotation("phaseprof::forward", 1_000, 1_000),
+              launch(1_010, 1), kernel("gemm", 1_100, 50, 1, stream=7), kernel("orphan", 1_200, 50, 99, stream=9)]
+    write_trace(tmp_path / "run" / "w.1.pt.trace.json", events)
+    (row,) = report(str(tmp_path / "run")).runs[0].workers[0].steps
+    assert row.gpu_time.queues["GPU 0 stream 7"].max == 1
+    assert "GPU 0 stream 9" not in row.gpu_time.queues

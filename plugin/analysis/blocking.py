@@ -105,11 +105,15 @@ class _Queues:
 
     def length(self, s: int, x: np.ndarray) -> np.ndarray:
         """Stream ``s``'s queue just before each instant ``x``."""
+        if self.slices[s].start == self.slices[s].stop:  # none of its work has a known launch
+            return np.zeros(len(x), np.int64)
         k = self._last(s, x, "left")
         return np.where(k >= 0, self.q[self.slices[s].start + np.maximum(k, 0)], 0)
 
     def integral(self, s: int, x: np.ndarray) -> np.ndarray:
         """Queue-µs of stream ``s`` from its first change up to each instant ``x``."""
+        if self.slices[s].start == self.slices[s].stop:
+            return np.zeros(len(x))
         k = self._last(s, x, "right")
         start = self.slices[s].start
         kk = start + np.maximum(k, 0)
