@@ -102,19 +102,57 @@ class RunsAnswer(Answer):
 # --- steps ----------------------------------------------------------------------------------------
 
 
-class GpuTime(Answer):
-    """A step's GPU measures (or their means over steps), each named for what it counts, all of the
-    device work *launched* in the step (kernels, copies, sets), wherever on the GPU's clock it ran.
+class LaunchQueue(Answer):
+    """A stream's launch queue in a step (or the mean over steps): ``mean`` / ``max``, the device
+    work launched on it (its runtime call started) and not yet started, time-weighted mean and
+    maximum over the step's host window; ``delay_p50_ms`` / ``delay_p90_ms``, the launch delay
+    (runtime call's start to the device work's start) of the work the step launched there, median
+    and 90th percentile (null where it launched none there). A long queue is a GPU with work
+    waiting; a short one while the GPU idles, a host that does not launch fast enough."""
 
-    ``busy_ms``: GPU busy, the union of that work over all streams (an instant counts once);
-    ``kernel_ms``: kernel time, device-event time summed over streams (at least ``busy_ms``);
-    ``window_ms``: the GPU window, first to last device activity of that work (at least ``busy_ms``);
-    ``compute_ms`` / ``comm_ms``: busy time of the compute work / of communication (collective kernels:
-    NCCL, RCCL, gloo, and work launched under ``record_param_comms``); ``exposed_comm_ms``: communication
-    time with no compute running on any stream (busy = compute + exposed communication);
-    ``overlap``: the share of communication time that compute overlapped (null without communication);
-    ``past_host_ms``: how long the work runs on after the step's host window ends (the host ran ahead;
-    0 when it does not); ``streams``: GPU busy per stream (``GPU 0 stream 7``)."""
+    mean: float
+    max: int
+    delay_p50_ms: float | None
+    delay_p90_ms: float | None
+
+
+class BlockingCall(Answer):
+    """A host call of a step that waited for the device: a synchronize, or a copy to the host (or
+    through pageable memory) that held the host until it was done. ``copy``: the device copy (null:
+    a synchronize); ``op``: the op that made it (``aten::to``, ``aten::item``; null: no op),
+    ``inputs`` its input shapes, ``frame`` the user's code that called it (with_stack); ``start_ms``
+    from the step's start; ``blocked_ms`` its host time; ``queued``: device work launched and not
+    yet started when it began (all streams), most of it on ``queue_stream``."""
+
+    phase: str
+    call: str
+    copy: str | None
+    op: str | None
+    inputs: str | None
+    frame: str | None
+    start_ms: float
+    blocked_ms: float
+    queued: int
+    queue_stream: str | None
+
+
+class GpuTime(Answer):
+    """A step's GPU measures (or their means over steps), each named for what it counts, of the
+    device work (kernels, copies, sets) *launched* in the step, wherever on the GPU's clock it ran,
+    with one owner per GPU instant: an instant belongs to the earliest step whose work has not all
+    ended then (the next step's work that runs before is counted there), so steps' windows never
+    overlap and the steps' figures add up to the trace's.
+
+    ``busy_ms``: GPU busy, the union of the step's instants over all streams (one instant, once);
+    ``kernel_ms``: kernel time by launch, device-event time summed over streams;
+    ``window_ms``: the GPU window, first to last device activity of the step (at least ``busy_ms``);
+    ``compute_ms`` / ``comm_ms``: busy time of compute (kernels that are neither communication nor
+    memory; up to phaseprof 0.1.0 copies and sets counted as compute too) / of communication
+    (collective kernels: NCCL, RCCL, gloo, and work launched under ``record_param_comms``);
+    ``exposed_comm_ms``: communication time with no compute running on any stream;
+    ``overlap``: the share of communication time compute overlapped (null without communication);
+    ``past_host_ms``: how long the work runs on after the step's host window ends (the host ran
+    ahead; 0 when it does not); ``streams``: GPU busy per stream (``GPU 0 stream 7``)."""
 
     busy_ms: float
     kernel_ms: float
@@ -125,6 +163,15 @@ class GpuTime(Answer):
     overlap: float | None
     past_host_ms: float
     streams: dict[str, float]
+    #: per stream: its launch queue and launch delay (`LaunchQueue`; over several steps, the means
+    #: of the steps' figures and the largest maximum)
+    queues: dict[str, LaunchQueue]
+    #: busy time of copies and sets (memcpy, memset: not compute), and its part with neither compute
+    #: nor communication running; busy = compute + exposed communication + exposed memory
+    memory_ms: float
+    exposed_memory_ms: float
+    idle_ms: float  # the GPU window less busy: the fourth measure (compute, communication, memory)
+    memory_kinds: dict[str, float]  # device time per kind of copy or set, by its name, most first
 
 
 class PhaseTimes(Answer):
@@ -238,6 +285,7 @@ class StepDetail(StepRow):
     lanes: Lanes
     gpu_names: list[str]
     apart: list[ApartBand]
+    blocking: list[BlockingCall]  # the step's host calls that waited for the device, in time order
 
 
 # --- comparisons ----------------------------------------------------------------------------------
@@ -393,6 +441,14 @@ class Evidence(Answer, omit_defaults=True):
     phases: list[str] | None = None
     eval_ms: float | None = None  # evaluation passes inside the steps' windows, in all
     paused_ms: float | None = None  # prof.paused() blocks inside the steps' windows, in all
+    blocked_ms: float | None = None  # host time per step in calls waiting for the device
+    blocked_max_ms: float | None = None  # the longest such call of the kind named
+    copy: str | None = None  # the device copy the call named waited for (None: a synchronize)
+    inputs: str | None = None  # the input shapes of the op that made it
+    queued: int | None = None  # launched kernels not yet started when the longest such call began
+    queue_stream: str | None = None  # the stream holding most of them
+    frame: str | None = None  # the user's code that made that call (with_stack)
+    queue: float | None = None  # launched kernels waiting to start, mean over the phase
 
 
 class Finding(Answer):
@@ -657,6 +713,10 @@ class ModulesAnswer(Answer):
     forward_phase_ms: float  # the steps' forward phase host time, what the top-level modules' forward is part of
     has_gpu: bool
     modules: list[ModuleRow]
+    #: over every profiled step: the steps left out as the summary leaves them out (warm-up and
+    #: compiling steps, `Summary.warmup_steps`, `compiling_steps`), and why, in one sentence
+    left_out: list[int]
+    left_out_why: str | None
 
 
 # --- the report (CLI and `analyze()`) -------------------------------------------------------------
@@ -822,6 +882,10 @@ class KernelsAnswer(Answer):
     steps: int  # how many steps the figures cover
     gpu_us: float  # their kernel time (summed over streams; in the phase): what ``share`` divides
     kernels: list[KernelRow]
+    #: over every profiled step: the steps left out as the summary leaves them out (warm-up and
+    #: compiling steps, `Summary.warmup_steps`, `compiling_steps`), and why, in one sentence
+    left_out: list[int]
+    left_out_why: str | None
 
 
 class RunOpRow(Answer, omit_defaults=True):
@@ -856,6 +920,10 @@ class OpsAnswer(Answer):
     wall_ms: float  # their host time, in the phase when one is chosen
     gpu_ms: float  # their GPU time, in the phase when one is chosen
     ops: list[RunOpRow]
+    #: over every profiled step: the steps left out as the summary leaves them out (warm-up and
+    #: compiling steps, `Summary.warmup_steps`, `compiling_steps`), and why, in one sentence
+    left_out: list[int]
+    left_out_why: str | None
 
 
 class MemorySeries(Answer):
@@ -975,14 +1043,17 @@ class CollectiveRow(Answer):
 class GpuBreakdown(Answer):
     """Where a rank's time went, ms. GPU measure: ``compute_ms`` and ``comm_ms`` are `GpuTime`'s
     compute and communication (each instant counted once), ``overlap_ms`` the communication that ran
-    while compute ran (communication less its exposed part), ``other_ms`` host time with no device
-    work running (GPU idle). Host measure (no GPU): communication is the host time in collective ops,
-    compute the rest of the host time, overlap and other 0."""
+    while compute ran (communication less its exposed part), ``memory_ms`` copies and sets running
+    with neither (`GpuTime.exposed_memory_ms`: compute + comm - overlap + memory is GPU busy),
+    ``other_ms`` host time with no device work running (GPU idle). Host measure (no GPU):
+    communication is the host time in collective ops, compute the rest of the host time, overlap,
+    memory and other 0."""
 
     compute_ms: float
     comm_ms: float
     overlap_ms: float
     other_ms: float
+    memory_ms: float
 
 
 class BreakdownStep(Answer):

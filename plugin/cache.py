@@ -164,6 +164,12 @@ def consistent(a: SpanAnalysis) -> bool:
     grids = [(x, (steps, phases)) for x in (a.host_us, a.gpu_us, a.gpu_idle_us, a.launches, a.wait_us,
                                            g.busy_us, g.compute_us, g.comm_us, g.exposed_us, a.untraced_us)]
     grids += [(g.window_us, (steps,)), (g.past_host_us, (steps,)), (g.stream_busy_us, (steps, len(g.streams)))]
+    grids += [(g.window_start_us, (steps,)), (g.memory_us, (steps, phases)),
+              (g.memory_exposed_us, (steps, phases)),
+              (g.memory_kind_us, (steps, len(g.memory_kinds)))]
+    q = a.queues
+    grids += [(x, (steps, len(q.streams))) for x in (q.mean, q.max, q.delay_p50_us, q.delay_p90_us)]
+    grids.append((q.phase_queued_us, (steps, phases)))
     per_device = (steps, phases, max(devices, 1))  # one column of "no event" when the trace has no device
     grids += [(a.step_gpu_us, (steps,)), (a.step_gpu_idle_us, (steps,)),
               (a.memory_peak, per_device), (a.memory_delta, per_device),
@@ -178,6 +184,7 @@ def consistent(a: SpanAnalysis) -> bool:
         (a.memory_curve, [("device", devices)]),
         (a.lanes, [("lane", lanes), ("phase", phases)]),
         (a.apart, [("kind", len(contract.OUT_OF_STEP))]),
+        (a.blocking, [("phase", phases), ("call", names), ("shapes", shapes)]),
     ]
     for table, codes in tables:
         columns = [getattr(table, k) for k in table.__struct_fields__ if k != "labels"]
@@ -188,6 +195,11 @@ def consistent(a: SpanAnalysis) -> bool:
             return False
         if rows and not all(_codes_within(getattr(table, k), n) for k, n in codes):
             return False
+    b = a.blocking  # codes that may be -1 ("none"), else within what they index
+    optional = ((b.copy, names), (b.op, names), (b.stack, len(a.call_paths.parent)),
+                (b.queue_stream, len(q.streams)))
+    if not all(((c >= -1) & (c < n)).all() for c, n in optional):
+        return False
     return (all((t.calls >= 1).all() for t in (a.ops, a.kernels)) and _launches_hold(a.kernels)
             and _code_holds(a))
 

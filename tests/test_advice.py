@@ -133,7 +133,7 @@ PHASES = ["data", "forward", "backward", "optimizer"]
 
 
 def typical_step(cpu, gpu=(0, 0, 0, 0), launches=(0, 0, 0, 0), idle=(0, 0, 0, 0), comm=(0, 0, 0, 0),
-                 exposed=(0, 0, 0, 0), has_gpu=True) -> Figures:
+                 exposed=(0, 0, 0, 0), has_gpu=True, queue=(0, 0, 0, 0)) -> Figures:
     """A typical step of four phases (µs); the figures the rules under test do not read are zeros."""
     zeros = np.zeros(4)
     cpu = np.array(cpu, dtype=float)
@@ -141,7 +141,7 @@ def typical_step(cpu, gpu=(0, 0, 0, 0), launches=(0, 0, 0, 0), idle=(0, 0, 0, 0)
                    gpu_us=np.array(gpu, dtype=float), idle_us=np.array(idle, dtype=float), wait_us=zeros,
                    launches=np.array(launches, dtype=float), busy_us=zeros, compute_us=zeros,
                    comm_us=np.array(comm, dtype=float), exposed_comm_us=np.array(exposed, dtype=float),
-                   step_idle_us=0.0, has_gpu=has_gpu)
+                   step_idle_us=0.0, has_gpu=has_gpu, queue=np.array(queue, dtype=float))
 
 
 SINGLE_PROCESS = ("the loop's own thread loads every batch (DataLoader num_workers=0): set num_workers (up to 3: the "
@@ -201,13 +201,26 @@ def test_an_optimizer_launching_many_tiny_kernels_is_told_to_use_foreach():
 
 
 def test_a_host_bound_phase_whose_gpu_idles_on_short_kernels_is_launch_bound():
-    f = typical_step(cpu=[0, 1000, 0, 0], gpu=[0, 1234, 0, 0], launches=[0, 100, 0, 0], idle=[0, 500, 0, 0])
+    f = typical_step(cpu=[0, 1000, 0, 0], gpu=[0, 1234, 0, 0], launches=[0, 100, 0, 0],
+                     idle=[0, 500, 0, 0], queue=[0, 0.5, 0, 0])
     evidence = Evidence()
     assert _host_bound(f, Context(ops={}, kernels={}, loader=None, gpu_names=[]), "forward", evidence) == (
-        "launch-bound", "the GPU idles 50% of it while the host launches 100 kernels averaging 12.3 µs: launch-bound; "
-        "CUDA graphs (torch.compile(mode='reduce-overhead')), torch.compile's fusion or a larger batch give the GPU "
-        "more work per launch")
-    assert (evidence.launches, evidence.mean_kernel_us) == (100.0, 12.34)
+        "launch-bound", "the GPU idles 50% of it while the host launches 100 kernels averaging "
+        "12.3 µs, 0.5 waiting to start on average: launch-bound; CUDA graphs "
+        "(torch.compile(mode='reduce-overhead')), torch.compile's fusion or a larger batch give "
+        "the GPU more work per launch")
+    assert (evidence.launches, evidence.mean_kernel_us, evidence.queue) == (100.0, 12.34, 0.5)
+
+
+def test_short_kernels_behind_a_long_launch_queue_are_not_launch_bound():
+    # the same phase, but 40 launched kernels wait to start on average: the GPU has work queued and
+    # idles for another reason (a stream waiting on another), so faster launches would not help
+    f = typical_step(cpu=[0, 1000, 0, 0], gpu=[0, 1234, 0, 0], launches=[0, 100, 0, 0],
+                     idle=[0, 500, 0, 0], queue=[0, 40.0, 0, 0])
+    evidence = Evidence()
+    ctx = Context(ops={}, kernels={}, loader=None, gpu_names=[])
+    kind, text = _host_bound(f, ctx, "forward", evidence)
+    assert kind == "host-time" and "CUDA graphs" not in text and evidence.queue is None
 
 
 def test_untraced_time_more_than_any_op_is_named_before_the_ops():

@@ -8,6 +8,7 @@ import gzip
 import json
 
 import msgspec
+import numpy as np
 import pytest
 
 from phaseprof import cli
@@ -18,7 +19,7 @@ from phaseprof.plugin.answers import CollectivesAnswer
 from phaseprof.plugin.reading.decode import read_trace
 from tests.logdir import settled, write_trace
 from tests.test_plugin import BASE, make_app
-from tests.tracebuilder import annotation, collective, kernel, launch, step, thread_names
+from tests.tracebuilder import annotation, collective, kernel, launch, op, step, thread_names
 
 #: Element sizes, written out here for the types these traces use.
 SIZES = {"Float": 4, "BFloat16": 2, "Half": 2, "Long": 8, "Int": 4, "Byte": 1}
@@ -199,8 +200,10 @@ def test_breakdown_is_the_gpu_measures(traces, folder):
         assert t.comm_ms == ms(w.comm_us[row].sum())
         assert t.overlap_ms == ms(w.comm_us[row].sum() - w.exposed_comm_us[row].sum())
         assert t.other_ms == ms(w.gpu_idle_us[row].sum())
-        assert t.compute_ms + t.comm_ms - t.overlap_ms == pytest.approx(ms(w.gpu_busy_us[row].sum()), abs=2e-3)
-        for field in ("compute_ms", "comm_ms", "overlap_ms", "other_ms"):
+        assert t.memory_ms == ms(w.exposed_memory_us[row].sum())
+        busy = t.compute_ms + t.comm_ms - t.overlap_ms + t.memory_ms
+        assert busy == pytest.approx(ms(w.gpu_busy_us[row].sum()), abs=3e-3)
+        for field in ("compute_ms", "comm_ms", "overlap_ms", "other_ms", "memory_ms"):
             parts = sum(getattr(p, field) for p in s.phases.values())
             assert parts == pytest.approx(getattr(t, field), abs=1e-3 * (len(s.phases) + 1))
         comm_seen += t.comm_ms
@@ -270,14 +273,14 @@ def test_the_report_gives_the_routes_answer_as_json_and_as_tables(tmp_path, caps
         assert c[4] == {"all_reduce": "3.8 MiB", "all_gather": "976.6 KiB"}[r["kind"]]
         assert c[2:4] + c[5:] == [r["group"], str(r["group_size"]), str(r["calls"]), f"{r['time_ms']:,.2f}",
                                   f"{r['mean_ms']:,.2f}", f"{r['max_ms']:,.2f}", f"{r['busbw_gbps']:,.2f}", "GPU"]
-    # worker, rank, measure, steps, compute, communication, overlap, other
-    means = [c for c in cells if len(c) == 8 and c[2] in ("gpu", "host")]
+    # worker, rank, measure, steps, compute, communication, overlap, memory, other
+    means = [c for c in cells if len(c) == 9 and c[2] in ("gpu", "host")]
     assert [c[0] for c in means] == [r["worker"] for r in route["ranks"]]
     for c, rank in zip(means, route["ranks"]):
         n = len(rank["steps"])
         assert c[1:4] == [str(rank["rank"]), "gpu", str(n)]
         assert c[4:] == [f"{sum(s['total'][f] for s in rank['steps']) / n:,.2f}"
-                         for f in ("compute_ms", "comm_ms", "overlap_ms", "other_ms")]
+                         for f in ("compute_ms", "comm_ms", "overlap_ms", "memory_ms", "other_ms")]
     waited = [line.strip() for line in lines if "arrived last" in line]
     assert waited == [f"• rank 1 arrived last at {STEPS} of {2 * STEPS} collectives matched across ranks; the others "
                       f"waited {0.03 * STEPS:,.2f} ms for it",
@@ -312,3 +315,23 @@ def test_kinds_come_from_the_backend_ops_where_the_args_do_not_say(traces, folde
                 and any(a <= e["ts"] < b for a, b in windows)]
     nccl_us = sum(kernels[e["args"]["correlation"]] for e in launched)
     assert sum(r.kernel_ms for r in answer.collectives) == pytest.approx(nccl_us / 1000, abs=0.01)
+
+
+def test_a_childless_collective_is_charged_with_no_work_but_its_own(tmp_path):
+    # a step launches a 5 ms gemm under aten::mm (no collective above it) and ends in a barrier that
+    # launches nothing, the last event of the trace in nesting order: the barrier owns no device
+    # work (an owner of -1 once read the last event's row, giving the barrier the gemm's time and
+    # start)
+    events = thread_names() + [
+        step(1, 1_000, 10_000), annotation("phaseprof::forward", 1_000, 8_000),
+        op("aten::mm", 1_100, 50),
+        launch(1_110, 1), kernel("volta_sgemm_128x64_nn", 1_200, 5_000, 1),
+        op("record_param_comms", 10_900, 50, **{"Collective name": "barrier", "Group size": 2}),
+    ]
+    path = write_trace(tmp_path / "w.1.pt.trace.json", events)
+    span = analyze_trace(read_trace(str(path)), "w")
+    t = span.collectives
+    (row,) = range(len(t.step))
+    assert t.kinds[t.kind[row]] == "barrier"
+    assert t.kernel_us[row] == 0.0 and np.isnan(t.device_start[row]) and np.isnan(t.device_end[row])
+    assert t.host_ts[row] == 10_900.0

@@ -17,8 +17,9 @@ from phaseprof.plugin.analysis.memory_ops import NO_OP, memory_devices
 from phaseprof.plugin.analysis.span import analyze_trace
 from phaseprof.plugin.answers import MemoryEventsAnswer
 from phaseprof.plugin.reading.decode import read_trace
-from tests.logdir import settled
+from tests.logdir import settled, write_trace
 from tests.test_plugin import BASE, make_app
+from tests.tracebuilder import memory, op
 
 BIG = 1 << 22  # floats the recorded loop allocates in one op: 16 MiB
 
@@ -166,3 +167,18 @@ def test_each_event_is_in_the_innermost_op_holding_it(tmp_path):
     assert (rows["aten::parent"].allocated_total, rows["aten::parent"].peak_total) == (5120, 5120)
     assert rows["aten::parent"].peak_self == 1024 and rows["aten::child"].peak_self == 4096
     assert (device.peak_bytes, device.peak_op, device.peak_ms) == (5120, "aten::parent", 0.2)
+
+
+def test_memory_outside_every_op_is_no_ops_peak(tmp_path):
+    # a trace without ProfilerStep (one step): aten::empty allocates 100 B, then 1,000,000 B are
+    # allocated outside every op; aten::empty is the first event in nesting order (index 0), which
+    # once took the loose megabyte into its own peak (1,000,100 B, above its own total)
+    events = [op("aten::empty", 1_000, 10), memory(1_005, 100, 100),
+              memory(2_000, 1_000_000, 1_000_100), op("aten::add", 3_000, 10)]
+    span = analyze_trace(read_trace(str(write_trace(tmp_path / "w.1.pt.trace.json", events))), "w")
+    t = span.memory_ops
+    rows = {(span.names[k] if k >= 0 else NO_OP): r for r, k in enumerate(t.name.tolist())}
+    empty, loose = rows["aten::empty"], rows[NO_OP]
+    assert (t.allocated_self[empty], t.peak_self[empty], t.peak_total[empty]) == (100, 100, 100)
+    assert (t.allocated_self[loose], t.peak_self[loose]) == (1_000_000, 1_000_000)
+    assert t.peak_self[empty] <= t.peak_total[empty]

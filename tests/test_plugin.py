@@ -188,7 +188,8 @@ def test_ranks_of_a_real_two_rank_job(served):
     assert "too few steps" in body["note"]
     assert body["measure"] == "gpu" and body["world_size"] == 128 and len(body["missing_ranks"]) == 126
     for r in body["ranks"]:  # the compute-only figures the rule reads are in the table, in GPU time
-        assert r["step_ms"] == pytest.approx(r["compute_ms"] + r["exposed_comm_ms"], abs=0.002)
+        # GPU busy: compute, exposed communication and the copies and sets neither hides
+        assert r["step_ms"] >= r["compute_ms"] + r["exposed_comm_ms"] - 0.002
         assert set(r["phase_compute_ms"]) == set(body["phases"])
     assert get(client, f"{BASE}/ranks?run=gpu")["straggler"] is None  # one rank: no straggler
 

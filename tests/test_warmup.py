@@ -13,6 +13,9 @@ import numpy as np
 import pytest
 
 from phaseprof.cli.compare import compare_paths
+from phaseprof.plugin.analysis.kernels import kernels_answer
+from phaseprof.plugin.analysis.modules import modules_answer
+from phaseprof.plugin.analysis.operators import run_ops
 from phaseprof.plugin.analysis.ranks import ranks
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
@@ -177,3 +180,31 @@ def test_the_terminal_marks_the_warmup_step_left_out_of_the_means(warm):
     assert "w: warm-up (one-off setup), left out of the means" in " ".join(text.split())
     row = next(line for line in text.splitlines() if line.strip().startswith("4 w"))
     assert "4,800.00" in row or "4800.00" in row
+
+
+def _worker_of(path) -> Worker:
+    (run,) = discover(str(path.parent))
+    (f,) = [f for files in run.workers.values() for f in files if f.path == str(path)]
+    return Worker(f.worker, [analyze_file(f)])
+
+
+def test_the_run_wide_tables_leave_the_warmup_step_out_and_say_so(traces, warm):
+    # the Operators, run-kernel and Modules tables over every profiled step: those of steps 5..10, as
+    # without the warm-up step (its 4.8 s of cudnnFind and stream creation once topped the operators)
+    base = _worker_of(traces.folder("gpu", "kineto_resnet50_num_workers_0") / RESNET)
+    w = _worker_of(warm)
+    ops, original = run_ops(w), run_ops(base)
+    assert ops.left_out == [4] and original.left_out == [] and original.left_out_why is None
+    assert ops.left_out_why == "step 4 warmed up: left out, as the summary's means and findings leave them out"
+    assert (ops.steps, ops.wall_ms, ops.gpu_ms, ops.ops) == (original.steps, original.wall_ms, original.gpu_ms,
+                                                             original.ops)
+    assert "cudnnFindConvolutionForwardAlgorithmEx" not in {r.name for r in ops.ops}
+    kernels = kernels_answer("r", w, w.full().tolist(), None, None)
+    assert kernels.left_out == [4] and kernels.steps == 6
+    assert kernels.kernels == kernels_answer("r", base, base.full().tolist(), None, None).kernels
+    modules = modules_answer("r", w, w.full().tolist(), None)
+    assert modules.left_out == [4] and modules.modules == modules_answer("r", base, base.full().tolist(),
+                                                                         None).modules
+    # one step asked for by number is that step, warm-up or not
+    one = kernels_answer("r", w, [w.row_of(4)], 4, None)
+    assert one.steps == 1 and one.left_out == []

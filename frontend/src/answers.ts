@@ -17,6 +17,27 @@ export interface ApartTime {
   share: number;
 }
 
+/**
+ * A host call of a step that waited for the device: a synchronize, or a copy to the host (or
+ * through pageable memory) that held the host until it was done. `copy`: the device copy (null:
+ * a synchronize); `op`: the op that made it (`aten::to`, `aten::item`; null: no op),
+ * `inputs` its input shapes, `frame` the user's code that called it (with_stack); `start_ms`
+ * from the step's start; `blocked_ms` its host time; `queued`: device work launched and not
+ * yet started when it began (all streams), most of it on `queue_stream`.
+ */
+export interface BlockingCall {
+  phase: string;
+  call: string;
+  copy: string | null;
+  op: string | null;
+  inputs: string | null;
+  frame: string | null;
+  start_ms: number;
+  blocked_ms: number;
+  queued: number;
+  queue_stream: string | null;
+}
+
 export interface BreakdownStep {
   step: number;
   total: GpuBreakdown;
@@ -223,6 +244,14 @@ export interface Evidence {
   phases?: string[];
   eval_ms?: number;
   paused_ms?: number;
+  blocked_ms?: number;
+  blocked_max_ms?: number;
+  copy?: string;
+  inputs?: string;
+  queued?: number;
+  queue_stream?: string;
+  frame?: string;
+  queue?: number;
 }
 
 /** A file (or path) that could not be read or analysed, and why, in one line. */
@@ -281,30 +310,37 @@ export interface GateSide {
 /**
  * Where a rank's time went, ms. GPU measure: `compute_ms` and `comm_ms` are `GpuTime`'s
  * compute and communication (each instant counted once), `overlap_ms` the communication that ran
- * while compute ran (communication less its exposed part), `other_ms` host time with no device
- * work running (GPU idle). Host measure (no GPU): communication is the host time in collective ops,
- * compute the rest of the host time, overlap and other 0.
+ * while compute ran (communication less its exposed part), `memory_ms` copies and sets running
+ * with neither (`GpuTime.exposed_memory_ms`: compute + comm - overlap + memory is GPU busy),
+ * `other_ms` host time with no device work running (GPU idle). Host measure (no GPU):
+ * communication is the host time in collective ops, compute the rest of the host time, overlap,
+ * memory and other 0.
  */
 export interface GpuBreakdown {
   compute_ms: number;
   comm_ms: number;
   overlap_ms: number;
   other_ms: number;
+  memory_ms: number;
 }
 
 /**
- * A step's GPU measures (or their means over steps), each named for what it counts, all of the
- * device work *launched* in the step (kernels, copies, sets), wherever on the GPU's clock it ran.
+ * A step's GPU measures (or their means over steps), each named for what it counts, of the
+ * device work (kernels, copies, sets) *launched* in the step, wherever on the GPU's clock it ran,
+ * with one owner per GPU instant: an instant belongs to the earliest step whose work has not all
+ * ended then (the next step's work that runs before is counted there), so steps' windows never
+ * overlap and the steps' figures add up to the trace's.
  *
- * `busy_ms`: GPU busy, the union of that work over all streams (an instant counts once);
- * `kernel_ms`: kernel time, device-event time summed over streams (at least `busy_ms`);
- * `window_ms`: the GPU window, first to last device activity of that work (at least `busy_ms`);
- * `compute_ms` / `comm_ms`: busy time of the compute work / of communication (collective kernels:
- * NCCL, RCCL, gloo, and work launched under `record_param_comms`); `exposed_comm_ms`: communication
- * time with no compute running on any stream (busy = compute + exposed communication);
- * `overlap`: the share of communication time that compute overlapped (null without communication);
- * `past_host_ms`: how long the work runs on after the step's host window ends (the host ran ahead;
- * 0 when it does not); `streams`: GPU busy per stream (`GPU 0 stream 7`).
+ * `busy_ms`: GPU busy, the union of the step's instants over all streams (one instant, once);
+ * `kernel_ms`: kernel time by launch, device-event time summed over streams;
+ * `window_ms`: the GPU window, first to last device activity of the step (at least `busy_ms`);
+ * `compute_ms` / `comm_ms`: busy time of compute (kernels that are neither communication nor
+ * memory; up to phaseprof 0.1.0 copies and sets counted as compute too) / of communication
+ * (collective kernels: NCCL, RCCL, gloo, and work launched under `record_param_comms`);
+ * `exposed_comm_ms`: communication time with no compute running on any stream;
+ * `overlap`: the share of communication time compute overlapped (null without communication);
+ * `past_host_ms`: how long the work runs on after the step's host window ends (the host ran
+ * ahead; 0 when it does not); `streams`: GPU busy per stream (`GPU 0 stream 7`).
  */
 export interface GpuTime {
   busy_ms: number;
@@ -316,6 +352,11 @@ export interface GpuTime {
   overlap: number | null;
   past_host_ms: number;
   streams: Record<string, number>;
+  queues: Record<string, LaunchQueue>;
+  memory_ms: number;
+  exposed_memory_ms: number;
+  idle_ms: number;
+  memory_kinds: Record<string, number>;
 }
 
 /** One kernel (or copy, or set) name over the chosen steps and phase; times in µs. */
@@ -349,12 +390,29 @@ export interface KernelsAnswer {
   steps: number;
   gpu_us: number;
   kernels: KernelRow[];
+  left_out: number[];
+  left_out_why: string | null;
 }
 
 /** A step's swimlanes: lane 0 is the loop's thread, then other threads, then GPU streams. */
 export interface Lanes {
   labels: string[];
   bands: [number, number, number, string][];
+}
+
+/**
+ * A stream's launch queue in a step (or the mean over steps): `mean` / `max`, the device
+ * work launched on it (its runtime call started) and not yet started, time-weighted mean and
+ * maximum over the step's host window; `delay_p50_ms` / `delay_p90_ms`, the launch delay
+ * (runtime call's start to the device work's start) of the work the step launched there, median
+ * and 90th percentile (null where it launched none there). A long queue is a GPU with work
+ * waiting; a short one while the GPU idles, a host that does not launch fast enough.
+ */
+export interface LaunchQueue {
+  mean: number;
+  max: number;
+  delay_p50_ms: number | null;
+  delay_p90_ms: number | null;
 }
 
 /** How far the background loading of trace files has come. */
@@ -504,6 +562,8 @@ export interface ModulesAnswer {
   forward_phase_ms: number;
   has_gpu: boolean;
   modules: ModuleRow[];
+  left_out: number[];
+  left_out_why: string | null;
 }
 
 /**
@@ -532,6 +592,8 @@ export interface OpsAnswer {
   wall_ms: number;
   gpu_ms: number;
   ops: RunOpRow[];
+  left_out: number[];
+  left_out_why: string | null;
 }
 
 /**
@@ -768,6 +830,7 @@ export interface StepDetail extends StepRow {
   lanes: Lanes;
   gpu_names: string[];
   apart: [number, number, string][];
+  blocking: BlockingCall[];
 }
 
 /**

@@ -102,8 +102,14 @@ def _cell(phase: PhaseTimes | PhaseMean, gpu: bool) -> str:
 def _gpu_line(g: GpuTime) -> str:
     """The GPU measures of a (mean) step, each named for what it counts."""
     line = (f"  GPU per step (mean): GPU busy {_fmt(g.busy_ms)} ms (compute {_fmt(g.compute_ms)} ms, exposed "
-            f"communication {_fmt(g.exposed_comm_ms)} ms) · kernel time (summed over streams) {_fmt(g.kernel_ms)} ms · "
-            f"GPU window {_fmt(g.window_ms)} ms")
+            f"communication {_fmt(g.exposed_comm_ms)} ms, copies and sets alone "
+            f"{_fmt(g.exposed_memory_ms)} ms) · GPU idle in the window {_fmt(g.idle_ms)} ms"
+            f" · kernel time (summed over streams) {_fmt(g.kernel_ms)} ms"
+            f" · GPU window {_fmt(g.window_ms)} ms")
+    if g.memory_ms:
+        shown = list(g.memory_kinds.items())[:_EDGE]
+        kinds = ", ".join(f"{plain(k)} {_fmt(v)} ms" for k, v in shown)
+        line += f" · copies and sets (memory) {_fmt(g.memory_ms)} ms: {kinds}"
     if g.comm_ms:
         line += f" · communication {_fmt(g.comm_ms)} ms, {g.overlap:.0%} of it overlapped by compute"
     if g.past_host_ms:
@@ -227,6 +233,13 @@ def _modules(m: ModulesAnswer, console: Console) -> None:
              _fmt(r.backward_ms), *gpu, plain(r.ops[0].name, _OP_WIDTH) if r.ops else "-")
     console.print(t)
     _more(len(m.modules), MODULE_ROWS, "modules", console)
+    _left_out(m.left_out_why, console)
+
+
+def _left_out(why: str | None, console: Console) -> None:
+    """The line under a run-wide table that says which steps it left out (warm-up, compiling)."""
+    if why:
+        console.print(say(why, "dim"))
 
 
 #: The kernel table shows this many rows (``--json`` has them all) and names cut to these widths.
@@ -251,6 +264,7 @@ def _kernels(k: KernelsAnswer, console: Console) -> None:
              {True: "yes", False: "no", None: "-"}[r.tensor_cores], plain(r.op, _OP_WIDTH), plain(r.phase))
     console.print(t)
     _more(len(k.kernels), KERNEL_ROWS, "kernels", console)
+    _left_out(k.left_out_why, console)
 
 
 #: The collective table and the list of waits show this many rows (``--json`` has them all).
@@ -279,12 +293,14 @@ def _collectives(c: CollectivesAnswer, console: Console) -> None:
         console.print(t)
         _more(len(c.collectives), COLLECTIVE_ROWS, "rows", console)
     t = _table(caption="ms per step, mean over the steps; overlap: communication while compute ran")
-    for col in ("worker", "rank", "measure", "steps", "compute", "communication", "overlap", "other"):
+    columns = ("worker", "rank", "measure", "steps", "compute", "communication", "overlap", "memory",
+               "other")
+    for col in columns:
         t.add_column(col, justify="left" if col in ("worker", "measure") else "right")
     for r in c.ranks:
         n = len(r.steps)
         mean = [sum(getattr(s.total, f) for s in r.steps) / n if n else None
-                for f in ("compute_ms", "comm_ms", "overlap_ms", "other_ms")]
+                for f in ("compute_ms", "comm_ms", "overlap_ms", "memory_ms", "other_ms")]
         _row(t, plain(r.worker), "-" if r.rank is None else str(r.rank), r.measure, str(n), *map(_fmt, mean))
     console.print(t)
     waited = sorted((w for w in c.waited_for if w.last), key=lambda w: -w.caused_ms)[:WAITED_FOR_ROWS]

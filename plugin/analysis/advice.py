@@ -19,7 +19,8 @@ import numpy as np
 from phaseprof.contract import DATA, FORWARD, OPTIMIZER
 
 from ..answers import Evidence
-from .cost import GPU, Costs, Figures, saving_us
+from .blocking import Blocked, inputs_of
+from .cost import GPU, HOST, Costs, Figures, saving_us
 from .kernels import MATRIX_KERNEL, uses_tensor_cores
 from .span import COLLECTIVE_KERNEL
 
@@ -36,6 +37,12 @@ MANY_OPS = 100
 #: A host-bound phase whose GPU idles this share of it, launching kernels this short, is launch-bound.
 LAUNCH_IDLE_SHARE = 0.4
 SHORT_KERNEL_US = 50.0
+#: ... and only while its launch queue is short: on average fewer than this many launched kernels
+#: (all streams) wait to start. A longer queue means the GPU has work and idles for another reason.
+SHORT_QUEUE = 4.0
+#: A costly phase whose host is held this share of it by calls waiting for the device is
+#: host-blocked.
+BLOCKED_SHARE = 0.25
 #: GPU-bound phases whose matrix kernels are fp32 without tensor cores at least this share of their
 #: device time are worth mixed precision.
 FP32_MATRIX_SHARE = 0.3
@@ -67,6 +74,8 @@ _ALLOC_CALL = re.compile(r"^(cuda|hip)(Malloc|Free)(Async)?$")
 _PAGEABLE_HTOD = re.compile(r"HtoD.*Pageable", re.I)
 _COPY_CALL = re.compile(r"^(cuda|hip)Memcpy(2D|3D)?(Async)?(WithStream)?$")
 _MEMCPY = re.compile(r"^Memcpy")
+#: Device work by name that is not compute: copies and sets (memory), collectives (communication).
+_NOT_COMPUTE = re.compile(r"^(Memcpy|Memset)|nccl|rccl|gloo", re.I)
 #: Phases on the batch's way to the GPU: pageable copies launched there are the DataLoader's batch.
 BATCH_PHASES = (DATA, FORWARD)
 _COLLECTIVE_OP = re.compile(r"^(nccl|gloo|mpi|ucc|c10d)(:|::)|^record_param_comms$")
@@ -94,6 +103,7 @@ class Context(msgspec.Struct):
     gpu_capabilities: list[str] = []  # "major.minor" per GPU name, "" where the trace gives none
     cpus: int | None = None  # CPUs the training process could use, where the trace records them
     untraced_us: dict[str, float] = {}  # per phase: host µs per step with no recorded event (`untraced`)
+    blocking: list[Blocked] = []  # host calls that waited for the device, per step (`blocking`)
 
 
 def advise(f: Figures, c: Costs, ctx: Context) -> list[Advice]:
@@ -126,7 +136,10 @@ def _phase_finding(f: Figures, c: Costs, ctx: Context, phase: str) -> Advice:
             evidence.gpu_busy_ms = _ms(c.gpu_busy_us)
             evidence.host_critical_ms = _ms(c.host_us)
     head = _cost_sentence(f, c, phase)
-    if phase == DATA:
+    blocked = _blocked(f, c, ctx, phase, evidence)
+    if blocked is not None:
+        kind, advice = blocked
+    elif phase == DATA:
         kind, advice = _data(f, ctx, evidence)
     elif phase == OPTIMIZER:
         kind, advice = _optimizer(f, ctx, evidence)
@@ -220,7 +233,10 @@ def _optimizer(f: Figures, ctx: Context, evidence: Evidence) -> tuple[str, str]:
 
 
 def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tuple[str, str]:
-    kernels = sorted(((name, v) for (p, name), v in ctx.kernels.items() if p == phase), key=lambda kv: -kv[1][1])
+    # the phase's compute: never a collective or a copy (the cost of a GPU-bound phase is its
+    # compute)
+    kernels = sorted(((name, v) for (p, name), v in ctx.kernels.items()
+                      if p == phase and is_compute(name)), key=lambda kv: -kv[1][1])
     total = sum(float(v[1]) for _, v in kernels) or 1.0
     matrix = [(n, v) for n, v in kernels if MATRIX_KERNEL.search(n) and not _NORM_KERNEL.search(n)]
     fp32 = [(n, v) for n, v in matrix if not uses_tensor_cores(n)]
@@ -253,6 +269,11 @@ def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tupl
     return "gpu-bound", f"its GPU time goes to {top}"
 
 
+def is_compute(kernel: str) -> bool:
+    """Whether device work of this name is compute: no copy or set, no collective's kernel."""
+    return not _NOT_COMPUTE.search(kernel)
+
+
 def tensor_cores(name: str, capability: str) -> str | None:
     """The precisions a GPU's tensor cores run: `BF16` (bfloat16, float16, TF32), `FP16` (float16
     only), `NONE`, or None when neither its compute capability nor its name tells."""
@@ -272,15 +293,67 @@ def _host_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tup
     j = f.phases.index(phase)
     launches, gpu, cpu = float(f.launches[j]), float(f.gpu_us[j]), float(f.host_us[j])
     idle = float(f.idle_us[j]) if f.has_gpu else np.nan
+    queue = float(f.queue[j]) if len(f.queue) else 0.0
     if f.has_gpu and cpu > 0 and launches > 0 and idle / cpu >= LAUNCH_IDLE_SHARE \
-            and gpu / launches < SHORT_KERNEL_US:
+            and gpu / launches < SHORT_KERNEL_US and queue < SHORT_QUEUE:
         evidence.launches = round(launches, 1)
         evidence.mean_kernel_us = round(gpu / launches, 2)
+        evidence.queue = round(queue, 2)
         return "launch-bound", (
-            f"the GPU idles {idle / cpu:.0%} of it while the host launches {launches:.0f} kernels averaging "
-            f"{gpu / launches:.1f} µs: launch-bound; CUDA graphs (torch.compile(mode='reduce-overhead')), "
-            "torch.compile's fusion or a larger batch give the GPU more work per launch")
+            f"the GPU idles {idle / cpu:.0%} of it while the host launches {launches:.0f} kernels "
+            f"averaging {gpu / launches:.1f} µs, {queue:.1f} waiting to start on average: "
+            "launch-bound; CUDA graphs (torch.compile(mode='reduce-overhead')), torch.compile's "
+            "fusion or a larger batch give the GPU more work per launch")
     return "host-time", _top_ops(f, ctx, phase, evidence)
+
+
+def _blocked(f: Figures, c: Costs, ctx: Context, phase: str,
+             evidence: Evidence) -> tuple[str, str] | None:
+    """A phase costing host time whose host is held, for at least ``BLOCKED_SHARE`` of it, by calls
+    waiting for the device (`blocking`): the host waits, so launching faster would win nothing back.
+    Names the call holding it longest, the op and line that made it and the queue it waited behind.
+    """
+    j = f.phases.index(phase)
+    host = float(f.host_us[j])
+    calls = [b for b in ctx.blocking if b.phase == phase]
+    blocked = sum(b.blocked_us for b in calls)
+    if c.measure != HOST or phase == DATA or not f.has_gpu or host <= 0 \
+            or blocked < BLOCKED_SHARE * host:
+        return None
+    top = calls[0]
+    maker = top.op or top.call
+    inputs = inputs_of(top.shapes) if top.op else ""
+    shapes = f" (input {inputs})" if inputs else ""
+    what = f"{top.call}, a {top.copy} copy," if top.copy else top.call
+    evidence.blocked_ms = _ms(blocked)
+    evidence.blocked_max_ms = _ms(top.longest_us)
+    evidence.wait_ms = _ms(top.blocked_us)
+    evidence.inputs = inputs or None
+    evidence.sync_calls = [f"{b.call} x{b.calls:g}" for b in calls[:3]]
+    evidence.ops = list(dict.fromkeys(b.op or b.call for b in calls))[:3]
+    evidence.copy = top.copy
+    evidence.queued = top.queued
+    evidence.queue_stream = top.queue_stream
+    evidence.frame = top.frame
+    evidence.host_critical_ms = _ms(c.host_us)
+    queue = (f"; the longest waits behind {top.queued} launched kernels not yet started"
+             + (f" (most on {top.queue_stream})" if top.queue_stream else "")) if top.queued else ""
+    text = (f"the host is blocked {_ms(blocked):.2f} ms per step of it waiting for the GPU: "
+            f"{maker}{shapes}" + (f" at {top.frame}" if top.frame else "")
+            + f" holds it in {what} {_ms(top.blocked_us):.2f} ms per step (up to "
+            f"{_ms(top.longest_us):.2f} ms){queue}; without such waits the host's work is "
+            f"{_ms(c.host_us):.2f} ms per step, so the GPU is not starved and launching faster "
+            "would win nothing back: ")
+    if top.copy and re.search(r"DtoH|DeviceToHost", top.copy, re.I):
+        text += ("copy into pinned memory with .to('cpu', non_blocking=True) and read the values "
+                 "only after an event later in the step, or keep them on the GPU")
+    elif top.copy:
+        text += ("keep the host tensors in pinned memory (tensor.pin_memory(), once) and copy with "
+                 ".to(device, non_blocking=True), or create them on the GPU")
+    else:
+        text += ("drop the synchronization (no .item(), .cpu(), .tolist() or printing of GPU "
+                 "tensors inside the step), or move it to where the GPU has nothing queued")
+    return "host-blocked", text
 
 
 def _top_ops(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> str:

@@ -129,7 +129,9 @@ def collective_table(trace: Trace, n: Nesting, part: Partition, launch_runtime: 
     dev = trace.device
     known = launch_runtime >= 0
     call_of_dev = np.full(len(dev), -1, np.int64)
-    call_of_dev[known] = row_of[owner[launch_runtime[known]]] if len(owner) else -1
+    if len(owner):  # work launched under no call is none's (-1 must not index the last event)
+        under = owner[launch_runtime[known]]
+        call_of_dev[known] = np.where(under >= 0, row_of[np.maximum(under, 0)], -1)
     alone = np.flatnonzero(comm & (call_of_dev < 0) & np.isfinite(launch_ts))
     m = len(calls) + len(alone)
     call_of_dev[alone] = len(calls) + np.arange(len(alone))
@@ -220,9 +222,10 @@ def collective_rows(w: Worker, rows: list[int]) -> list[CollectiveRow]:
 
 
 def breakdown(w: Worker, rows: list[int], phases: list[str]) -> RankBreakdown:
-    """The worker's time per step and phase as compute / communication / overlap / other: the GPU
-    measures of `span.gpu_measures` (`Worker.gpu_compute_us`, `comm_us`, `exposed_comm_us`) and its
-    GPU idle (`Worker.gpu_idle_us`), or, without a GPU, host time less the collectives' (as `ranks`)."""
+    """The worker's time per step and phase as compute / communication / overlap / memory / other:
+    the GPU measures of `span.gpu_measures` (`Worker.gpu_compute_us`, `comm_us`, `exposed_comm_us`,
+    `exposed_memory_us`) and its GPU idle (`Worker.gpu_idle_us`), or, without a GPU, host time less
+    the collectives' (as `ranks`)."""
     from .span import COLLECTIVE_OP  # the collective ops the ranks view counts (span imports this module)
 
     cols = w.columns(phases)
@@ -234,15 +237,19 @@ def breakdown(w: Worker, rows: list[int], phases: list[str]) -> RankBreakdown:
     if w.has_gpu:
         compute, comm = table(w.gpu_compute_us), table(w.comm_us)
         overlap, other = comm - table(w.exposed_comm_us), np.nan_to_num(table(w.gpu_idle_us))
+        memory = table(w.exposed_memory_us)
     else:
         cpu = table(w.host_us)
         comm = np.minimum(w.collective_us(r, phases, COLLECTIVE_OP.match), cpu)
-        compute, overlap, other = cpu - comm, np.zeros_like(cpu), np.zeros_like(cpu)
+        compute = cpu - comm
+        overlap, other, memory = np.zeros_like(cpu), np.zeros_like(cpu), np.zeros_like(cpu)
 
     def cell(k: int, j: int | None) -> GpuBreakdown:
         pick = slice(None) if j is None else j
         return GpuBreakdown(compute_ms=ms(np.sum(compute[k, pick])), comm_ms=ms(np.sum(comm[k, pick])),
-                            overlap_ms=ms(np.sum(overlap[k, pick])), other_ms=ms(np.sum(other[k, pick])))
+                            overlap_ms=ms(np.sum(overlap[k, pick])),
+                            other_ms=ms(np.sum(other[k, pick])),
+                            memory_ms=ms(np.sum(memory[k, pick])))
 
     steps = [BreakdownStep(step=w.numbers[row], total=cell(k, None),
                            phases={p: cell(k, j) for j, p in enumerate(phases)})

@@ -46,6 +46,10 @@ class Figures(msgspec.Struct):
     exposed_comm_us: np.ndarray  # communication time with no compute on any stream
     step_idle_us: float  # GPU idle in the step window (NaN without GPU)
     has_gpu: bool
+    #: per phase: launched device work not yet started (all streams), mean over its host time
+    queue: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0))
+    #: per phase: copies and sets with neither compute nor communication running
+    exposed_memory_us: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0))
 
 
 class Costs(msgspec.Struct):
@@ -56,7 +60,7 @@ class Costs(msgspec.Struct):
     wall_us: float
     total_us: float
     host_us: float  # host time on the critical path, all phases
-    gpu_busy_us: float  # GPU busy time of the step's work: compute plus exposed communication
+    gpu_busy_us: float  # GPU busy time of the step: compute plus exposed communication and memory
     compute_us: float  # GPU compute time of the step's work
     cost_us: dict[str, float]  # per phase, in ``measure``
     order: list[str]  # phases by cost, largest first
@@ -74,7 +78,9 @@ def phase_costs(f: Figures) -> Costs:
     cost = f.compute_us if measure == GPU else f.host_us
     cost_us = {p: float(c) for p, c in zip(f.phases, cost.tolist())}
     order = sorted(f.phases, key=lambda p: -cost_us[p])
-    busy = compute + float(f.exposed_comm_us.sum()) if f.has_gpu else 0.0
+    # the GPU's busy time: compute, and communication and copies no compute hides
+    exposed = float(f.exposed_comm_us.sum()) + float(f.exposed_memory_us.sum())
+    busy = compute + exposed if f.has_gpu else 0.0
     return Costs(measure=measure, wall_us=f.wall_us, total_us=compute if measure == GPU else f.wall_us,
                  host_us=float(host.sum()), gpu_busy_us=busy, compute_us=compute, cost_us=cost_us, order=order)
 

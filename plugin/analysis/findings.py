@@ -32,7 +32,8 @@ def findings(summary: Summary, w: Worker, full: np.ndarray, figures: Figures | N
     total = costs.total_us  # the step's time in the measure that binds it: savings are shares of it
     ctx = Context(ops=w.op_means(full), kernels=w.kernel_means(full), loader=w.loader, gpu_names=w.gpu_names,
                   gpu_capabilities=w.gpu_capabilities, cpus=w.cpus,
-                  untraced_us=dict(zip(w.phases, w.untraced_us[full].mean(axis=0).tolist())))
+                  untraced_us=dict(zip(w.phases, w.untraced_us[full].mean(axis=0).tolist())),
+                  blocking=w.blocking_means(full))
     ranked = [
         Finding(kind=a.kind, phase=a.phase, saving_ms=None if a.saving_us is None else ms(a.saving_us),
                 share=None if a.saving_us is None else _share(a.saving_us, total),

@@ -150,9 +150,10 @@ def sort_kernels(rows: list[KernelRow], by: str) -> list[KernelRow]:
 
 def kernels_answer(run: str, w: Worker, rows: list[int], step: int | None, phase: str | None) -> KernelsAnswer:
     """`kernel_rows` as the answer of ``/kernels`` and ``phaseprof report --kernels``."""
+    rows, left_out, why = w.run_wide(rows) if step is None else (rows, [], None)
     kernels, gpu_us = kernel_rows(w, rows, phase)
     return KernelsAnswer(run=run, worker=w.name, step=step, phase=phase, steps=len(rows), gpu_us=_us(gpu_us),
-                         kernels=kernels)
+                         kernels=kernels, left_out=left_out, left_out_why=why)
 
 
 def _us(value: float) -> float:

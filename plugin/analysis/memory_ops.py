@@ -97,9 +97,10 @@ def memory_tables(trace: Trace, n: Nesting, part: Partition,
     alloc_self = np.bincount(row, weights=np.maximum(nbytes, 0), minlength=rows)
     freed_self = np.bincount(row, weights=np.maximum(-nbytes, 0), minlength=rows)
     count = np.bincount(row, minlength=rows)
-    call_peak_self = _peaks(np.maximum(op, 0) * devices + dev, ts, nbytes, max(len(n.ts), 1) * devices)
+    has_op = op >= 0  # events outside every op run on their own ("(no op)", below), in no op's sum
+    call_peak_self = _peaks(op[has_op] * devices + dev[has_op], ts[has_op], nbytes[has_op],
+                            max(len(n.ts), 1) * devices)
     peak_self = np.zeros(rows, np.int64)
-    has_op = op >= 0
     np.maximum.at(peak_self, row[has_op], call_peak_self[op[has_op] * devices + dev[has_op]])
     no_op = np.flatnonzero(~has_op)  # "(no op)": one running sum per (step, device)
     if len(no_op):

@@ -157,6 +157,43 @@ class CollectiveTable(msgspec.Struct):
         return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
 
 
+class BlockingTable(msgspec.Struct):
+    """Each host call of a span's steps that waited for the device, one row a call, in (step, start)
+    order (`blocking`): a synchronize, or a copy to the host or through pageable memory that held
+    it."""
+
+    step: np.ndarray  # int32 index into SpanAnalysis.steps
+    phase: np.ndarray  # int32 code into SpanAnalysis.phases: the phase at its start
+    call: np.ndarray  # int32 into SpanAnalysis.names: the runtime call
+    copy: np.ndarray  # int32 into SpanAnalysis.names: the copy it waited for (-1: a synchronize)
+    op: np.ndarray  # int32 into SpanAnalysis.names: the op that made it (-1: the call is no op's)
+    shapes: np.ndarray  # int32 into SpanAnalysis.shapes: that op's input shapes
+    stack: np.ndarray  # int32 into SpanAnalysis.call_paths: its call path (-1: not recorded)
+    ts: np.ndarray  # µs its host call starts
+    blocked_us: np.ndarray  # its host time: how long it held the host
+    queued: np.ndarray  # int64 device work launched and not yet started when it began, all streams
+    queue_stream: np.ndarray  # int32 into LaunchQueues.streams: the stream holding most of it
+
+    def rows(self, step: int) -> slice:
+        return slice(int(np.searchsorted(self.step, step, "left")),
+                     int(np.searchsorted(self.step, step, "right")))
+
+
+class LaunchQueues(msgspec.Struct):
+    """The launch queues of a span's steps (`blocking`): per step and stream, the device work
+    launched and not yet started, its time-weighted mean and its maximum over the step's host
+    window; the launch delay (runtime call to device start) of the work the step launched, median
+    and 90th percentile (µs, NaN where it launched none there); per step and phase, the queue of all
+    streams summed over the phase's host time (queue-µs: divided by that time, its mean)."""
+
+    streams: list[str]  # "GPU d stream s"
+    mean: np.ndarray  # (steps, streams)
+    max: np.ndarray  # (steps, streams) int64
+    delay_p50_us: np.ndarray  # (steps, streams)
+    delay_p90_us: np.ndarray  # (steps, streams)
+    phase_queued_us: np.ndarray  # (steps, phases)
+
+
 class MemoryOpTable(msgspec.Struct):
     """Memory per (step, device, op name), in that order (`memory_ops`): events, bytes allocated and
     freed and the peak delta, self (events in the op itself) and total (with the ops it called)."""
@@ -208,15 +245,21 @@ class Apart(msgspec.Struct):
 
 
 class GpuMeasures(msgspec.Struct):
-    """The GPU measures of a span's steps (µs), of the device work launched in each step.
+    """The GPU measures of a span's steps (µs): of the device work launched in each step, each
+    instant of the GPU's time owned by one step (`span.owned_pieces`: the earliest step whose work
+    has not all ended then), so the steps' windows never overlap and their figures add up to the
+    trace's.
 
-    Per (step, phase) tables share each instant of the step's GPU busy time equally among the phases
-    whose work runs in it, so each adds up over the phases to the step's figure exactly:
-    ``busy`` (any work), ``compute`` (compute work: instants where compute runs, shared among the
-    phases whose compute runs), ``comm`` (communication: collectives, and work launched under
-    ``record_param_comms``), ``exposed`` (communication with no compute on any stream). Busy is
-    compute plus exposed communication. Kernel time (device-event time summed over streams) is
-    `SpanAnalysis.gpu_us`."""
+    Device work is of three kinds, as Holistic Trace Analysis types kernels: *communication*
+    (collectives, and work launched under ``record_param_comms``), else *memory* (copies and sets),
+    else *compute* (kernels that are neither). Per (step, phase) tables share each instant of the
+    step's GPU busy time equally among the phases whose work runs in it, so each adds up over the
+    phases to the step's figure exactly: ``busy`` (any work), ``compute`` (instants where compute
+    runs, shared among the phases whose compute runs), ``comm``, ``memory`` (likewise), ``exposed``
+    (communication with no compute on any stream) and ``memory_exposed`` (copies and sets with
+    neither compute nor communication running). Busy is compute plus exposed communication plus
+    exposed memory; the GPU window less busy is idle. Kernel time (device-event time summed over
+    streams) is `SpanAnalysis.gpu_us`."""
 
     busy_us: np.ndarray  # (steps, phases)
     compute_us: np.ndarray  # (steps, phases)
@@ -226,6 +269,11 @@ class GpuMeasures(msgspec.Struct):
     past_host_us: np.ndarray  # (steps,) how long that work runs on after the step's host window ends
     streams: list[str]  # "GPU d stream s", for every stream with work in some step
     stream_busy_us: np.ndarray  # (steps, streams) GPU busy per stream
+    memory_us: np.ndarray  # (steps, phases)
+    memory_exposed_us: np.ndarray  # (steps, phases)
+    memory_kinds: list[str]  # names of the copies and sets: "Memcpy DtoH (Device -> Pageable)", …
+    memory_kind_us: np.ndarray  # (steps, memory kinds) device time summed over streams
+    window_start_us: np.ndarray  # (steps,) where the GPU window opens (trace clock; NaN: no work)
 
 
 class SpanAnalysis(msgspec.Struct):
@@ -259,6 +307,8 @@ class SpanAnalysis(msgspec.Struct):
     modules: ModuleTable  # per nn.Module, where recorded (`modules`)
     kernels: KernelTable
     collectives: CollectiveTable
+    blocking: BlockingTable  # host calls that waited for the device
+    queues: LaunchQueues  # launch queues and delays per stream
     memory_curve: MemoryCurve
     memory_ops: MemoryOpTable
     memory_events: MemoryEventTable

@@ -160,7 +160,9 @@ def _paths(m: Nesting, names: list[str], prefix: str, chained: bool) -> tuple[li
 
 def modules_answer(run: str, w: Worker, rows: list[int], step: int | None) -> ModulesAnswer:
     """The modules of the steps ``rows`` of worker ``w``, summed over them by path; each module's ops,
-    most time first. ``step``: the step number asked for, None for all profiled steps."""
+    most time first. ``step``: the step number asked for, None for all profiled steps (less the
+    warm-up and compiling steps, `Worker.run_wide`)."""
+    rows, left_out, why = w.run_wide(rows) if step is None else (rows, [], None)
     acc: dict[str, dict] = {}
     sources: set[str] = set()
     forward_us = 0.0
@@ -204,4 +206,5 @@ def modules_answer(run: str, w: Worker, rows: list[int], step: int | None) -> Mo
             forward_ms_per_step=ms(fwd / n), backward_ms_per_step=ms(bwd / n), ops=ops))
     out.sort(key=lambda r: (-(r.forward_ms + r.backward_ms), r.path))
     return ModulesAnswer(run=run, worker=w.name, step=step, steps=len(rows), source=" and ".join(sorted(sources)),
-                         forward_phase_ms=ms(forward_us), has_gpu=w.has_gpu, modules=out)
+                         forward_phase_ms=ms(forward_us), has_gpu=w.has_gpu, modules=out, left_out=left_out,
+                         left_out_why=why)

@@ -16,9 +16,11 @@ GROUPS = ("name", "shapes")
 
 
 def run_ops(w: Worker, phase: str | None = None, group: str = "name") -> OpsAnswer:
-    """The ops of the non-empty steps of ``w`` (of ``phase`` only, when given), by self host time;
-    ``run`` and ``worker`` of the answer are left for the caller to name."""
-    steps = w.full()
+    """The ops of the non-empty steps of ``w`` (of ``phase`` only, when given), by self host time,
+    less the warm-up and compiling steps (`Worker.run_wide`); ``run`` and ``worker`` of the answer are
+    left for the caller to name."""
+    kept, left_out, why = w.run_wide(w.full().tolist())
+    steps = np.array(kept, dtype=np.int64)
     if phase is None:
         wall_us = float(w.wall_us[steps].sum())
         gpu_us = float(w.gpu_us[steps].sum())
@@ -88,4 +90,4 @@ def run_ops(w: Worker, phase: str | None = None, group: str = "name") -> OpsAnsw
     ]
     out.sort(key=lambda r: (-r.self_host_ms, r.name))
     return OpsAnswer(run="", worker=w.name, phase=phase, group=group, steps=len(steps), wall_ms=ms(wall_us),
-                     gpu_ms=ms(gpu_us), ops=out)
+                     gpu_ms=ms(gpu_us), ops=out, left_out=left_out, left_out_why=why)

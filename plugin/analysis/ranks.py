@@ -51,7 +51,8 @@ class _Rank:
         if measure == GPU:
             phase_compute, comm, exposed = table(w.gpu_compute_us), table(w.comm_us), table(w.exposed_comm_us)
             self.compute = phase_compute.sum(axis=1)
-            self.step = self.compute + exposed.sum(axis=1)  # GPU busy: compute plus exposed communication
+            # GPU busy: compute, exposed communication and memory
+            self.step = table(w.gpu_busy_us).sum(axis=1)
             self.exposed = exposed.sum(axis=1)
         else:
             cpu = table(w.host_us)

@@ -18,7 +18,8 @@ import numpy as np
 from phaseprof.contract import OUT_OF_STEP
 
 from ..reading.discovery import display
-from ..reading.events import ANNOTATION, OP, RUNTIME, Trace
+from ..reading.events import ANNOTATION, KERNEL, OP, RUNTIME, Trace
+from .blocking import blocking_calls, blocking_mask, launch_queues
 from .collectives import collective_table
 from .kernels import kernel_table
 from .memory import has_baseline, memory_curve, running_allocated
@@ -82,13 +83,19 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
         gpu_idle[:] = np.nan
         step_idle[:] = np.nan
 
-    wait = np.minimum(_waits(trace, n, part, shape2), host_us)
+    blocks, copy_of = blocking_mask(trace, n, launch.runtime)
+    wait = np.minimum(_waits(trace, n, part, shape2, blocks), host_us)
     comm = communication(trace, n, launch)
     gpu = gpu_measures(trace, part, dev_step, dev_phase, comm, shape2)
     allocated = running_allocated(trace)
     peak, delta = _memory(trace, part, shape2, allocated)
     self_gpu, op_gpu = _op_gpu(trace, n, launch)
     paths, op_stack = op_paths(trace.python, n)
+    queue_labels, queue_stream = streams(dev.device, dev.stream)
+    queues, queue_steps = launch_queues(trace, part, launch.runtime, launch.ts, dev_step,
+                                        queue_labels, queue_stream)
+    blocking = blocking_calls(trace, n, part, blocks, copy_of, op_stack, queue_steps,
+                              len(queue_labels))
     ops = _op_table(trace, n, part, self_gpu, op_gpu, op_stack)
     kernels = kernel_table(trace, launch.op_name(n), dev_step, dev_phase)
     collectives = collective_table(trace, n, part, launch.runtime, launch.ts, comm)
@@ -118,6 +125,8 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
         modules=module_table(trace, n, part, launch.runtime, op_gpu),
         kernels=kernels,
         collectives=collectives,
+        blocking=blocking,
+        queues=queues,
         memory_curve=memory_curve(trace, part, allocated),
         memory_baseline=has_baseline(trace, allocated),
         memory_ops=memory_ops,
@@ -214,8 +223,11 @@ class _Busy:
         return self._until(b) - self._until(a)
 
 
-def _waits(trace: Trace, n: Nesting, part: Partition, shape2: tuple[int, int]) -> np.ndarray:
-    """Host time per (step, phase) in runtime calls that waited for the GPU (see `SpanAnalysis.wait_us`)."""
+def _waits(trace: Trace, n: Nesting, part: Partition, shape2: tuple[int, int],
+           blocks: np.ndarray) -> np.ndarray:
+    """Host time per (step, phase) in runtime calls that waited for the GPU (see
+    `SpanAnalysis.wait_us`; ``blocks``: per host event, a call that blocked the host,
+    `blocking.blocking_mask`)."""
     out = np.zeros(shape2)
     rt = np.flatnonzero(n.kind == RUNTIME)
     if not len(rt):
@@ -226,7 +238,7 @@ def _waits(trace: Trace, n: Nesting, part: Partition, shape2: tuple[int, int]) -
     inverse = inverse.ravel()
     usual = np.array([np.median(dur[inverse == k]) for k in range(len(codes))])[inverse]
     stalled = (dur >= _STALL_FACTOR * usual) & (dur >= _STALL_US)
-    waited = np.where(sync[names], dur, np.where(stalled, dur - usual, 0.0))
+    waited = np.where(sync[names] | blocks[rt], dur, np.where(stalled, dur - usual, 0.0))
     step, phase = part.locate(n.ts[rt])
     inside = (step >= 0) & (waited > 0)
     np.add.at(out, (step[inside], phase[inside]), waited[inside])
@@ -251,10 +263,35 @@ def communication(trace: Trace, n: Nesting, launch: Launch) -> np.ndarray:
     return comm
 
 
+def owned_pieces(start: np.ndarray, dur: np.ndarray, step: np.ndarray,
+                 steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One owner per GPU instant: the device work of the steps cut where each step's work has all
+    ended. An instant belongs to the earliest step whose work has not all ended by then (work of a
+    later step running before it has is counted there, once); so the steps' GPU windows follow each
+    other without overlap and their figures add up to the trace's. Returns the pieces: the event
+    each is of (index into the arguments), its owner step, start and end."""
+    end = start + dur
+    last = np.full(steps, -np.inf)
+    np.maximum.at(last, step, end)
+    bound = np.maximum.accumulate(last)  # no instant before bound[s] belongs to a step after s
+    first = np.minimum(np.searchsorted(bound, start, side="right"), step)
+    # the owner of the instants just before each end
+    final = np.minimum(np.searchsorted(bound, end, side="left"), step)
+    count = final - first + 1
+    src = np.repeat(np.arange(len(start)), count)
+    k = np.arange(len(src)) - np.repeat(np.cumsum(count) - count, count)  # piece k of its event
+    owner = first[src] + k
+    cut_start = np.where(k == 0, start[src], bound[np.maximum(owner - 1, 0)])
+    cut_end = np.where(owner == final[src], end[src], bound[owner])
+    piece = (cut_end > cut_start) | (count[src] == 1)  # no piece for a step owning nothing
+    return src[piece], owner[piece], cut_start[piece], cut_end[piece]
+
+
 def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase: np.ndarray, comm: np.ndarray,
                  shape2: tuple[int, int]) -> GpuMeasures:
-    """GPU busy, compute, communication and exposed communication per step and phase, GPU busy per
-    stream, and the GPU window of each step's work (see `GpuMeasures`).
+    """GPU busy, compute, communication, memory and their exposed parts per step and phase, GPU busy
+    per stream, device time per kind of copy or set, and the GPU window of each step's work (see
+    `GpuMeasures`). Work is communication (``comm``), else memory (copies and sets), else compute.
 
     One sweep over the starts and ends of the device events attributed to a step, in (step, time)
     order: between two consecutive ones lies a segment. For each kind of column (a phase's compute, a
@@ -271,10 +308,12 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
     # times from the first event: near the epoch a float64 µs is 0.25 µs coarse, and sums of many
     # differences would drift past the durations they are made of
     base = float(dev.ts[keep].min()) if m else 0.0
-    start = dev.ts[keep] - base
-    end = start + np.maximum(dev.dur[keep], 0.0)
+    src, step, start, end = owned_pieces(dev.ts[keep] - base, np.maximum(dev.dur[keep], 0.0), step,
+                                         steps)
+    keep, phase, m = keep[src], phase[src], len(src)
     labels, stream = streams(dev.device[keep], dev.stream[keep])
     talk = comm[keep]
+    copying = (dev.kind[keep] != KERNEL) & ~talk  # copies and sets that are not a collective's
 
     t = np.concatenate([start, end])
     ends_last = np.r_[np.zeros(m, np.int8), np.ones(m, np.int8)]  # at one instant, starts before ends
@@ -311,12 +350,20 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
         return np.where(n > 0, seg / np.maximum(n, 1), 0.0)
 
     everything = np.ones(m, dtype=bool)
-    compute, talking = runs(phase, ~talk), runs(phase, talk)
+    compute, talking = runs(phase, ~talk & ~copying), runs(phase, talk)
+    memory = runs(phase, copying)
     either, on_stream = runs(phase, everything), runs(stream, everything)
-    n_compute, n_comm = compute[3], talking[3]
+    n_compute, n_comm, n_memory = compute[3], talking[3], memory[3]
 
+    # device time of each kind of copy or set (its name: "Memcpy HtoD (Pageable -> Device)", …)
+    kind_codes, kind_of = np.unique(dev.name[keep][copying], return_inverse=True)
+    kinds = [trace.names[k] for k in kind_codes.tolist()]
+    kind_us = np.bincount(step[copying] * len(kinds) + kind_of.ravel(),
+                          weights=end[copying] - start[copying],
+                          minlength=steps * len(kinds)).reshape(steps, len(kinds))
     window = np.zeros(steps)
     past = np.zeros(steps)
+    opens = np.full(steps, np.nan)
     if m:
         first = np.full(steps, np.inf)
         last = np.full(steps, -np.inf)
@@ -324,6 +371,7 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
         np.maximum.at(last, step, end)
         has = np.isfinite(first)
         window[has] = last[has] - first[has]
+        opens[has] = first[has] + base
         ends = np.array([s.end for s in part.steps]) - base
         past[has] = np.maximum(last[has] - ends[has], 0.0)
     return GpuMeasures(
@@ -331,7 +379,13 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
         compute_us=shared(compute, each(n_compute), phases),
         comm_us=shared(talking, each(n_comm), phases),
         exposed_us=shared(talking, np.where(n_compute > 0, 0.0, each(n_comm)), phases),
+        memory_us=shared(memory, each(n_memory), phases),
+        memory_exposed_us=shared(memory, np.where(n_compute + n_comm > 0, 0.0, each(n_memory)),
+                                 phases),
+        memory_kinds=kinds,
+        memory_kind_us=kind_us,
         window_us=window,
+        window_start_us=opens,
         past_host_us=past,
         streams=labels,
         stream_busy_us=shared(on_stream, seg, len(labels)),

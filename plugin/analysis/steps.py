@@ -11,7 +11,18 @@ import numpy as np
 
 from phaseprof.contract import EVAL, OUT_OF_STEP, PAUSED
 
-from ..answers import GpuTime, Lanes, MemoryFigures, OpRow, PhaseTimes, StepDetail, StepRow
+from ..answers import (
+    BlockingCall,
+    GpuTime,
+    Lanes,
+    LaunchQueue,
+    MemoryFigures,
+    OpRow,
+    PhaseTimes,
+    StepDetail,
+    StepRow,
+)
+from .blocking import inputs_of
 from .model import SpanAnalysis
 from .stacks import stack, user_frame
 from .worker import Worker, ms
@@ -98,11 +109,15 @@ def gpu_time(w: Worker, rows: np.ndarray) -> GpuTime | None:
     comm = float(w.comm_us[rows].sum()) / n
     exposed = float(w.exposed_comm_us[rows].sum()) / n
     streams: dict[str, float] = {}
+    kinds: dict[str, float] = {}
     for row in rows.tolist():
         for label, us in w.streams(row).items():
             streams[label] = streams.get(label, 0.0) + us
+        for name, us in w.memory_kinds(row).items():
+            kinds[name] = kinds.get(name, 0.0) + us
+    busy = float(w.gpu_busy_us[rows].sum()) / n
     return GpuTime(
-        busy_ms=ms(w.gpu_busy_us[rows].sum() / n),
+        busy_ms=ms(busy),
         kernel_ms=ms(w.kernel_us[rows].sum() / n),
         window_ms=ms(w.gpu_window_us[rows].sum() / n),
         compute_ms=ms(w.gpu_compute_us[rows].sum() / n),
@@ -111,7 +126,34 @@ def gpu_time(w: Worker, rows: np.ndarray) -> GpuTime | None:
         overlap=round(1.0 - exposed / comm, 4) if comm > 0 else None,
         past_host_ms=ms(w.past_host_us[rows].sum() / n),
         streams={label: ms(us / n) for label, us in streams.items()},
+        queues=_queues(w, rows),
+        memory_ms=ms(w.memory_us[rows].sum() / n),
+        exposed_memory_ms=ms(w.exposed_memory_us[rows].sum() / n),
+        idle_ms=ms(max(float(w.gpu_window_us[rows].sum()) / n - busy, 0.0)),
+        memory_kinds={name: ms(us / n)
+                      for name, us in sorted(kinds.items(), key=lambda kv: -kv[1])},
     )
+
+
+def _queues(w: Worker, rows: np.ndarray) -> dict[str, LaunchQueue]:
+    """Per stream, the launch queue and delay of the steps ``rows``: means of the steps' figures (of
+    the steps that launched on it, for the delays), the largest maximum."""
+    sums: dict[str, list] = {}
+    for row in rows.tolist():
+        ref = w.refs[row]
+        q = ref.span.queues
+        for s, label in enumerate(q.streams):
+            acc = sums.setdefault(label, [0.0, 0, [], []])
+            acc[0] += float(q.mean[ref.index, s])
+            acc[1] = max(acc[1], int(q.max[ref.index, s]))
+            for k, table in ((2, q.delay_p50_us), (3, q.delay_p90_us)):
+                if not np.isnan(table[ref.index, s]):
+                    acc[k].append(float(table[ref.index, s]))
+    n = max(len(rows), 1)
+    return {label: LaunchQueue(mean=round(acc[0] / n, 2), max=acc[1],
+                               delay_p50_ms=ms(np.mean(acc[2])) if acc[2] else None,
+                               delay_p90_ms=ms(np.mean(acc[3])) if acc[3] else None)
+            for label, acc in sums.items() if acc[1] > 0 or acc[2]}
 
 
 def _ms_list(us: np.ndarray) -> list[list[float | None]]:
@@ -193,7 +235,25 @@ def step_detail(w: Worker, row: int, run: str, op_limit: int | None = None) -> S
         lanes=Lanes(labels=[lanes.labels[k] for k in used], bands=[(remap[b[0]], *b[1:]) for b in bands]),
         gpu_names=span.gpu_names,
         apart=apart_bands(span, i),
+        blocking=blocking_calls(span, i),
     )
+
+
+def blocking_calls(span: SpanAnalysis, i: int) -> list[BlockingCall]:
+    """The host calls of step ``i`` of ``span`` that waited for the device, in time order."""
+    b, names, start = span.blocking, span.names, span.steps[i].start
+    out = []
+    for k in range(*b.rows(i).indices(len(b.step))):
+        frames = op_stack(span, int(b.stack[k]))
+        out.append(BlockingCall(
+            phase=span.phases[b.phase[k]], call=names[b.call[k]],
+            copy=names[b.copy[k]] if b.copy[k] >= 0 else None,
+            op=names[b.op[k]] if b.op[k] >= 0 else None,
+            inputs=inputs_of(span.shapes[b.shapes[k]]) or None, frame=frames.get("frame"),
+            start_ms=ms(b.ts[k] - start), blocked_ms=ms(b.blocked_us[k]), queued=int(b.queued[k]),
+            queue_stream=(span.queues.streams[b.queue_stream[k]] if b.queue_stream[k] >= 0
+                          else None)))
+    return out
 
 
 def apart_bands(span: SpanAnalysis, i: int) -> list[tuple[float, float, str]]:

@@ -15,6 +15,7 @@ import numpy as np
 
 from phaseprof.contract import COMPILE, OUT_OF_STEP, PHASES
 
+from .blocking import Blocked, mean_blocking
 from .model import SpanAnalysis
 from .warmup import setup_us, warmup
 
@@ -64,7 +65,13 @@ class Worker:
         self.gpu_compute_us = self._gather("gpu.compute_us")
         self.comm_us = self._gather("gpu.comm_us")
         self.exposed_comm_us = self._gather("gpu.exposed_us")
+        #: copies and sets (busy, and with neither compute nor communication running) per step and
+        #: phase
+        self.memory_us = self._gather("gpu.memory_us")
+        self.exposed_memory_us = self._gather("gpu.memory_exposed_us")
         self.untraced_us = self._gather("untraced_us")
+        #: launched work not yet started, all streams, summed over each phase's host time (queue-µs)
+        self.queued_us = self._gather("queues.phase_queued_us")
         self.step_gpu_idle_us = np.array([r.span.step_gpu_idle_us[r.index] for r in refs], dtype=np.float64)
         #: kernel time (summed over streams), GPU window and how far the GPU work outlasts the host window
         self.kernel_us = np.array([r.span.step_gpu_us[r.index] for r in refs], dtype=np.float64)
@@ -110,6 +117,13 @@ class Worker:
         busy = g.stream_busy_us[ref.index] if len(g.streams) else np.zeros(0)
         return {label: float(v) for label, v in zip(g.streams, busy.tolist()) if v > 0}
 
+    def memory_kinds(self, row: int) -> dict[str, float]:
+        """Device µs per kind of copy or set (its name) of step ``row``."""
+        ref = self.refs[row]
+        g = ref.span.gpu
+        us = g.memory_kind_us[ref.index].tolist()
+        return {k: float(v) for k, v in zip(g.memory_kinds, us) if v > 0}
+
     def by_span(self, rows) -> list[tuple[SpanAnalysis, list[int], list[int]]]:
         """``rows`` grouped by span: (span, the rows, their step indices in the span)."""
         groups: dict[int, tuple[SpanAnalysis, list[int], list[int]]] = {}
@@ -135,6 +149,21 @@ class Worker:
         full = self.full()
         steady = full[~(self.compiling[full] | self.warmup[full])]
         return steady if len(steady) else full
+
+    def run_wide(self, rows: list[int]) -> tuple[list[int], list[int], str | None]:
+        """``rows`` as a run-wide table (operators, kernels, modules) takes them: less the steps the
+        summary leaves out (`steady`: compiling and warm-up steps), with the numbers of those left
+        out and one sentence saying why (None when none is)."""
+        steady = set(self.steady().tolist())
+        kept = [k for k in rows if k in steady]
+        out = [k for k in rows if k not in steady and not self.empty[k]]
+        if not out:
+            return kept, [], None
+        parts = [f"{'steps' if len(ks) > 1 else 'step'} {', '.join(str(self.numbers[k]) for k in ks)} {why}"
+                 for why, ks in (("compiled", [k for k in out if self.compiling[k]]),
+                                 ("warmed up", [k for k in out if not self.compiling[k]])) if ks]
+        return kept, [self.numbers[k] for k in out], (
+            f"{' and '.join(parts)}: left out, as the summary's means and findings leave them out")
 
     def _span_order(self) -> np.ndarray:
         """Position of each row in the spans' steps laid end to end (span by span)."""
@@ -179,6 +208,11 @@ class Worker:
                 totals[name] = totals[name] + sums[g] if name in totals else sums[g].copy()
         n = max(len(rows), 1)
         return {k: v / n for k, v in totals.items()}
+
+    def blocking_means(self, rows: np.ndarray) -> list[Blocked]:
+        """The host calls that waited for the device in ``rows``, grouped, per step (`blocking`)."""
+        spans = [(span, indices) for span, _, indices in self.by_span(rows.tolist())]
+        return mean_blocking(spans, len(rows))
 
     def collective_us(self, rows: np.ndarray, phases: list[str], is_collective) -> np.ndarray:
         """Per step of ``rows`` and phase of ``phases``, the time spent in ops ``is_collective(name)``

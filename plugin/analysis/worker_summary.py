@@ -103,6 +103,8 @@ def typical_step(w: Worker, full: np.ndarray) -> Figures:
         exposed_comm_us=w.exposed_comm_us[full].mean(axis=0),
         step_idle_us=float(np.nanmean(w.step_gpu_idle_us[on_gpu])) if len(on_gpu) else float("nan"),
         has_gpu=bool(len(on_gpu)),
+        queue=w.queued_us[full].sum(axis=0) / np.maximum(w.host_us[full].sum(axis=0), 1e-9),
+        exposed_memory_us=w.exposed_memory_us[full].mean(axis=0),
     )
 
 
