@@ -274,7 +274,7 @@ class PhaseProfiler:
                       for t in traces]
         if self._rank == 0:
             print_summary(Console(), self._recorder.stats, run=self.run, logdir=self.logdir,
-                          traces=traces, faults=self._faults.lines)
+                          traces=traces, faults=self._faults.summary())
 
     def __enter__(self) -> PhaseProfiler:
         self._start()
