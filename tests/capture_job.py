@@ -136,8 +136,8 @@ class Job:
         return Path(self.stdout.name).read_text()
 
     def kill(self) -> None:
-        """Kill the job: the torchrun agent and its ranks (each in a session of its own), not the agent
-        alone, which leaves the ranks running."""
+        """Kill the job: the torchrun agent and its ranks (each in a session of its own), not the
+        agent alone, which leaves the ranks running."""
         if self.proc.poll() is None:
             kill_tree(self.proc.pid)
         self.proc.wait()

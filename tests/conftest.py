@@ -30,8 +30,9 @@ def no_process_outlives_its_test():
     yield
     left = processes.left_behind(before)
     if left:
-        pytest.fail(f"process(es) this test started still ran {processes.LEFTOVER_S:.0f} s after it ended "
-                    "(now killed): " + "; ".join(left), pytrace=False)
+        waited = f"{processes.LEFTOVER_S:.0f} s"
+        pytest.fail(f"process(es) this test started still ran {waited} after it ended, now killed: "
+                    + "; ".join(left), pytrace=False)
 
 
 class Traces:

@@ -7,8 +7,9 @@ descendant of this one. After each test, its new descendants get `LEFTOVER_S` to
 (the background ``phaseprof cache --background`` processes of a loop finish by themselves; while
 waited for they are lifted out of idle priority, which beside CPU hogs would starve them); any still
 running then are killed, and the test fails naming them. Processes meant to outlive a test, started
-by session-scoped fixtures (the S3 server of `tests.s3`), are exempted by name with `outlives_tests`;
-multiprocessing's own helper processes (its resource tracker, its forkserver) are exempt too.
+by session-scoped fixtures (the S3 server of `tests.s3`), are exempted by name with
+`outlives_tests`; multiprocessing's own helper processes (its resource tracker, its forkserver) are
+exempt too.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ _exempt: set[int] = set()
 
 
 def become_subreaper() -> None:
-    """Orphans of this process's descendants are re-parented here (Linux only; elsewhere they escape)."""
+    """Orphans of this process's descendants are re-parented here (Linux only)."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -63,10 +64,12 @@ def _command(pid: int) -> str:
 
 
 def _helpers() -> set[int]:
-    """multiprocessing's resource tracker and forkserver of this process: started once, kept for good."""
+    """multiprocessing's resource tracker and forkserver of this process: started once, kept."""
     found = set()
-    for module, attr, pid in (("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
-                              ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid")):
+    for module, attr, pid in (
+        ("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
+        ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid"),
+    ):
         helper = getattr(sys.modules.get(module), attr, None)
         if getattr(helper, pid, None):
             found.add(getattr(helper, pid))
@@ -91,16 +94,19 @@ def _descendants(root: int, skip: set[int]) -> dict[int, tuple[int, int, str]]:
 
 
 def running_descendants() -> set[tuple[int, int]]:
-    """(pid, start time) of every living (not zombie) descendant of this process, exempt ones left out."""
+    """(pid, start time) of every living (not zombie) descendant of this process, but the exempt."""
     if not os.path.isdir("/proc"):
         return set()
-    return {(pid, start) for pid, (_, start, state) in _descendants(os.getpid(), _exempt | _helpers()).items()
-            if state != "Z"}
+    return {
+        (pid, start)
+        for pid, (_, start, state) in _descendants(os.getpid(), _exempt | _helpers()).items()
+        if state != "Z"
+    }
 
 
 def kill_tree(pid: int) -> None:
-    """SIGKILL ``pid`` and every process under it, those in sessions of their own too (torchrun starts
-    each rank in one): found before any is killed, since an orphan leaves the tree."""
+    """SIGKILL ``pid`` and every process under it, those in sessions of their own too (torchrun
+    starts each rank in one): found before any is killed, since an orphan leaves the tree."""
     for each in [pid, *_descendants(pid, set())]:
         with contextlib.suppress(OSError):
             os.kill(each, signal.SIGKILL)
@@ -110,7 +116,12 @@ def children(pid: int) -> list[int]:
     """The living children of ``pid``."""
     found = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stat := _stat(int(entry))) is not None and stat[0] == pid and stat[2] != "Z":
+        if (
+            entry.isdigit()
+            and (stat := _stat(int(entry))) is not None
+            and stat[0] == pid
+            and stat[2] != "Z"
+        ):
             found.append(int(entry))
     return found
 

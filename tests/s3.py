@@ -39,7 +39,7 @@ class S3Server:
     def __init__(self, outlives_tests: bool = False) -> None:
         self.port = 0
         self._proc: subprocess.Popen | None = None
-        self._outlives_tests = outlives_tests  # a session's server: exempt from `tests.processes`'s check
+        self._outlives_tests = outlives_tests  # a session's: exempt from `tests.processes`'s check
 
     @property
     def endpoint(self) -> str:

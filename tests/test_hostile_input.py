@@ -589,18 +589,18 @@ def test_a_directory_that_cannot_be_listed_is_an_error_entry(tmp_path, monkeypat
 
 
 def report_as_nobody(path: str) -> tuple[int, bytes]:
-    """``phaseprof report --json PATH`` (exit status, output), run as a user without root's privileges:
-    in a child forked from this process, which drops to ``nobody`` (65534) when run as root, so the
-    run needs no file of the clone or its virtual environment to be readable by that user (a clone
-    under a root's home, mode 700). Every module the report imports is loaded beforehand, by running
-    it here first."""
+    """``phaseprof report --json PATH`` (exit status, output), run as a user without root's
+    privileges: in a child forked from this process, which drops to ``nobody`` (65534) when run as
+    root, so the run needs no file of the clone or its virtual environment to be readable by that
+    user (a clone under a root's home, mode 700). Every module the report imports is loaded
+    beforehand, by running it here first."""
     import contextlib
     import io
 
     from phaseprof.cli import main
 
     with contextlib.redirect_stdout(io.TextIOWrapper(io.BytesIO(), encoding="utf-8")):
-        main(["report", "--json", path])  # as this user, who may read everything: the imports are done
+        main(["report", "--json", path])  # as this user, who reads everything: imports are done
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the child's outcome is its exit status and output

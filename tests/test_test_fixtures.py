@@ -1,5 +1,5 @@
-"""The tests' own machinery stops what it starts: a torchrun job is killed with its ranks, and a test
-that leaves a process running (even one whose parent already exited) fails, naming it, and the
+"""The tests' own machinery stops what it starts: a torchrun job is killed with its ranks, and a
+test that leaves a process running (even one whose parent already exited) fails, naming it, and the
 process is killed."""
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def gone(pid: int, deadline_s: float = 120) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_killing_a_torchrun_job_kills_its_ranks(tmp_path):
     job = Job(tmp_path, ranks=2, active=3, step_s=0.02)
     try:
@@ -45,21 +46,42 @@ def test_killing_a_torchrun_job_kills_its_ranks(tmp_path):
 def test_a_process_left_running_fails_the_test_that_started_it_and_is_killed(tmp_path):
     said = tmp_path / "leaked.pid"
     env = {**os.environ, "PHASEPROF_TEST_LEAK": str(said), "PHASEPROF_TEST_LEFTOVER_S": "2"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                           f"{__file__}::test_leaves_a_process_running"], capture_output=True, text=True,
-                          env=env, timeout=300, cwd=os.path.dirname(os.path.dirname(__file__)))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            f"{__file__}::test_leaves_a_process_running",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
     assert done.returncode == 1, done.stdout[-3000:]
     assert "1 passed, 1 error" in done.stdout, done.stdout[-3000:]
-    assert "still ran 2 s after it ended (now killed)" in done.stdout, done.stdout[-3000:]
+    assert "still ran 2 s after it ended, now killed" in done.stdout, done.stdout[-3000:]
     orphan = int(said.read_text())
     assert f"{orphan} sleep 3600" in done.stdout, done.stdout[-3000:]
     assert gone(orphan)
 
 
-@pytest.mark.skipif("PHASEPROF_TEST_LEAK" not in os.environ, reason="run by the test above, in a pytest of its own")
+@pytest.mark.skipif(
+    "PHASEPROF_TEST_LEAK" not in os.environ, reason="run by the test above, in a pytest of its own"
+)
 def test_leaves_a_process_running():
-    """Starts ``sleep`` from a shell that exits at once: the sleep's parent is gone when the test ends."""
-    started = subprocess.run(["sh", "-c", "sleep 3600 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True,
-                             check=True)
+    """Starts ``sleep`` from a shell that exits at once: its parent is gone when the test ends."""
+    started = subprocess.run(
+        ["sh", "-c", "sleep 3600 >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     with open(os.environ["PHASEPROF_TEST_LEAK"], "w") as fh:
         fh.write(started.stdout.strip())
