@@ -24,8 +24,9 @@ processes.become_subreaper()  # a process whose parent a test killed stays in vi
 @pytest.fixture(autouse=True)
 def no_process_outlives_its_test():
     """Fails a test that leaves a process running: its new descendants get `processes.LEFTOVER_S` to
-    exit on their own, then are killed and named. Set up before, so torn down after, the test's
-    other fixtures (a TensorBoard server is stopped before the check)."""
+    exit on their own, then are killed and named. Set up after the fixtures of wider scope (a
+    module's browser is no process of the test's) and before, so torn down after, the test's other
+    fixtures (a TensorBoard server they started is stopped before the check)."""
     before = processes.running_descendants()
     yield
     left = processes.left_behind(before)

@@ -9,7 +9,8 @@ waited for they are lifted out of idle priority, which beside CPU hogs would sta
 running then are killed, and the test fails naming them. Processes meant to outlive a test, started
 by session-scoped fixtures (the S3 server of `tests.s3`), are exempted by name with
 `outlives_tests`; multiprocessing's own helper processes (its resource tracker, its forkserver) are
-exempt too.
+exempt too, and so is what a process older than the test starts (a module's Chromium opening
+renderers for a page): that is the older process's own business, and its fixture's.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 #: Seconds a test's leftover processes have to exit on their own.
 LEFTOVER_S = float(os.environ.get("PHASEPROF_TEST_LEFTOVER_S", "120"))
@@ -76,8 +77,12 @@ def _helpers() -> set[int]:
     return found
 
 
-def _descendants(root: int, skip: set[int]) -> dict[int, tuple[int, int, str]]:
-    """Every descendant of ``root`` (pid: its stat), leaving out ``skip`` and what is under them."""
+Stat = tuple[int, int, str]
+
+
+def _descendants(root: int, leave_out: Callable[[int, int], bool]) -> dict[int, Stat]:
+    """Every descendant of ``root`` (pid: its stat), but those ``leave_out(pid, start time)`` names
+    and what is under them."""
     children: dict[int, list[int]] = {}
     facts = {}
     for entry in os.listdir("/proc"):
@@ -87,27 +92,27 @@ def _descendants(root: int, skip: set[int]) -> dict[int, tuple[int, int, str]]:
     found, todo = {}, [root]
     while todo:
         for pid in children.get(todo.pop(), ()):
-            if pid not in skip:
+            if not leave_out(pid, facts[pid][1]):
                 todo.append(pid)
                 found[pid] = facts[pid]
     return found
 
 
-def running_descendants() -> set[tuple[int, int]]:
-    """(pid, start time) of every living (not zombie) descendant of this process, but the exempt."""
+def running_descendants(before: Iterable[tuple[int, int]] = ()) -> set[tuple[int, int]]:
+    """(pid, start time) of every living (not zombie) descendant of this process, but the exempt;
+    with ``before``, only those started since, and not under one of ``before``: the processes a
+    running browser or server of a fixture starts for its own ends are its business."""
     if not os.path.isdir("/proc"):
         return set()
-    return {
-        (pid, start)
-        for pid, (_, start, state) in _descendants(os.getpid(), _exempt | _helpers()).items()
-        if state != "Z"
-    }
+    skip, old = _exempt | _helpers(), set(before)
+    found = _descendants(os.getpid(), lambda pid, start: pid in skip or (pid, start) in old)
+    return {(pid, start) for pid, (_, start, state) in found.items() if state != "Z"}
 
 
 def kill_tree(pid: int) -> None:
     """SIGKILL ``pid`` and every process under it, those in sessions of their own too (torchrun
     starts each rank in one): found before any is killed, since an orphan leaves the tree."""
-    for each in [pid, *_descendants(pid, set())]:
+    for each in [pid, *_descendants(pid, lambda pid, start: False)]:
         with contextlib.suppress(OSError):
             os.kill(each, signal.SIGKILL)
 
@@ -142,7 +147,7 @@ def left_behind(before: Iterable[tuple[int, int]], wait_s: float = LEFTOVER_S) -
     lifted out of idle priority meanwhile), killed, as "pid command" lines; [] if none."""
     deadline = time.monotonic() + wait_s
     while True:
-        new = running_descendants() - set(before)
+        new = running_descendants(before)
         if not new:
             return []
         if time.monotonic() >= deadline:
