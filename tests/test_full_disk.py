@@ -45,18 +45,19 @@ TRAIN = (
         except (OSError, ValueError):
             return -1
 
-    def train_until(done):
+    def wait_for(done):  # without training: the event file grows with every step
         deadline = time.monotonic() + 300
         while not done():
             assert time.monotonic() < deadline
-            train(1)
+            time.sleep(0.05)
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        # the traces fall in the full time: wait=20, and 3 cycles of 24 steps
+        # the three traces (steps 20-23, 44-47, 68-71) fall in the time the disk is full
         prof = PhaseProfiler(logdir=logdir, run="r", wait=20, warmup=1, active=3, repeat=3)
         prof.attach(model, optimizer)
-        train_until(lambda: beat_step() >= 5)  # scalars and the heartbeat are on disk
+        train(6)
+        wait_for(lambda: beat_step() >= 5)  # scalars and the heartbeat are on disk
         filler = os.path.join(logdir, "filler")
         with open(filler, "wb", buffering=0) as fh:  # the disk fills
             try:
@@ -64,12 +65,13 @@ TRAIN = (
                     fh.write(b"x" * 512)
             except OSError as e:
                 assert e.errno == errno.ENOSPC, e
-        full_at = time.monotonic()
-        # several ticks of the capture watcher
-        train_until(lambda: prof.step_num >= 80 and time.monotonic() - full_at > 3)
+        train(80)
+        for _ in range(2):  # two looks of the capture watcher at least, whatever the load
+            prof._capture.tick()
         os.remove(filler)  # room again
         freed_at = prof.step_num
-        train_until(lambda: beat_step() > freed_at)  # the heartbeat is written again
+        train(1)
+        wait_for(lambda: beat_step() > freed_at)  # the heartbeat is written again
         train(5)
         prof.close()
     ours = [str(w.message) for w in caught if str(w.message).startswith("phaseprof")]
