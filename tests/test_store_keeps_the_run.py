@@ -28,6 +28,16 @@ TRAIN = textwrap.dedent("""
 
     url, markers = sys.argv[1], sys.argv[2]
 
+    if "--slow-process-start" in sys.argv:  # as on a loaded machine: starting a process takes long
+        import subprocess
+
+        class SlowStart(subprocess.Popen):
+            def __init__(self, args, *rest, **options):
+                time.sleep(2)
+                super().__init__(args, *rest, **options)
+
+        subprocess.Popen = SlowStart
+
     def wait_for(name):
         deadline = time.monotonic() + 300
         while not os.path.exists(os.path.join(markers, name)):
@@ -256,8 +266,9 @@ def test_close_returns_against_a_store_that_never_answers_and_keeps_the_files(s3
 
 
 def test_every_analysis_is_uploaded_before_close_returns_without_gzip(s3, bucket, tmp_path):
-    """The last trace is written by close(); its analysis is started from a thread of its own."""
-    proc, _ = _train(tmp_path, f"s3://{bucket}/p", "--no-gzip")
+    """The last trace is written by close(); its analysis is started from a thread of its own, whose
+    process takes seconds to start on a loaded machine (made so here)."""
+    proc, _ = _train(tmp_path, f"s3://{bucket}/p", "--no-gzip", "--slow-process-start")
     out, warned = _finish(proc)
     assert warned == [] and "not done" not in out
     stored = sizes(s3, bucket, "p/")
