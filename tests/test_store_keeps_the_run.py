@@ -182,11 +182,11 @@ def test_a_store_that_denies_writing_is_found_at_the_start_and_the_run_kept(s3, 
     try:
         proc, _ = _train(tmp_path, f"s3://{bucket}/p", "--warned-at-start", endpoint=gate.endpoint)
         out, warned = _finish(proc)
+        staging = _staged(out, f"s3://{bucket}/p")
         (warning,) = warned
         said = f"could not upload to s3://{bucket}/p/r (the store denies writing there)"
         assert said in warning, warning
         assert "AccessDenied" in warning or "Access Denied" in warning, warning
-        staging = _staged(out, f"s3://{bucket}/p")
         wrote = _tree(staging)
         _complete(wrote)
         assert s3.keys(bucket) == [] and gate.denied > 0
@@ -239,9 +239,9 @@ def test_a_store_gone_at_close_leaves_every_file_staged(s3, bucket, tmp_path):
         out, warned = _finish(proc)
     finally:
         gate.stop()
+    staging = _staged(out, f"s3://{bucket}/p")
     (warning,) = warned
     assert "the store does not answer" in warning, warning
-    staging = _staged(out, f"s3://{bucket}/p")
     wrote = _tree(staging)
     _complete(wrote)
     _uploaded(s3, bucket, staging, wrote)  # straight to the store, now that it answers
