@@ -247,12 +247,12 @@ def test_the_report_gives_the_routes_answer_as_json_and_as_tables(tmp_path, caps
     plugin, client = make_app(tmp_path)
     try:
         assert plugin._store.wait(300)
-        routes = {step: msgspec.json.decode(client.get(f"{BASE}/collectives?run=ddp{query}").get_data())
-                  for step, query in ((None, ""), (2, "&step=2"))}
+        routes = {at: msgspec.json.decode(client.get(f"{BASE}/collectives?run=ddp{query}").get_data())
+                  for at, query in ((None, ""), (2, "&step=2"))}
     finally:
         plugin._store.close()
-    for step, route in routes.items():
-        argv = ["report", str(tmp_path), "--collectives", "--json"] + ([] if step is None else ["--step", str(step)])
+    for at, route in routes.items():
+        argv = ["report", str(tmp_path), "--collectives", "--json"] + ([] if at is None else ["--step", str(at)])
         capsys.readouterr()
         assert cli.main(argv) == 0
         (run,) = json.loads(capsys.readouterr().out)["runs"]

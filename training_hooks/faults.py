@@ -37,3 +37,11 @@ class Faults:
         """The summary's lines: each cause once, with its count when it happened more than once."""
         return [line if self._times.get(line, 1) == 1 else f"{line} ({self._times[line]} times)"
                 for line in self.lines]
+
+    def withdraw(self, line: str) -> None:
+        """Take a cause's line out of the summary (an outage that another line now tells the end
+        of); the same cause later is a new line."""
+        if line in self._times:
+            self.lines.remove(line)
+            del self._times[line]
+            self._line_of = {cause: kept for cause, kept in self._line_of.items() if kept != line}
