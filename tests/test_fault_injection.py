@@ -1,0 +1,502 @@
+"""Fault injection, in the spirit of Jepsen's checks: real training processes write a run to
+``s3://`` through a `FaultRelay` in front of the real S3 server (`tests.s3`) while faults are
+injected: refused connections, black holes, 500 answers, slow answers, the bucket deleted and given
+back, SIGKILL of the training process or of its uploader at a random point, a full disk (a small
+tmpfs as the staging folder) and fork children (a ``fork`` Pool, terminated). The training script
+appends every file it finished writing to a manifest; after each run, what is in the store plus what
+is left staged is compared with it: files lost and files duplicated (one file under two keys, a trace
+both compressed and not) must both be 0. What a fault leaves staged is then uploaded with the
+command the run names (``phaseprof upload``), and must all reach the store.
+
+The quick variant (a handful of faults) runs in the default suite; the thorough one injects at least
+200 faults and prints a table: ``PHASEPROF_FAULTS=thorough python -m pytest tests/test_fault_injection.py``.
+Every random choice comes from one seed, printed (and in every failure's message); replay a run with
+``PHASEPROF_FAULTS_SEED=<seed>``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from phaseprof.contract import EVENT_FILE_MARKER, TRACE_FILE_RE
+from tests.fault_relay import BucketOutage, FaultRelay
+
+pytestmark = pytest.mark.slow
+
+THOROUGH = os.environ.get("PHASEPROF_FAULTS") == "thorough"
+SEED = int(os.environ.get("PHASEPROF_FAULTS_SEED") or random.SystemRandom().randrange(1 << 32))
+#: The faults switched on and off while a run goes on.
+NETWORK = ("refuse", "black_hole", "error_500", "slow", "bucket_deleted")
+#: How a run ends (one fault each, but "close").
+ENDINGS = ("close", "kill_training", "kill_uploader", "fork", "bucket_missing_at_close")
+#: Generous deadlines (a loaded machine): never a measure, only how long a wait may last.
+DEADLINE_S = 300
+RUN = "r"
+
+TRAIN = textwrap.dedent("""
+    import json, multiprocessing, os, sys, time, warnings
+    import torch
+    from phaseprof import PhaseProfiler
+
+    url, markers, staging, options = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+    manifest = open(os.path.join(markers, "manifest"), "a")
+    recorded = {}
+
+    def record():
+        # every file of this run finished in staging, once (scalars again whenever they grew)
+        for directory, _, names in os.walk(staging):
+            for name in names:
+                parts = os.path.relpath(os.path.join(directory, name), staging).split(os.sep)
+                if len(parts) < 3 or parts[1] != "r" or name.endswith((".part", ".tmp")):
+                    continue
+                key = "/".join(parts[2:])
+                try:
+                    size = os.path.getsize(os.path.join(directory, name))
+                except OSError:
+                    continue
+                if recorded.get(key, -1) < size and (key not in recorded or ".tfevents." in name):
+                    recorded[key] = size
+                    manifest.write(f"{size} {key}\\n")
+                    manifest.flush()
+
+    def mark(name):
+        open(os.path.join(markers, name), "w").close()
+
+    def marked(name):
+        return os.path.exists(os.path.join(markers, name))
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 16)
+    cycle = options["cycle"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prof = PhaseProfiler(logdir=url, run="r", wait=cycle - 2, warmup=1, active=1, repeat=0,
+                             gzip=options["gzip"])
+        prof.attach(model, optimizer)
+        forked = False
+        # until told to stop, and then to the end of the cycle: close() writes no trace of its own
+        while not marked("stop") or prof.step_num % cycle:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+            time.sleep(options["pace_s"])
+            record()
+            if prof.step_num == 3:
+                mark("started")
+            if marked("fork") and not forked:  # children that inherit the profiler, ended by SIGTERM
+                forked = True
+                pool = multiprocessing.get_context("fork").Pool(2)
+                pool.map(abs, range(8))
+                pool.map_async(time.sleep, [30, 30])  # busy children get the SIGTERM
+                time.sleep(0.5)
+                pool.terminate()
+                pool.join()
+                mark("forked")
+        deadline = time.monotonic() + 300
+        while any(n.endswith(".part") for _, _, names in os.walk(staging) for n in names):
+            if time.monotonic() > deadline:  # a trace never compressed: close() carries on without it
+                break
+            time.sleep(0.1)
+        record()
+        mark("closing")
+        prof.close()
+    manifest.close()
+    print(json.dumps([str(w.message) for w in caught if str(w.message).startswith("phaseprof")]))
+""")
+
+
+@dataclass
+class Tally:
+    """What the faults of one kind did, summed over runs."""
+
+    injected: int = 0
+    written: int = 0
+    lost: int = 0
+    duplicated: int = 0
+
+
+@dataclass
+class Plan:
+    """One training run: the network faults injected while it goes on (in order), how it ends, and
+    whether its staging folder is a small full tmpfs."""
+
+    seed: int
+    network: list[str]
+    ending: str
+    full_disk: bool = False
+    gzip: bool = True
+    log: list[str] = field(default_factory=list)
+
+    def kinds(self) -> list[str]:
+        return self.network + ([self.ending] if self.ending != "close" else []) + (
+            ["full_disk"] if self.full_disk else [])
+
+
+# -- the check -----------------------------------------------------------------------------------
+
+def _manifest(markers: Path) -> dict[str, int]:
+    """What the run finished writing: key under the run -> the largest size seen."""
+    written: dict[str, int] = {}
+    path = markers / "manifest"
+    for line in path.read_text().splitlines(keepends=True) if path.exists() else []:
+        if line.endswith("\n"):  # a last line cut by SIGKILL is no record
+            size, _, key = line.strip().partition(" ")
+            written[key] = max(written.get(key, 0), int(size))
+    return written
+
+
+def _staged(staging: Path) -> dict[str, int]:
+    """What is left in staging folders: key under the run -> size."""
+    out = {}
+    for path in staging.rglob("*"):
+        parts = path.relative_to(staging).parts
+        if path.is_file() and len(parts) >= 3 and parts[1] == RUN:
+            out["/".join(parts[2:])] = path.stat().st_size
+    return out
+
+
+def _stored(s3, bucket: str) -> dict[str, int]:
+    """Every object of the bucket: key -> size."""
+    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return {o["Key"]: o["Size"] for page in pages for o in page.get("Contents", [])}
+
+
+def _is_scalars(key: str) -> bool:
+    return EVENT_FILE_MARKER in key.rpartition("/")[2]
+
+
+def _whole(key: str, size: int, found: int | None) -> bool:
+    """Whether a copy of ``found`` bytes keeps the file ``key`` seen written at ``size`` (0: any)."""
+    return found is not None and (found >= size if _is_scalars(key) or size == 0 else found == size)
+
+
+def count(written: dict[str, int], stored: dict[str, int], staged: dict[str, int], prefix: str,
+          analyses_due: bool) -> tuple[int, int, int, list[str]]:
+    """Files written, lost and duplicated, and a line for each loss or duplicate. A file is kept if
+    the store or staging holds it whole (scalars: at least as much as was seen written); with
+    ``analyses_due`` (a run that closed, able to write), every trace's analysis is due too."""
+    expected = dict(written)
+    if analyses_due:
+        for key in list(written):
+            name = key.rpartition("/")[2]
+            if TRACE_FILE_RE.match(name) and "/" not in key:
+                expected.setdefault(f".phaseprof/{name}.analysis", 0)
+    problems = []
+    lost = 0
+    for key, size in sorted(expected.items()):
+        if not _whole(key, size, stored.get(prefix + key)) and not _whole(key, size, staged.get(key)):
+            lost += 1
+            problems.append(f"lost {key} ({size} bytes written; stored {stored.get(prefix + key)}, "
+                            f"staged {staged.get(key)})")
+    # the same file twice: a trace under two keys or both compressed and not, or any key outside the run
+    names = collections.Counter()
+    for key in stored:
+        if not key.startswith(prefix):
+            problems.append(f"duplicated: {key} is outside {prefix}")
+            names[key] += 2
+            continue
+        name = key[len(prefix):]
+        names[name.removesuffix(".gz") if TRACE_FILE_RE.match(name.rpartition("/")[2]) else name] += 1
+    duplicated = sum(n - 1 for n in names.values() if n > 1)
+    problems += [f"duplicated {name} ({n} keys)" for name, n in names.items() if n > 1]
+    return len(expected), lost, duplicated, problems
+
+
+# -- a run under faults ----------------------------------------------------------------------------
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _uploaders(pid: int) -> list[int]:
+    """The uploader processes the training process ``pid`` started."""
+    out = []
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            children = [int(c) for c in fh.read().split()]
+    except OSError:
+        return []
+    for child in children:
+        with contextlib.suppress(OSError), open(f"/proc/{child}/cmdline", "rb") as fh:
+            if b"phaseprof.training_hooks.upload" in fh.read():
+                out.append(child)
+    return out
+
+
+def _wait(condition, what: str, proc=None, deadline_s: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the training process ended ({proc.returncode}) before {what}: "
+                                 f"{proc.stderr.read() if proc.stderr else ''}")
+        assert time.monotonic() < deadline, f"{what}: not within {deadline_s} s"
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _tmpfs(path: Path, size: str):
+    """A small tmpfs mounted at ``path`` (the disk that fills up), unmounted afterwards."""
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+class Run:
+    """One training process writing ``s3://<bucket>/p/r`` through ``relay``; every process it
+    starts (the uploader, fork children) is in its process group, killed by `stop`."""
+
+    def __init__(self, s3, bucket: str, relay: FaultRelay, tmp: Path, plan: Plan, staging: Path) -> None:
+        self.s3, self.bucket, self.relay, self.plan = s3, bucket, relay, plan
+        self.url = f"s3://{bucket}/p"
+        self.markers, self.staging, self.work = tmp / "markers", staging, tmp / "work"
+        for d in (self.markers, self.work):
+            d.mkdir()
+        env = {**os.environ, "PHASEPROF_STAGING": str(staging), "AWS_ENDPOINT_URL": relay.endpoint,
+               "S3_ENDPOINT": relay.endpoint}
+        env.pop("PHASEPROF_CACHE", None)  # analyses are written, as in a user's run
+        options = {"cycle": 12, "pace_s": 0.05, "gzip": plan.gzip}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", TRAIN, self.url, str(self.markers), str(staging), json.dumps(options)],
+            cwd=self.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+        self.out = self.err = ""
+
+    def marked(self, name: str) -> bool:
+        return (self.markers / name).exists()
+
+    def mark(self, name: str) -> None:
+        (self.markers / name).touch()
+
+    def files(self) -> int:
+        return len(_manifest(self.markers))
+
+    def finish(self) -> int:
+        """Wait for the training process to end; its exit code."""
+        try:
+            self.out, self.err = self.proc.communicate(timeout=DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            self.out, self.err = self.proc.communicate()
+            raise AssertionError(f"the training process did not end within {DEADLINE_S} s "
+                                 f"(seed {self.plan.seed}; {self.plan.log}): {self.err[-2000:]}") from None
+        return self.proc.returncode
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def _network_fault(run: Run, kind: str, rng: random.Random) -> None:
+    """Inject one fault while the run goes on, until the uploader met it (and a random while more)."""
+    relay = run.relay
+    if kind == "bucket_deleted":
+        outage = _take_bucket(run)
+        seen = len(relay.requests)
+        _wait(lambda: len(relay.requests) > seen, "a request to the deleted bucket", run.proc)
+        time.sleep(rng.uniform(0, 2))
+        _give_bucket_back(run, outage)
+        return
+    seen = relay.hits[kind]
+    relay.set_mode(kind)
+    if kind == "refuse":  # no connection is seen: long enough for a pass of the uploader or two
+        time.sleep(rng.uniform(2, 5))
+    else:
+        relay.wait_for_hit(kind, seen)
+        time.sleep(rng.uniform(0, 2))
+    relay.set_mode("pass")
+
+
+def _take_bucket(run: Run) -> BucketOutage:
+    outage = BucketOutage(run.s3.client(), run.bucket)
+    run.relay.set_mode("pause")  # nothing lands while the objects are put aside
+    try:
+        outage.take()
+    finally:
+        run.relay.set_mode("pass")
+    return outage
+
+
+def _give_bucket_back(run: Run, outage: BucketOutage) -> None:
+    run.relay.set_mode("pause")  # no upload races the objects put back
+    try:
+        outage.give_back()
+    finally:
+        run.relay.set_mode("pass")
+
+
+def _kill(pid: int, rng: random.Random, run: Run, what: str) -> None:
+    """SIGKILL ``pid`` at a random point: once the run finished a random number of files, and a
+    random while later."""
+    files = rng.randint(1, 4)
+    _wait(lambda: run.files() >= files, f"{files} files written before killing the {what}", run.proc)
+    time.sleep(rng.uniform(0, 3))
+    run.plan.log.append(f"SIGKILL {what} after {run.files()} files")
+    os.kill(pid, signal.SIGKILL)
+
+
+def _upload_command(run: Run) -> list[str]:
+    """The command the run named for what it left staged, or the documented one for a run killed
+    before it could say (every staging folder of the run, to the run's URL)."""
+    text = run.out + run.err
+    found = re.search(r"phaseprof upload (\S+) (s3://\S+?)['\"`.,;)]*(?:\s|$)", text)
+    if found:
+        return [[found.group(1), found.group(2)]]
+    return [[str(root), f"{run.url}/{RUN}"] for root in sorted(run.staging.iterdir())]
+
+
+def play(s3, bucket: str, tmp: Path, plan: Plan, tallies: dict[str, Tally]) -> None:
+    """Run ``plan``'s training under its faults, check the store and staging against the manifest,
+    upload what is left, check again; add to ``tallies``; raise on a file lost or duplicated."""
+    rng = random.Random(plan.seed)
+    relay = FaultRelay(s3.port, delay_s=rng.uniform(0.2, 1.5))
+    staging = tmp / "staging"
+    disk = _tmpfs(staging, "96k") if plan.full_disk else contextlib.nullcontext(staging.mkdir())
+    with disk:
+        run = Run(s3, bucket, relay, tmp, plan, staging)
+        try:
+            _play(run, rng)
+        finally:
+            run.stop()
+            relay.close()
+        if plan.full_disk:
+            free = os.statvfs(staging)
+            plan.log.append(f"staging disk: {free.f_bavail * free.f_frsize} bytes free at the end")
+        written = _manifest(run.markers)
+        closed = run.proc.returncode == 0
+        prefix = f"p/{RUN}/"
+        total, lost, duplicated, problems = count(written, _stored(s3, bucket), _staged(staging), prefix,
+                                                  analyses_due=closed and not plan.full_disk)
+        left = _staged(staging)
+        if left:  # what a fault left staged goes up with the command the run named
+            for args in _upload_command(run):
+                upload = subprocess.run([sys.executable, "-m", "phaseprof.cli", "upload", *args],
+                                        capture_output=True, text=True, timeout=DEADLINE_S,
+                                        start_new_session=True)
+                plan.log.append(f"phaseprof upload {' '.join(args)}: exit {upload.returncode} "
+                                f"{(upload.stdout + upload.stderr).strip()[-500:]}")
+            _, lost_after, duplicated_after, after = count(written, _stored(s3, bucket), {}, prefix,
+                                                           analyses_due=closed and not plan.full_disk)
+            lost, duplicated = max(lost, lost_after), max(duplicated, duplicated_after)
+            problems += [f"after phaseprof upload: {p}" for p in after]
+    for kind in plan.kinds():
+        tallies.setdefault(kind, Tally()).injected += 1
+    for kind in set(plan.kinds()) or {"none"}:
+        t = tallies.setdefault(kind, Tally())
+        t.written, t.lost, t.duplicated = t.written + total, t.lost + lost, t.duplicated + duplicated
+    assert not problems, (f"seed {plan.seed} ({plan.kinds()}; {plan.log}): {problems}; "
+                          f"exit {run.proc.returncode}, out {run.out[-1500:]}, err {run.err[-1500:]}")
+
+
+def _play(run: Run, rng: random.Random) -> None:
+    plan = run.plan
+    _wait(lambda: run.marked("started"), "the run started", run.proc)
+    uploader = _uploaders(run.proc.pid)
+    if plan.ending == "kill_uploader":
+        assert uploader, "no uploader process"
+    for kind in plan.network:
+        plan.log.append(f"{kind} after {run.files()} files")
+        _network_fault(run, kind, rng)
+    if plan.ending == "kill_training":
+        _kill(run.proc.pid, rng, run, "training process")
+        run.finish()
+        for pid in uploader:  # left alone, the uploader uploads what is staged, then ends
+            _wait(lambda pid=pid: not _alive(pid), "the orphaned uploader ended")
+        return
+    if plan.ending == "kill_uploader":
+        _kill(uploader[0], rng, run, "uploader")
+    if plan.ending == "fork":
+        run.mark("fork")
+        _wait(lambda: run.marked("forked"), "the fork children were terminated", run.proc, deadline_s=120)
+    _wait(lambda: run.files() >= 2, "two files written", run.proc)
+    outage = _take_bucket(run) if plan.ending == "bucket_missing_at_close" else None
+    run.mark("stop")
+    assert run.finish() == 0, run.err[-3000:]
+    if outage is not None:
+        outage.give_back()
+
+
+def _table(tallies: dict[str, Tally]) -> str:
+    rows = [f"{'fault':<24}{'injected':>9}{'files written':>15}{'lost':>6}{'duplicated':>12}"]
+    for kind, t in sorted(tallies.items()):
+        rows.append(f"{kind:<24}{t.injected:>9}{t.written:>15}{t.lost:>6}{t.duplicated:>12}")
+    total = sum(t.injected for t in tallies.values())
+    rows.append(f"{'all':<24}{total:>9}  (seed {SEED})")
+    return "\n".join(rows)
+
+
+# -- the quick variant: one run per ending, every network fault once -------------------------------
+
+QUICK = [
+    Plan(SEED, list(NETWORK), "close", gzip=False),  # the analyses of plain JSON traces too
+    Plan(SEED + 1, [], "kill_training"),
+    Plan(SEED + 2, [], "kill_uploader", full_disk=True),
+    Plan(SEED + 3, [], "fork"),
+    Plan(SEED + 4, [], "bucket_missing_at_close"),
+]
+
+
+@pytest.mark.skipif(THOROUGH, reason="PHASEPROF_FAULTS=thorough runs the thorough variant instead")
+@pytest.mark.parametrize("plan", QUICK, ids=lambda p: "+".join(p.kinds()))
+def test_no_file_is_lost_or_duplicated_under_faults(s3, bucket, tmp_path, plan, capsys):
+    tallies: dict[str, Tally] = {}
+    try:
+        play(s3, bucket, tmp_path, plan, tallies)
+    finally:
+        with capsys.disabled():
+            print(f"\n{_table(tallies)}")
+
+
+def _thorough_plans(rng: random.Random) -> list[Plan]:
+    """Runs enough for 200 faults at least: each a random series of network faults, then an ending."""
+    plans, faults = [], 0
+    while faults < 200:
+        plan = Plan(rng.randrange(1 << 32), [rng.choice(NETWORK) for _ in range(rng.randint(4, 9))],
+                    ENDINGS[len(plans) % len(ENDINGS)], full_disk=len(plans) % 4 == 3, gzip=rng.random() < 0.7)
+        plans.append(plan)
+        faults += len(plan.kinds())
+    return plans
+
+
+@pytest.mark.skipif(not THOROUGH, reason="the thorough variant: PHASEPROF_FAULTS=thorough")
+def test_no_file_is_lost_or_duplicated_under_two_hundred_faults(s3, tmp_path, capsys):
+    tallies: dict[str, Tally] = {}
+    failures = []
+    try:
+        for i, plan in enumerate(_thorough_plans(random.Random(SEED))):
+            bucket = f"faults{i}"
+            (tmp_path / str(i)).mkdir()
+            s3.client().create_bucket(Bucket=bucket)
+            try:
+                play(s3, bucket, tmp_path / str(i), plan, tallies)
+            except AssertionError as e:
+                failures.append(str(e)[:3000])
+    finally:
+        with capsys.disabled():
+            print(f"\n{_table(tallies)}")
+            for failure in failures:
+                print(failure)
+    assert sum(t.injected for t in tallies.values()) >= 200
+    assert not failures, failures
