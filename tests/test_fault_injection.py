@@ -37,12 +37,18 @@ from tests.fault_relay import BucketOutage, FaultRelay
 
 pytestmark = pytest.mark.slow
 
+#: PHASEPROF_FAULTS=thorough: 200 faults and more, over runs that each take many.
 THOROUGH = os.environ.get("PHASEPROF_FAULTS") == "thorough"
 SEED = int(os.environ.get("PHASEPROF_FAULTS_SEED") or random.SystemRandom().randrange(1 << 32))
 #: The faults switched on and off while a run goes on.
 NETWORK = ("refuse", "black_hole", "error_500", "slow", "bucket_deleted")
 #: How a run ends (one fault each, but "close").
-ENDINGS = ("close", "kill_training", "kill_uploader", "fork", "bucket_missing_at_close")
+ENDINGS = ("close", "kill_training", "kill_uploader", "fork", "bucket_missing_at_close", "refuse_at_close",
+           "black_hole_at_close", "error_500_at_close")
+#: The thorough variant's endings, in turn: the kills twice as often; the store down at close in one of
+#: its three ways (each costs close() its whole bound).
+_TURNS = ("close", "kill_training", "kill_uploader", "fork", "bucket_missing_at_close", "kill_training",
+          "kill_uploader", "down_at_close")
 #: Generous deadlines (a loaded machine): never a measure, only how long a wait may last.
 DEADLINE_S = 300
 RUN = "r"
@@ -253,6 +259,12 @@ def _wait(condition, what: str, proc=None, deadline_s: float = DEADLINE_S) -> No
         time.sleep(0.05)
 
 
+def _free(path: Path) -> int:
+    """Bytes free on the disk of ``path``."""
+    disk = os.statvfs(path)
+    return disk.f_bavail * disk.f_frsize
+
+
 @contextlib.contextmanager
 def _tmpfs(path: Path, size: str):
     """A small tmpfs mounted at ``path`` (the disk that fills up), unmounted afterwards."""
@@ -322,10 +334,10 @@ def _network_fault(run: Run, kind: str, rng: random.Random) -> None:
     seen = relay.hits[kind]
     relay.set_mode(kind)
     if kind == "refuse":  # no connection is seen: long enough for a pass of the uploader or two
-        time.sleep(rng.uniform(2, 5))
+        time.sleep(rng.uniform(1.5, 4))
     else:
         relay.wait_for_hit(kind, seen)
-        time.sleep(rng.uniform(0, 2))
+        time.sleep(rng.uniform(0, 1))
     relay.set_mode("pass")
 
 
@@ -373,7 +385,7 @@ def play(s3, bucket: str, tmp: Path, plan: Plan, tallies: dict[str, Tally]) -> N
     rng = random.Random(plan.seed)
     relay = FaultRelay(s3.port, delay_s=rng.uniform(0.2, 1.5))
     staging = tmp / "staging"
-    disk = _tmpfs(staging, "96k") if plan.full_disk else contextlib.nullcontext(staging.mkdir())
+    disk = _tmpfs(staging, "64k") if plan.full_disk else contextlib.nullcontext(staging.mkdir())
     with disk:
         run = Run(s3, bucket, relay, tmp, plan, staging)
         try:
@@ -381,9 +393,6 @@ def play(s3, bucket: str, tmp: Path, plan: Plan, tallies: dict[str, Tally]) -> N
         finally:
             run.stop()
             relay.close()
-        if plan.full_disk:
-            free = os.statvfs(staging)
-            plan.log.append(f"staging disk: {free.f_bavail * free.f_frsize} bytes free at the end")
         written = _manifest(run.markers)
         closed = run.proc.returncode == 0
         prefix = f"p/{RUN}/"
@@ -431,11 +440,20 @@ def _play(run: Run, rng: random.Random) -> None:
         run.mark("fork")
         _wait(lambda: run.marked("forked"), "the fork children were terminated", run.proc, deadline_s=120)
     _wait(lambda: run.files() >= 2, "two files written", run.proc)
+    if plan.full_disk:  # the run goes on a while with its disk full
+        _wait(lambda: _free(run.staging) < 12 << 10, "the staging disk full", run.proc)
+        plan.log.append(f"disk full after {run.files()} files")
+        time.sleep(rng.uniform(1, 3))
     outage = _take_bucket(run) if plan.ending == "bucket_missing_at_close" else None
+    down = plan.ending.removesuffix("_at_close") if plan.ending.endswith("_at_close") and not outage else None
+    if down:  # the store does not answer while the run closes (close() gives up after its bound)
+        run.relay.set_mode(down)
     run.mark("stop")
     assert run.finish() == 0, run.err[-3000:]
     if outage is not None:
         outage.give_back()
+    if down:
+        run.relay.set_mode("pass")
 
 
 def _table(tallies: dict[str, Tally]) -> str:
@@ -458,45 +476,37 @@ QUICK = [
 ]
 
 
-@pytest.mark.skipif(THOROUGH, reason="PHASEPROF_FAULTS=thorough runs the thorough variant instead")
-@pytest.mark.parametrize("plan", QUICK, ids=lambda p: "+".join(p.kinds()))
-def test_no_file_is_lost_or_duplicated_under_faults(s3, bucket, tmp_path, plan, capsys):
-    tallies: dict[str, Tally] = {}
-    try:
-        play(s3, bucket, tmp_path, plan, tallies)
-    finally:
-        with capsys.disabled():
-            print(f"\n{_table(tallies)}")
-
-
-def _thorough_plans(rng: random.Random) -> list[Plan]:
-    """Runs enough for 200 faults at least: each a random series of network faults, then an ending."""
-    plans, faults = [], 0
-    while faults < 200:
-        plan = Plan(rng.randrange(1 << 32), [rng.choice(NETWORK) for _ in range(rng.randint(4, 9))],
-                    ENDINGS[len(plans) % len(ENDINGS)], full_disk=len(plans) % 4 == 3, gzip=rng.random() < 0.7)
-        plans.append(plan)
-        faults += len(plan.kinds())
+def _thorough(rng: random.Random) -> list[Plan]:
+    """Runs enough for 200 faults at least: each a random series of network faults, then an ending
+    (`_TURNS` in turn), every third on a full disk."""
+    plans: list[Plan] = []
+    while sum(len(p.kinds()) for p in plans) < 200:
+        ending = _TURNS[len(plans) % len(_TURNS)]
+        if ending == "down_at_close":
+            ending = rng.choice(("refuse", "black_hole", "error_500")) + "_at_close"
+        plans.append(Plan(rng.randrange(1 << 32), [rng.choice(NETWORK) for _ in range(rng.randint(3, 8))],
+                          ending, full_disk=len(plans) % 3 == 2, gzip=rng.random() < 0.7))
     return plans
 
 
-@pytest.mark.skipif(not THOROUGH, reason="the thorough variant: PHASEPROF_FAULTS=thorough")
-def test_no_file_is_lost_or_duplicated_under_two_hundred_faults(s3, tmp_path, capsys):
-    tallies: dict[str, Tally] = {}
-    failures = []
-    try:
-        for i, plan in enumerate(_thorough_plans(random.Random(SEED))):
-            bucket = f"faults{i}"
-            (tmp_path / str(i)).mkdir()
-            s3.client().create_bucket(Bucket=bucket)
-            try:
-                play(s3, bucket, tmp_path / str(i), plan, tallies)
-            except AssertionError as e:
-                failures.append(str(e)[:3000])
-    finally:
-        with capsys.disabled():
-            print(f"\n{_table(tallies)}")
-            for failure in failures:
-                print(failure)
-    assert sum(t.injected for t in tallies.values()) >= 200
-    assert not failures, failures
+PLANS = _thorough(random.Random(SEED)) if THOROUGH else QUICK
+TALLIES: dict[str, Tally] = {}
+
+
+@pytest.fixture(scope="module")
+def table(request):
+    """The tally of every run of the module, printed once they are all done."""
+    yield TALLIES
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    for line in ["", *_table(TALLIES).splitlines()]:
+        if reporter is not None:
+            reporter.write_line(line)
+
+
+def _name(plan: Plan) -> str:
+    return "+".join(plan.kinds()) if not THOROUGH else f"{PLANS.index(plan)}-{plan.ending}"
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=_name)
+def test_no_file_is_lost_or_duplicated_under_faults(s3, bucket, tmp_path, plan, table):
+    play(s3, bucket, tmp_path, plan, table)
