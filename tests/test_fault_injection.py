@@ -114,9 +114,10 @@ TRAIN = textwrap.dedent("""
                 pool.terminate()
                 pool.join()
                 mark("forked")
-        deadline = time.monotonic() + 300
+        # the traces being compressed, recorded before close() (on a full disk they may never be)
+        deadline = time.monotonic() + (0 if options["full_disk"] else 300)
         while any(n.endswith(".part") for _, _, names in os.walk(staging) for n in names):
-            if time.monotonic() > deadline:  # a trace never compressed: close() carries on without it
+            if time.monotonic() > deadline:
                 break
             time.sleep(0.1)
         record()
@@ -234,6 +235,18 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _group(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rpartition(")")[2].split()  # state, ppid, pgrp...
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(entry))
+    return out
+
+
 def _uploaders(pid: int) -> list[int]:
     """The uploader processes the training process ``pid`` started."""
     out = []
@@ -289,7 +302,7 @@ class Run:
         env = {**os.environ, "PHASEPROF_STAGING": str(staging), "AWS_ENDPOINT_URL": relay.endpoint,
                "S3_ENDPOINT": relay.endpoint}
         env.pop("PHASEPROF_CACHE", None)  # analyses are written, as in a user's run
-        options = {"cycle": 12, "pace_s": 0.05, "gzip": plan.gzip}
+        options = {"cycle": 12, "pace_s": 0.05, "gzip": plan.gzip, "full_disk": plan.full_disk}
         self.proc = subprocess.Popen(
             [sys.executable, "-c", TRAIN, self.url, str(self.markers), str(staging), json.dumps(options)],
             cwd=self.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -308,17 +321,20 @@ class Run:
     def finish(self) -> int:
         """Wait for the training process to end; its exit code."""
         try:
-            self.out, self.err = self.proc.communicate(timeout=DEADLINE_S)
+            self.out, self.err = self.proc.communicate(timeout=2 * DEADLINE_S)
         except subprocess.TimeoutExpired:
             self.stop()
             self.out, self.err = self.proc.communicate()
-            raise AssertionError(f"the training process did not end within {DEADLINE_S} s "
+            raise AssertionError(f"the training process did not end within {2 * DEADLINE_S} s "
                                  f"(seed {self.plan.seed}; {self.plan.log}): {self.err[-2000:]}") from None
         return self.proc.returncode
 
     def stop(self) -> None:
+        """Kill every process of the run (the training process, its uploader, analyses, fork
+        children) and wait until none is left."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        _wait(lambda: not _group(self.proc.pid), f"the processes of group {self.proc.pid} gone", deadline_s=60)
 
 
 def _network_fault(run: Run, kind: str, rng: random.Random) -> None:
@@ -336,7 +352,8 @@ def _network_fault(run: Run, kind: str, rng: random.Random) -> None:
     if kind == "refuse":  # no connection is seen: long enough for a pass of the uploader or two
         time.sleep(rng.uniform(1.5, 4))
     else:
-        relay.wait_for_hit(kind, seen)
+        if not relay.wait_for_hit(kind, seen):
+            run.plan.log.append(f"{kind}: no connection came while it lasted")
         time.sleep(rng.uniform(0, 1))
     relay.set_mode("pass")
 
@@ -369,14 +386,30 @@ def _kill(pid: int, rng: random.Random, run: Run, what: str) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-def _upload_command(run: Run) -> list[str]:
-    """The command the run named for what it left staged, or the documented one for a run killed
-    before it could say (every staging folder of the run, to the run's URL)."""
-    text = run.out + run.err
-    found = re.search(r"phaseprof upload (\S+) (s3://\S+?)['\"`.,;)]*(?:\s|$)", text)
-    if found:
-        return [[found.group(1), found.group(2)]]
+def _upload_commands(run: Run) -> list[list[str]]:
+    """The ``phaseprof upload`` arguments the run named for what it left staged (in its warnings:
+    the summary may wrap them), or, for a run killed before it could say, every staging folder of the
+    run to the run's URL."""
+    lines = run.out.strip().splitlines()
+    with contextlib.suppress(IndexError, ValueError):
+        for warning in json.loads(lines[-1]):
+            if found := re.search(r"phaseprof upload (\S+) (s3://[^\s'\"`]+)", warning):
+                return [[found.group(1), found.group(2).rstrip(".,;)")]]
+    if run.proc.returncode == 0:
+        return []
     return [[str(root), f"{run.url}/{RUN}"] for root in sorted(run.staging.iterdir())]
+
+
+def _upload(args: list[str]) -> subprocess.CompletedProcess:
+    """``phaseprof upload ARGS``, its process group killed if it outlives the deadline."""
+    proc = subprocess.Popen([sys.executable, "-m", "phaseprof.cli", "upload", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out)
 
 
 def play(s3, bucket: str, tmp: Path, plan: Plan, tallies: dict[str, Tally]) -> None:
@@ -400,12 +433,15 @@ def play(s3, bucket: str, tmp: Path, plan: Plan, tallies: dict[str, Tally]) -> N
                                                   analyses_due=closed and not plan.full_disk)
         left = _staged(staging)
         if left:  # what a fault left staged goes up with the command the run named
-            for args in _upload_command(run):
-                upload = subprocess.run([sys.executable, "-m", "phaseprof.cli", "upload", *args],
-                                        capture_output=True, text=True, timeout=DEADLINE_S,
-                                        start_new_session=True)
+            commands = _upload_commands(run)
+            if not commands:
+                problems.append("files were left staged and no warning named the command that uploads them")
+            for args in commands:
+                upload = _upload(args)
                 plan.log.append(f"phaseprof upload {' '.join(args)}: exit {upload.returncode} "
-                                f"{(upload.stdout + upload.stderr).strip()[-500:]}")
+                                f"{upload.stdout.strip()[-500:]}")
+                if upload.returncode != 0:
+                    problems.append(f"phaseprof upload {' '.join(args)} exited {upload.returncode}")
             _, lost_after, duplicated_after, after = count(written, _stored(s3, bucket), {}, prefix,
                                                            analyses_due=closed and not plan.full_disk)
             lost, duplicated = max(lost, lost_after), max(duplicated, duplicated_after)
