@@ -308,6 +308,7 @@ class Run:
             cwd=self.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True)
         self.out = self.err = ""
+        self.began = time.monotonic()
 
     def marked(self, name: str) -> bool:
         return (self.markers / name).exists()
@@ -462,7 +463,7 @@ def _play(run: Run, rng: random.Random) -> None:
     if plan.ending == "kill_uploader":
         assert uploader, "no uploader process"
     for kind in plan.network:
-        plan.log.append(f"{kind} after {run.files()} files")
+        plan.log.append(f"{kind} after {run.files()} files, {time.monotonic() - run.began:.0f} s")
         _network_fault(run, kind, rng)
     if plan.ending == "kill_training":
         _kill(run.proc.pid, rng, run, "training process")
@@ -518,8 +519,8 @@ def _thorough(rng: random.Random) -> list[Plan]:
     plans: list[Plan] = []
     while sum(len(p.kinds()) for p in plans) < 200:
         ending = _TURNS[len(plans) % len(_TURNS)]
-        if ending == "down_at_close":
-            ending = rng.choice(("refuse", "black_hole", "error_500")) + "_at_close"
+        if ending == "down_at_close":  # each way in turn
+            ending = ("refuse", "black_hole", "error_500")[len(plans) // len(_TURNS) % 3] + "_at_close"
         plans.append(Plan(rng.randrange(1 << 32), [rng.choice(NETWORK) for _ in range(rng.randint(3, 8))],
                           ending, full_disk=len(plans) % 3 == 2, gzip=rng.random() < 0.7))
     return plans
@@ -533,10 +534,8 @@ TALLIES: dict[str, Tally] = {}
 def table(request):
     """The tally of every run of the module, printed once they are all done."""
     yield TALLIES
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    for line in ["", *_table(TALLIES).splitlines()]:
-        if reporter is not None:
-            reporter.write_line(line)
+    with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
+        print(f"\n{_table(TALLIES)}", flush=True)
 
 
 def _name(plan: Plan) -> str:
@@ -546,3 +545,39 @@ def _name(plan: Plan) -> str:
 @pytest.mark.parametrize("plan", PLANS, ids=_name)
 def test_no_file_is_lost_or_duplicated_under_faults(s3, bucket, tmp_path, plan, table):
     play(s3, bucket, tmp_path, plan, table)
+
+
+def test_the_relay_injects_each_fault_a_client_of_the_store_sees(s3, bucket):
+    """Each mode as botocore meets it (no retries, a short read timeout): the suite's faults are real."""
+    import boto3
+    import botocore.config
+    import botocore.exceptions
+
+    relay = FaultRelay(s3.port, delay_s=0.3)
+    config = botocore.config.Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=2,
+                                    connect_timeout=2)
+    client = boto3.client("s3", endpoint_url=relay.endpoint, config=config)
+    outage = BucketOutage(s3.client(), bucket)
+    try:
+        client.put_object(Bucket=bucket, Key="k", Body=b"kept")
+        relay.set_mode("refuse")
+        with pytest.raises(botocore.exceptions.EndpointConnectionError):
+            client.head_bucket(Bucket=bucket)
+        relay.set_mode("black_hole")
+        with pytest.raises(botocore.exceptions.ReadTimeoutError):
+            client.head_bucket(Bucket=bucket)
+        relay.set_mode("error_500")
+        with pytest.raises(botocore.exceptions.ClientError, match="InternalError"):
+            client.get_object(Bucket=bucket, Key="k")
+        relay.set_mode("slow")
+        assert client.get_object(Bucket=bucket, Key="k")["Body"].read() == b"kept"
+        assert min(relay.hits[m] for m in ("black_hole", "error_500", "slow")) >= 1
+        relay.set_mode("pause")
+        outage.take()
+        relay.set_mode("pass")
+        with pytest.raises(botocore.exceptions.ClientError, match="NoSuchBucket"):
+            client.get_object(Bucket=bucket, Key="k")
+        outage.give_back()
+        assert client.get_object(Bucket=bucket, Key="k")["Body"].read() == b"kept"
+    finally:
+        relay.close()
