@@ -316,6 +316,10 @@ class Run:
     def mark(self, name: str) -> None:
         (self.markers / name).touch()
 
+    def disk_full(self) -> bool:
+        """Whether the run stages on a full disk (no room for a trace)."""
+        return self.plan.full_disk and _free(self.staging) < 12 << 10
+
     def files(self) -> int:
         return len(_manifest(self.markers))
 
@@ -381,7 +385,8 @@ def _kill(pid: int, rng: random.Random, run: Run, what: str) -> None:
     """SIGKILL ``pid`` at a random point: once the run finished a random number of files, and a
     random while later."""
     files = rng.randint(1, 4)
-    _wait(lambda: run.files() >= files, f"{files} files written before killing the {what}", run.proc)
+    _wait(lambda: run.files() >= files or run.disk_full(), f"{files} files written before killing the {what}",
+          run.proc)
     time.sleep(rng.uniform(0, 3))
     run.plan.log.append(f"SIGKILL {what} after {run.files()} files")
     os.kill(pid, signal.SIGKILL)
@@ -476,9 +481,9 @@ def _play(run: Run, rng: random.Random) -> None:
     if plan.ending == "fork":
         run.mark("fork")
         _wait(lambda: run.marked("forked"), "the fork children were terminated", run.proc, deadline_s=120)
-    _wait(lambda: run.files() >= 2, "two files written", run.proc)
+    _wait(lambda: run.files() >= 2 or run.disk_full(), "two files written", run.proc)
     if plan.full_disk:  # the run goes on a while with its disk full
-        _wait(lambda: _free(run.staging) < 12 << 10, "the staging disk full", run.proc)
+        _wait(run.disk_full, "the staging disk full", run.proc)
         plan.log.append(f"disk full after {run.files()} files")
         time.sleep(rng.uniform(1, 3))
     outage = _take_bucket(run) if plan.ending == "bucket_missing_at_close" else None
