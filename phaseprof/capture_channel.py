@@ -30,6 +30,8 @@ Every file is read with bounds (`read_small`): only a regular file, not a link, 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
 import os
 import re
@@ -181,15 +183,22 @@ def check_request(request: Request, file_id: str) -> Request:
 
 def write_atomic(directory: str, name: str, data: bytes) -> str:
     """Write ``data`` as ``directory/name`` through a temporary file and a rename, so that a
-    reader never sees half a file; never through a link."""
+    reader never sees half a file; never through a link. If it fails (a full disk), the temporary
+    file is removed."""
     path = os.path.join(directory, name)
     tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, "short write", tmp)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
 
 

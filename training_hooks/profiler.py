@@ -19,6 +19,7 @@ time, on the thread that started it: the loop's thread. It starts on first use (
 `phase`, `paused`, `step` or ``with``), which also begins step 0. Evaluation passes between training
 steps, and ``with prof.paused():`` blocks, are kept out of the steps (see `hooks`, `tracker`).
 A SIGTERM closes it (writing the active window's trace) before the process's own handling (`signals`).
+A child forked from the process (a DataLoader worker, a ``fork`` Pool) never closes or writes the run.
 
 Faults never stop training: output that cannot be written, a trace that fails, an internal error in
 a hook are reported by one warning and listed in the summary on close. Misuse (attaching twice,
@@ -75,9 +76,24 @@ T = TypeVar("T")
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 _NEW, _RUNNING, _CLOSED = "new", "running", "closed"
+_INHERITED = "inherited"  # the running profiler as a forked child sees it: its parent's run, not its own
 #: Phases that are not a step's training work: a step open at close with only these is dropped.
 _NOT_WORK = {DATA, OTHER, OPTIMIZER, *OUT_OF_STEP}
 _running: PhaseProfiler | None = None  # the one running in this process
+
+
+def _inherited_in_child() -> None:
+    """In a forked child (a DataLoader worker, a ``fork`` Pool's), the running profiler is the parent's:
+    there it never closes, writes, uploads or beats (its threads did not follow the fork), so the
+    parent's run stays whole; the child may start a profiler of its own."""
+    global _running
+    if _running is not None:
+        _running._state = _INHERITED
+        _running = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_inherited_in_child)
 
 # torch warns when a second profiling cycle starts that results of the first are cleared, and to
 # pass acc_events=True to keep them. Traces are written at the end of each cycle: nothing is lost.
@@ -214,6 +230,8 @@ class PhaseProfiler:
         """Stop profiling: write what is pending, restore the model, optimizer and autograd, print the
         summary and the command that opens TensorBoard. Closing twice does nothing."""
         global _running
+        if self._state == _INHERITED:
+            return
         if self._state != _RUNNING:
             self._state = _CLOSED
             return
@@ -256,7 +274,7 @@ class PhaseProfiler:
                       for t in traces]
         if self._rank == 0:
             print_summary(Console(), self._recorder.stats, run=self.run, logdir=self.logdir,
-                          traces=traces, faults=self._faults.lines)
+                          traces=traces, faults=self._faults.summary())
 
     def __enter__(self) -> PhaseProfiler:
         self._start()
@@ -270,7 +288,7 @@ class PhaseProfiler:
     def _start(self) -> None:
         """Start on first use, from the thread that runs the loop."""
         global _running
-        if self._state == _RUNNING:
+        if self._state in (_RUNNING, _INHERITED):
             return
         if self._state == _CLOSED:
             raise RuntimeError(f"PhaseProfiler(run={self.run!r}) is closed; create a new one")

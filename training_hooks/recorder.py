@@ -18,7 +18,7 @@ its evaluation time has a tag of its own, as has the profiler's own time after t
 
 from __future__ import annotations
 
-import io
+import contextlib
 import itertools
 import os
 import queue
@@ -26,6 +26,7 @@ import struct
 import threading
 import time
 from array import array
+from collections import deque
 from collections.abc import Sequence
 
 import google_crc32c
@@ -98,7 +99,7 @@ class StepRecorder:
         self._file: EventFile | None = None
         if run_dir is not None:
             try:
-                self._file = _open_event_file(run_dir, worker)
+                self._file, self._file_path = _open_event_file(run_dir, worker)
             except Exception as e:  # noqa: BLE001 - no scalars, but training and the summary go on
                 faults.report("could not create the scalars' event file", e)
         self._write_error: Exception | None = None  # set by the writing thread, reported by the loop's
@@ -129,9 +130,13 @@ class StepRecorder:
         self._hand_over()
         self._queue.put(None)
         self._thread.join()
-        if self._file is not None:
-            self._stop_writing(None)
         self._report_write_error()
+        if self._file is not None:
+            unwritten = self._file.close()
+            self._file = None
+            if unwritten:
+                self._faults.report("could not write the scalars of the last steps", RuntimeError(
+                    f"{unwritten} record(s) found no room in {self._file_path}; the summary counts their steps"))
 
     def _report_write_error(self) -> None:
         if self._write_error is not None:
@@ -148,14 +153,15 @@ class StepRecorder:
             if batch is None:
                 return
             try:
-                for record in batch:
+                events = []
+                for record in batch:  # every step is tallied, whatever the file does
                     eval_ms, profiler_ms = self.stats.add(record)
                     if self._file is not None:
-                        self._file.write(self._event(record, eval_ms, profiler_ms).SerializeToString())
+                        events.append(self._event(record, eval_ms, profiler_ms).SerializeToString())
                 if self._file is not None:
-                    self._file.flush()
-            except Exception as e:  # noqa: BLE001 - stop writing, keep training
-                self._stop_writing(e)
+                    self._file.write(events)  # kept for the next write if it fails (a full disk)
+            except Exception as e:  # noqa: BLE001 - keep training
+                self._write_error = self._write_error or e
 
     def _event(self, record: StepTimes, eval_ms: float, profiler_ms: float) -> Event:
         """One event for the step: every phase seen so far in the run (0 where it did not run), the
@@ -175,36 +181,57 @@ class StepRecorder:
             values.append(Summary.Value(tag=PROFILER_TAG, simple_value=profiler_ms))
         return Event(wall_time=record.wall_time, step=record.step, summary=Summary(value=values))
 
-    def _stop_writing(self, error: Exception | None) -> None:
-        if self._file is not None:
-            try:
-                self._file.close()
-            except Exception as e:  # noqa: BLE001
-                error = error or e
-            self._file = None
-        self._write_error = self._write_error or error
-
 
 _file_numbers = itertools.count()
 
 
-class EventFile:
-    """TFRecord framing, as TensorBoard's ``RecordWriter`` writes it: per record its length, the
+def frame(data: bytes) -> bytes:
+    """One record in TFRecord framing, as TensorBoard's ``RecordWriter`` writes it: its length, the
     masked CRC-32C of the length, the data and the masked CRC-32C of the data."""
+    header = struct.pack("<Q", len(data))
+    return header + struct.pack("<I", masked_crc32c(header)) + data + struct.pack("<I", masked_crc32c(data))
 
-    def __init__(self, file: io.BufferedWriter) -> None:
-        self._file = file
 
-    def write(self, data: bytes) -> None:
-        header = struct.pack("<Q", len(data))
-        self._file.write(header + struct.pack("<I", masked_crc32c(header)) + data
-                         + struct.pack("<I", masked_crc32c(data)))
+class EventFile:
+    """An event file written a batch of records at a time. A batch that cannot be written (a full
+    disk) is cut back to the last whole record, so a reader never meets half a record, and kept to be
+    written with the next batch: the scalars resume, complete, once there is room again."""
 
-    def flush(self) -> None:
-        self._file.flush()
+    #: Records kept while the disk has no room; beyond this the oldest go (their steps stay in the stats).
+    MAX_PENDING_BYTES = 64 << 20
 
-    def close(self) -> None:
-        self._file.close()
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
+        self._size = 0  # bytes of whole records in the file
+        self._pending: deque[bytes] = deque()
+        self._pending_bytes = 0
+        self._dropped = 0
+
+    def write(self, records: Sequence[bytes]) -> None:
+        """Write ``records`` after any kept from failed writes; OSError (and keeps them all) if it fails."""
+        for data in records:
+            self._pending.append(frame(data))
+            self._pending_bytes += len(self._pending[-1])
+        while self._pending_bytes > self.MAX_PENDING_BYTES:
+            self._pending_bytes -= len(self._pending.popleft())
+            self._dropped += 1
+        data = memoryview(b"".join(self._pending))
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
+        except OSError:
+            os.ftruncate(self._fd, self._size)  # no torn record: it would end what readers can read
+            os.lseek(self._fd, self._size, os.SEEK_SET)
+            raise
+        self._size += len(data)
+        self._pending.clear()
+        self._pending_bytes = 0
+
+    def close(self) -> int:
+        """Close it; returns how many records were never written."""
+        os.close(self._fd)
+        return len(self._pending) + self._dropped
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -213,12 +240,12 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def _open_event_file(run_dir: str, worker: str) -> EventFile:
-    """A new event file, named as TensorBoard's writers name theirs, opened with its version record."""
+def _open_event_file(run_dir: str, worker: str) -> tuple[EventFile, str]:
+    """A new event file, named as TensorBoard's writers name theirs, begun with its version record."""
     os.makedirs(run_dir, exist_ok=True)
     now = time.time()
     path = os.path.join(run_dir, f"events.out.tfevents.{int(now):010d}.{worker}.{next(_file_numbers)}")
-    records = EventFile(open(path, "xb"))  # noqa: SIM115 - open for the whole run, closed by close()
-    records.write(Event(wall_time=now, file_version="brain.Event:2").SerializeToString())
-    records.flush()
-    return records
+    records = EventFile(path)
+    with contextlib.suppress(OSError):  # no room yet: the version record goes first with the first steps
+        records.write([Event(wall_time=now, file_version="brain.Event:2").SerializeToString()])
+    return records, path

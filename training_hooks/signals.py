@@ -6,7 +6,10 @@ keeps it in memory until the window ends), the last steps' scalars and the summa
 then restores the handler that was installed before and passes the signal on: to a Python handler
 by calling it (Lightning's, say), to the default action by raising the signal again, so the
 process ends as it would have. Installed only from the main thread (Python's rule) and only where
-SIGTERM is not ignored. Nothing can run on SIGKILL: see docs/training-hooks.md for what it loses.
+SIGTERM is not ignored. A child forked after it was installed (a ``fork`` multiprocessing Pool, whose
+``terminate()`` sends its workers SIGTERM) inherits the handler but not the run: there the handler
+closes nothing and only passes the signal on, so the child ends as it would have. Nothing can run
+on SIGKILL: see docs/training-hooks.md for what it loses.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Callable
 class CloseOnSigterm:
     def __init__(self, close: Callable[[], None]) -> None:
         self._close = close
+        self._pid = os.getpid()  # the process whose run it closes
         self._previous: object = None
         self._installed = False
         if not hasattr(signal, "SIGTERM") or threading.current_thread() is not threading.main_thread():
@@ -44,9 +48,10 @@ class CloseOnSigterm:
 
     def _handle(self, signum: int, frame: object) -> None:
         previous = self._previous
-        self.restore()
         try:
-            self._close()
+            if os.getpid() == self._pid:  # in a forked child the run is the parent's: only pass it on
+                self.restore()
+                self._close()
         finally:
             if callable(previous):
                 previous(signum, frame)
