@@ -35,8 +35,6 @@ import pytest
 from phaseprof.contract import EVENT_FILE_MARKER, TRACE_FILE_RE
 from tests.fault_relay import BucketOutage, FaultRelay
 
-pytestmark = pytest.mark.slow
-
 #: PHASEPROF_FAULTS=thorough: 200 faults and more, over runs that each take many.
 THOROUGH = os.environ.get("PHASEPROF_FAULTS") == "thorough"
 SEED = int(os.environ.get("PHASEPROF_FAULTS_SEED") or random.SystemRandom().randrange(1 << 32))
@@ -211,15 +209,16 @@ def count(written: dict[str, int], stored: dict[str, int], staged: dict[str, int
             lost += 1
             problems.append(f"lost {key} ({size} bytes written; stored {stored.get(prefix + key)}, "
                             f"staged {staged.get(key)})")
-    # the same file twice: a trace under two keys or both compressed and not, or any key outside the run
+    # the same file twice: under two keys (another folder), a trace both compressed and not, or a key
+    # outside the run
     names = collections.Counter()
     for key in stored:
         if not key.startswith(prefix):
             problems.append(f"duplicated: {key} is outside {prefix}")
             names[key] += 2
             continue
-        name = key[len(prefix):]
-        names[name.removesuffix(".gz") if TRACE_FILE_RE.match(name.rpartition("/")[2]) else name] += 1
+        name = key.rpartition("/")[2]  # a run's file names are unique: the same one twice is one file twice
+        names[name.removesuffix(".gz") if TRACE_FILE_RE.match(name) else name] += 1
     duplicated = sum(n - 1 for n in names.values() if n > 1)
     problems += [f"duplicated {name} ({n} keys)" for name, n in names.items() if n > 1]
     return len(expected), lost, duplicated, problems
@@ -547,11 +546,13 @@ def _name(plan: Plan) -> str:
     return "+".join(plan.kinds()) if not THOROUGH else f"{PLANS.index(plan)}-{plan.ending}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plan", PLANS, ids=_name)
 def test_no_file_is_lost_or_duplicated_under_faults(s3, bucket, tmp_path, plan, table):
     play(s3, bucket, tmp_path, plan, table)
 
 
+@pytest.mark.slow
 def test_the_relay_injects_each_fault_a_client_of_the_store_sees(s3, bucket):
     """Each mode as botocore meets it (no retries, a short read timeout): the suite's faults are real."""
     import boto3
@@ -586,3 +587,20 @@ def test_the_relay_injects_each_fault_a_client_of_the_store_sees(s3, bucket):
         assert client.get_object(Bucket=bucket, Key="k")["Body"].read() == b"kept"
     finally:
         relay.close()
+
+
+def test_a_file_is_lost_unless_kept_whole_and_duplicated_under_a_second_name():
+    trace, scalars = "w.1.pt.trace.json.gz", "events.out.tfevents.1.w.0"
+    written = {trace: 100, scalars: 50, f".phaseprof/{trace}.analysis": 20}
+    whole = {f"p/r/{trace}": 100, f"p/r/{scalars}": 60, f"p/r/.phaseprof/{trace}.analysis": 20}
+    assert count(written, whole, {}, "p/r/", analyses_due=True) == (3, 0, 0, [])
+    # staged only counts as kept; a cut trace, shrunk scalars or a missing analysis as lost
+    staged = {trace: 100}
+    cut = {f"p/r/{trace}": 99, f"p/r/{scalars}": 49}
+    total, lost, duplicated, problems = count(written, cut, staged, "p/r/", analyses_due=True)
+    assert (total, lost, duplicated) == (3, 2, 0), problems
+    # a trace also stored uncompressed, or under another folder, or a key outside the run
+    twice = {**whole, "p/r/w.1.pt.trace.json": 300, f"p/r/r/{scalars}": 60, "p/elsewhere": 1}
+    assert count(written, twice, {}, "p/r/", analyses_due=False)[1:3] == (0, 3)
+    # a closed run owes each trace's analysis, written or not
+    assert count({trace: 100}, {f"p/r/{trace}": 100}, {}, "p/r/", analyses_due=True)[:2] == (2, 1)
