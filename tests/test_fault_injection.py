@@ -40,11 +40,8 @@ THOROUGH = os.environ.get("PHASEPROF_FAULTS") == "thorough"
 SEED = int(os.environ.get("PHASEPROF_FAULTS_SEED") or random.SystemRandom().randrange(1 << 32))
 #: The faults switched on and off while a run goes on.
 NETWORK = ("refuse", "black_hole", "error_500", "slow", "bucket_deleted")
-#: How a run ends (one fault each, but "close").
-ENDINGS = ("close", "kill_training", "kill_uploader", "fork", "bucket_missing_at_close", "refuse_at_close",
-           "black_hole_at_close", "error_500_at_close")
-#: The thorough variant's endings, in turn: the kills twice as often; the store down at close in one of
-#: its three ways (each costs close() its whole bound).
+#: How the thorough variant's runs end, in turn (each a fault but "close"): the kills twice as often;
+#: the store down at close refusing, black-holing or answering 500 (each costs close() its whole bound).
 _TURNS = ("close", "kill_training", "kill_uploader", "fork", "bucket_missing_at_close", "kill_training",
           "kill_uploader", "down_at_close")
 #: Generous deadlines (a loaded machine): never a measure, only how long a wait may last.
