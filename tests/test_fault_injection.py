@@ -258,12 +258,13 @@ def _uploaders(pid: int) -> list[int]:
     return out
 
 
-def _wait(condition, what: str, proc=None, deadline_s: float = DEADLINE_S) -> None:
+def _wait(condition, what: str, run: Run | None = None, deadline_s: float = DEADLINE_S) -> None:
+    """Wait for ``condition`` (failing if ``run``'s training process ends first)."""
     deadline = time.monotonic() + deadline_s
     while not condition():
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the training process ended ({proc.returncode}) before {what}: "
-                                 f"{proc.stderr.read() if proc.stderr else ''}")
+        if run is not None and run.proc.poll() is not None:
+            raise AssertionError(f"the training process ended ({run.proc.returncode}) before {what}: "
+                                 f"{run.read()[1][-3000:]}")
         assert time.monotonic() < deadline, f"{what}: not within {deadline_s} s"
         time.sleep(0.05)
 
@@ -299,10 +300,12 @@ class Run:
                "S3_ENDPOINT": relay.endpoint}
         env.pop("PHASEPROF_CACHE", None)  # analyses are written, as in a user's run
         options = {"cycle": 12, "pace_s": 0.05, "gzip": plan.gzip, "full_disk": plan.full_disk}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", TRAIN, self.url, str(self.markers), str(staging), json.dumps(options)],
-            cwd=self.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True)
+        # its output to files: a pipe nobody reads until the end could fill and stall the run
+        with open(tmp / "out", "w") as out, open(tmp / "err", "w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", TRAIN, self.url, str(self.markers), str(staging), json.dumps(options)],
+                cwd=self.work, env=env, stdout=out, stderr=err, text=True, start_new_session=True)
+        self._output = tmp
         self.out = self.err = ""
         self.began = time.monotonic()
 
@@ -322,13 +325,18 @@ class Run:
     def finish(self) -> int:
         """Wait for the training process to end; its exit code."""
         try:
-            self.out, self.err = self.proc.communicate(timeout=2 * DEADLINE_S)
+            self.proc.wait(timeout=2 * DEADLINE_S)
         except subprocess.TimeoutExpired:
             self.stop()
-            self.out, self.err = self.proc.communicate()
             raise AssertionError(f"the training process did not end within {2 * DEADLINE_S} s "
-                                 f"(seed {self.plan.seed}; {self.plan.log}): {self.err[-2000:]}") from None
+                                 f"(seed {self.plan.seed}; {self.plan.log}): {self.read()[1][-2000:]}") from None
+        finally:
+            self.out, self.err = self.read()
         return self.proc.returncode
+
+    def read(self) -> tuple[str, str]:
+        """What the training process printed so far: its output, its errors."""
+        return (self._output / "out").read_text(), (self._output / "err").read_text()
 
     def stop(self) -> None:
         """Kill every process of the run (the training process, its uploader, analyses, fork
@@ -344,7 +352,7 @@ def _network_fault(run: Run, kind: str, rng: random.Random) -> None:
     if kind == "bucket_deleted":
         outage = _take_bucket(run)
         seen = len(relay.requests)
-        _wait(lambda: len(relay.requests) > seen, "a request to the deleted bucket", run.proc)
+        _wait(lambda: len(relay.requests) > seen, "a request to the deleted bucket", run)
         time.sleep(rng.uniform(0, 2))
         _give_bucket_back(run, outage)
         return
@@ -382,7 +390,7 @@ def _kill(pid: int, rng: random.Random, run: Run, what: str) -> None:
     random while later."""
     files = rng.randint(1, 4)
     _wait(lambda: run.files() >= files or run.disk_full(), f"{files} files written before killing the {what}",
-          run.proc)
+          run)
     time.sleep(rng.uniform(0, 3))
     run.plan.log.append(f"SIGKILL {what} after {run.files()} files")
     os.kill(pid, signal.SIGKILL)
@@ -459,7 +467,7 @@ def play(s3, bucket: str, tmp: Path, plan: Plan, tallies: dict[str, Tally]) -> N
 
 def _play(run: Run, rng: random.Random) -> None:
     plan = run.plan
-    _wait(lambda: run.marked("started"), "the run started", run.proc)
+    _wait(lambda: run.marked("started"), "the run started", run)
     uploader = _uploaders(run.proc.pid)
     if plan.ending == "kill_uploader":
         assert uploader, "no uploader process"
@@ -476,10 +484,10 @@ def _play(run: Run, rng: random.Random) -> None:
         _kill(uploader[0], rng, run, "uploader")
     if plan.ending == "fork":
         run.mark("fork")
-        _wait(lambda: run.marked("forked"), "the fork children were terminated", run.proc, deadline_s=120)
-    _wait(lambda: run.files() >= 2 or run.disk_full(), "two files written", run.proc)
+        _wait(lambda: run.marked("forked"), "the fork children were terminated", run, deadline_s=120)
+    _wait(lambda: run.files() >= 2 or run.disk_full(), "two files written", run)
     if plan.full_disk:  # the run goes on a while with its disk full
-        _wait(run.disk_full, "the staging disk full", run.proc)
+        _wait(run.disk_full, "the staging disk full", run)
         plan.log.append(f"disk full after {run.files()} files")
         time.sleep(rng.uniform(1, 3))
     outage = _take_bucket(run) if plan.ending == "bucket_missing_at_close" else None
