@@ -40,10 +40,11 @@ THOROUGH = os.environ.get("PHASEPROF_FAULTS") == "thorough"
 SEED = int(os.environ.get("PHASEPROF_FAULTS_SEED") or random.SystemRandom().randrange(1 << 32))
 #: The faults switched on and off while a run goes on.
 NETWORK = ("refuse", "black_hole", "error_500", "slow", "bucket_deleted")
-#: How the thorough variant's runs end, in turn (each a fault but "close"): the kills twice as often;
-#: the store down at close refusing, black-holing or answering 500 (each costs close() its whole bound).
-_TURNS = ("close", "kill_training", "kill_uploader", "fork", "bucket_missing_at_close", "kill_training",
-          "kill_uploader", "down_at_close")
+#: How the thorough variant's runs end, in turn (each a fault but "close"): the kills twice as often
+#: (the training process once while the store is down: its orphaned uploader cannot finish); the store
+#: down at close refusing, black-holing or answering 500 (each costs close() its whole bound).
+_TURNS = ("close", "kill_training", "kill_uploader", "fork", "bucket_missing_at_close",
+          "kill_training_while_down", "kill_uploader", "down_at_close")
 #: Generous deadlines (a loaded machine): never a measure, only how long a wait may last.
 DEADLINE_S = 300
 RUN = "r"
@@ -474,11 +475,16 @@ def _play(run: Run, rng: random.Random) -> None:
     for kind in plan.network:
         plan.log.append(f"{kind} after {run.files()} files, {time.monotonic() - run.began:.0f} s")
         _network_fault(run, kind, rng)
-    if plan.ending == "kill_training":
+    if plan.ending.startswith("kill_training"):
+        down = plan.ending.endswith("_while_down")
+        if down:  # the orphaned uploader finds the store down, and gives up after its bound
+            run.relay.set_mode(rng.choice(("refuse", "black_hole", "error_500")))
+            plan.log.append(f"the store: {run.relay.mode}")
         _kill(run.proc.pid, rng, run, "training process")
         run.finish()
         for pid in uploader:  # left alone, the uploader uploads what is staged, then ends
             _wait(lambda pid=pid: not _alive(pid), "the orphaned uploader ended")
+        run.relay.set_mode("pass")
         return
     if plan.ending == "kill_uploader":
         _kill(uploader[0], rng, run, "uploader")
