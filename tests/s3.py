@@ -208,3 +208,125 @@ def bucket(s3):
     name = f"logs{next(_buckets)}"
     s3.client().create_bucket(Bucket=name)
     return name
+
+
+_ACCESS_DENIED = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+                  b"<Message>Access Denied</Message><RequestId>phaseprof-tests</RequestId></Error>")
+
+
+class Gate:
+    """An HTTP relay on 127.0.0.1 to the store at ``port`` that answers every write (PUT, POST,
+    DELETE) as S3 does when a policy denies it, 403 with S3's ``AccessDenied`` XML error, while
+    ``deny_writes`` is set; reads pass. ``stop()``: the store is gone (connections refused)."""
+
+    def __init__(self, port: int, deny_writes: bool = True):
+        import http.server
+
+        self.target = port
+        self.deny_writes = deny_writes
+        self.denied = 0
+        self._connections: list[socket.socket] = []
+        gate = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                gate._connections.append(self.connection)
+
+            def relay(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if gate.deny_writes and self.command in ("PUT", "POST", "DELETE"):
+                    gate.denied += 1
+                    self._answer(403, [("Content-Type", "application/xml")], _ACCESS_DENIED)
+                    return
+                upstream = http.client.HTTPConnection("127.0.0.1", gate.target, timeout=60)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                    upstream.request(self.command, self.path, body=body, headers=headers)
+                    answer = upstream.getresponse()
+                    data = answer.read()
+                    dropped = ("content-length", "transfer-encoding", "connection", "server",
+                               "date")
+                    kept = [(k, v) for k, v in answer.getheaders() if k.lower() not in dropped]
+                    self._answer(answer.status, kept, data, answer.getheader("Content-Length"))
+                finally:
+                    upstream.close()
+
+            def _answer(self, status: int, headers, data: bytes, length: str | None = None) -> None:
+                self.send_response(status)
+                for k, v in headers:
+                    self.send_header(k, v)
+                # a HEAD's answer names the object's length, and carries no body
+                head = self.command == "HEAD" and length
+                self.send_header("Content-Length", length if head else str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = relay
+
+        import http.client
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        """No more connections: each is refused from now on, and those open are cut."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(30)
+        for connection in self._connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+
+class BlackHole:
+    """A store that accepts connections and never answers: a TCP listener on 127.0.0.1 that accepts
+    every connection, reads nothing and sends nothing, until `close`."""
+
+    def __init__(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self.port = self._server.getsockname()[1]
+        self.accepted = 0
+        self._held: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):  # closed
+            while True:
+                client, _ = self._server.accept()
+                self._held.append(client)
+                self.accepted += 1
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        self._server.close()
+        self._thread.join(30)
+        for s in self._held:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+def sizes(server: S3Server, bucket: str, prefix: str = "") -> dict[str, int]:
+    """Each object's key under ``prefix`` (relative to it) and size."""
+    pages = server.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return {o["Key"][len(prefix):]: o["Size"] for page in pages for o in page.get("Contents", [])}

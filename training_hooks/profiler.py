@@ -267,14 +267,18 @@ class PhaseProfiler:
         self._recorder.close()
         self._traces.background.wait_for_traces()  # the run complete on disk when close() returns
         traces = self._traces.written
+        staging = None
         if self._uploader is not None:  # and in the store: the analyses too, if they come in time
             self._traces.background.wait_for_analyses(CLOSE_WAIT_S)
-            self._uploader.close()
-            traces = [storage.join(self.run_dir, *os.path.relpath(t, self._uploader.local).split(os.sep))
-                      for t in traces]
+            if not self._uploader.close():  # kept where they were staged; the summary says so
+                staging = self._uploader.root
+            else:
+                local = self._uploader.local
+                traces = [storage.join(self.run_dir, *os.path.relpath(t, local).split(os.sep))
+                          for t in traces]
         if self._rank == 0:
             print_summary(Console(), self._recorder.stats, run=self.run, logdir=self.logdir,
-                          traces=traces, faults=self._faults.summary())
+                          traces=traces, faults=self._faults.summary(), staging=staging)
 
     def __enter__(self) -> PhaseProfiler:
         self._start()

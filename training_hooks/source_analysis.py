@@ -54,11 +54,15 @@ class SourceAnalysis:
         self.awaited = awaited  # close() waits for the analyses (a store run uploads them): never idle priority
         self._running: list[subprocess.Popen] = []
         self._pending: list[_Pending] = []  # exported traces not yet compressed into place
+        self._starting: list[threading.Thread] = []  # `start`'s: their process may not exist yet
 
     def start(self, trace: str) -> None:
         """Analyse ``trace``, a finished trace file (not compressed)."""
         if self.analyse:
-            threading.Thread(target=self._spawn, args=([trace],), name="phaseprof-trace", daemon=True).start()
+            thread = threading.Thread(target=self._spawn, args=([trace],), name="phaseprof-trace",
+                                      daemon=True)
+            self._starting = [t for t in self._starting if t.is_alive()] + [thread]
+            thread.start()
 
     def compress(self, exported: str) -> str:
         """Compress ``exported`` into place in the background (then analyse it); the trace's path."""
@@ -105,6 +109,8 @@ class SourceAnalysis:
         """Until every background process has finished (its trace analysed), or ``deadline_s`` has
         passed: a run written to a store uploads the analyses they write."""
         deadline = time.monotonic() + deadline_s
+        for thread in self._starting:  # a process still being started is not running yet
+            thread.join(max(0.0, deadline - time.monotonic()))
         for process in self.running:
             try:
                 process.wait(max(0.0, deadline - time.monotonic()))

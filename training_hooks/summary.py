@@ -33,8 +33,14 @@ def tensorboard_command(logdir: str, steps: int) -> str:
     return command
 
 
+def upload_command(staging: str, logdir: str) -> str:
+    return f"phaseprof upload {shlex.quote(staging)} {shlex.quote(logdir)}"
+
+
 def print_summary(console: Console, stats: PhaseStats, *, run: str, logdir: str, traces: list[str],
-                  faults: list[str]) -> None:
+                  faults: list[str], staging: str | None = None) -> None:
+    """``staging``: the folder that holds the run's files a store did not take (then the command
+    that uploads them comes first: the store's URL does not hold them all)."""
     console.print(f"[bold]phaseprof[/] run [bold]{escape(run)}[/]: {stats.steps} step(s) timed, "
                   f"{len(traces)} trace file(s) written")
     if stats.steps:
@@ -53,7 +59,14 @@ def print_summary(console: Console, stats: PhaseStats, *, run: str, logdir: str,
                       f"{profiler[worst]:,.1f} ms (after step {stats.numbers[worst]})")
     for line in faults:
         console.print(f"[red]not done: {escape(line)}[/]")
-    # soft_wrap: the command stays on one line, to be copied as it is
+    # soft_wrap: each command stays on one line, to be copied as it is
+    if staging is not None:
+        console.print(f"[red]The run is staged in {escape(staging)}, not in {escape(logdir)}.[/] "
+                      f"Upload it with: [bold]{escape(upload_command(staging, logdir))}[/]",
+                      soft_wrap=True)
+        console.print(f"Next: [bold]{escape(tensorboard_command(staging, stats.steps))}[/]  "
+                      "(tab Step Phases; or the store's URL once uploaded)", soft_wrap=True)
+        return
     console.print(f"Next: [bold]{escape(tensorboard_command(logdir, stats.steps))}[/]  (tab Step Phases)",
                   soft_wrap=True)
 

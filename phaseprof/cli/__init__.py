@@ -1,5 +1,5 @@
-"""The ``phaseprof`` command: ``report``, ``compare``, ``cache`` and ``capture`` (no torch needed),
-``demo`` (runs a profiled model)."""
+"""The ``phaseprof`` command: ``report``, ``compare``, ``cache``, ``capture`` and ``upload`` (no
+torch needed), ``demo`` (runs a profiled model)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,20 @@ def main(argv: list[str] | None = None) -> int:
                          help="wait until the traces are written and analysed, and say what they hold")
     capture.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits at most (default 600)")
 
+    upload = sub.add_parser(
+        "upload", help="upload a run that a store did not take (its summary printed this command)",
+        description="Upload what PhaseProfiler left in a staging folder (the bucket was "
+                    "missing, writing was denied or the store was down when the run closed) to the "
+                    "logdir URL it mirrors: what is missing or differs goes up, all of it is "
+                    "confirmed by a listing, then the staging folder is removed. Run it again "
+                    "after a failure: it resumes. Exit status: 0 when all of it is in the store, "
+                    "1 when the store did not take all of it (the folder is kept), 2 on a wrong "
+                    "argument.")
+    upload.add_argument("staging", metavar="STAGING_DIR",
+                        help="the staging folder the summary named")
+    upload.add_argument("url", metavar="URL",
+                        help="the logdir in the store, e.g. s3://bucket/profiles")
+
     demo = sub.add_parser("demo", help="profile the MNIST CNN (synthetic data) and a small inference run")
     demo.add_argument("--logdir", default="./profile")
     demo.add_argument("--steps", type=int, default=30, help="training steps (default 30)")
@@ -103,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return capture(args.logdir, run=args.run, steps=args.steps, ranks=args.ranks, wait=args.wait,
                        timeout=args.timeout)
+    if args.command == "upload":
+        from phaseprof.cli.upload import upload as upload_run
+
+        return upload_run(args.staging, args.url)
     from phaseprof.training_hooks.demo import run_demo
 
     return run_demo(logdir=args.logdir, steps=args.steps, device=args.device)

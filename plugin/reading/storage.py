@@ -56,16 +56,51 @@ def normalize(url: str) -> str:
     return f"{head}://{rest.rstrip('/')}"
 
 
-_filesystems: dict[str, object] = {}
+_filesystems: dict[tuple[str, bool], object] = {}
 _lock = threading.Lock()
 
+#: A bounded client's limits per request: seconds to connect, seconds to wait for each read of the
+#: answer, and tries in all; a store that accepts connections and never answers then fails a request
+#: after at most TRIES * (CONNECT_S + READ_S) seconds, instead of the clients' minutes. Some waits
+#: escape the clients' timeouts (s3fs waits for a PUT's "100 Continue" with none), so each call of
+#: a bounded writer also has a total limit (`call_limit`).
+CONNECT_S, READ_S, TRIES = 5, 10, 2
+REQUEST_S = TRIES * (CONNECT_S + READ_S)
+#: The slowest upload counted on, in bytes per second: a call sending more gets longer.
+SLOWEST_BPS = 1 << 20
 
-def filesystem(url: str):
-    """The fsspec file system of ``url``'s scheme (one per process); `StorageError` naming the extra
-    to install when its client is missing."""
+
+def call_limit(fs, size: int = 0) -> dict:
+    """The keyword that bounds one call of ``fs`` sending ``size`` bytes: fsspec's ``timeout`` of an
+    async file system's calls (the call is cancelled then); nothing for another kind of file
+    system."""
+    if not getattr(fs, "async_impl", False):
+        return {}
+    return {"timeout": REQUEST_S + size / SLOWEST_BPS}
+
+
+def _bounded(proto: str) -> dict:
+    """The options that bound every request of ``proto``'s client (those its client knows)."""
+    if proto in ("s3", "s3a"):  # botocore's tries (s3fs's own loop is made once: `filesystem`)
+        return {"config_kwargs": {"connect_timeout": CONNECT_S, "read_timeout": READ_S,
+                                  "retries": {"max_attempts": TRIES, "mode": "standard"}}}
+    if proto in ("gs", "gcs"):  # gcsfs passes these to its aiohttp session
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(sock_connect=CONNECT_S, sock_read=READ_S)
+        return {"session_kwargs": {"timeout": timeout}}
+    if proto in ("az", "abfs", "abfss"):
+        return {"connection_timeout": CONNECT_S, "read_timeout": READ_S}
+    return {}
+
+
+def filesystem(url: str, *, bounded: bool = False):
+    """The fsspec file system of ``url``'s scheme (one per process and kind); `StorageError` naming
+    the extra to install when its client is missing. ``bounded``: every request has a connect and a
+    read timeout and few tries (`REQUEST_S`), for a writer that must end in time (`upload`)."""
     proto = scheme(url)
     with _lock:
-        fs = _filesystems.get(proto)
+        fs = _filesystems.get((proto, bounded))
         if fs is not None:
             return fs
         extra = EXTRAS.get(proto)
@@ -82,7 +117,9 @@ def filesystem(url: str):
                                f"{extra or 'storage'} extra{hint}") from None
         except ValueError:
             raise StorageError(f"{url}: no file system is known for {proto}://") from None
-        fs = _filesystems[proto] = cls()
+        fs = _filesystems[(proto, bounded)] = cls(**(_bounded(proto) if bounded else {}))
+        if bounded and hasattr(fs, "retries"):  # s3fs: a class attribute, not an option
+            fs.retries = 1
         return fs
 
 
