@@ -21,7 +21,7 @@ import contextlib
 import json
 import os
 import random
-import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -398,17 +398,14 @@ def _kill(pid: int, rng: random.Random, run: Run, what: str) -> None:
 
 
 def _upload_commands(run: Run) -> list[list[str]]:
-    """The ``phaseprof upload`` arguments the run named for what it left staged (in its warnings:
-    the summary may wrap them), or, for a run killed before it could say, every staging folder of the
-    run to the run's URL."""
-    lines = run.out.strip().splitlines()
-    with contextlib.suppress(IndexError, ValueError):
-        for warning in json.loads(lines[-1]):
-            if found := re.search(r"phaseprof upload (\S+) (s3://[^\s'\"`]+)", warning):
-                return [[found.group(1), found.group(2).rstrip(".,;)")]]
+    """The ``phaseprof upload`` arguments the run's summary named for what it left staged, or, for
+    a run killed before it could say, each staging folder to the logdir (as the summary would)."""
+    for line in run.out.splitlines():
+        if "phaseprof upload " in line:
+            return [shlex.split(line[line.index("phaseprof upload "):])[2:4]]
     if run.proc.returncode == 0:
         return []
-    return [[str(root), f"{run.url}/{RUN}"] for root in sorted(run.staging.iterdir())]
+    return [[str(root), run.url] for root in sorted(run.staging.iterdir())]
 
 
 def _upload(args: list[str]) -> subprocess.CompletedProcess:
@@ -446,7 +443,7 @@ def play(s3, bucket: str, tmp: Path, plan: Plan, tallies: dict[str, Tally]) -> N
         if left:  # what a fault left staged goes up with the command the run named
             commands = _upload_commands(run)
             if not commands:
-                problems.append("files were left staged and no warning named the command that uploads them")
+                problems.append("files were left staged and the summary named no command that uploads them")
             for args in commands:
                 upload = _upload(args)
                 plan.log.append(f"phaseprof upload {' '.join(args)}: exit {upload.returncode} "
