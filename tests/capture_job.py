@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.processes import kill_tree
+
 SCRIPT = r'''
 import json, os, sys, time
 import torch
@@ -134,9 +136,11 @@ class Job:
         return Path(self.stdout.name).read_text()
 
     def kill(self) -> None:
+        """Kill the job: the torchrun agent and its ranks (each in a session of its own), not the
+        agent alone, which leaves the ranks running."""
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+            kill_tree(self.proc.pid)
+        self.proc.wait()
         if not self.stdout.closed:
             self.stdout.close()
 

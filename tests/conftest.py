@@ -1,5 +1,6 @@
-"""Shared fixtures: the recorded traces in tests/data, and real TensorBoard servers
-(`tests.tensorboard_server`)."""
+"""Shared fixtures: the recorded traces in tests/data, real TensorBoard servers
+(`tests.tensorboard_server`), and the check that no process a test starts outlives it
+(`tests.processes`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
 from tests.tensorboard_server import TensorBoard
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,6 +18,22 @@ ROOT = Path(__file__).resolve().parent.parent
 # own tests turn it on). Subprocesses (the CLI, TensorBoard) inherit this.
 os.environ["PHASEPROF_CACHE"] = "off"
 DATA = ROOT / "tests" / "data"
+processes.become_subreaper()  # a process whose parent a test killed stays in view
+
+
+@pytest.fixture(autouse=True)
+def no_process_outlives_its_test():
+    """Fails a test that leaves a process running: its new descendants get `processes.LEFTOVER_S` to
+    exit on their own, then are killed and named. Set up after the fixtures of wider scope (a
+    module's browser is no process of the test's) and before, so torn down after, the test's other
+    fixtures (a TensorBoard server they started is stopped before the check)."""
+    before = processes.running_descendants()
+    yield
+    left = processes.left_behind(before)
+    if left:
+        waited = f"{processes.LEFTOVER_S:.0f} s"
+        pytest.fail(f"process(es) this test started still ran {waited} after it ended, now killed: "
+                    + "; ".join(left), pytrace=False)
 
 
 class Traces:

@@ -16,6 +16,8 @@ import urllib.parse
 
 import pytest
 
+from tests import processes
+
 # werkzeug's log line per request is turned off: written under the logging module's lock, it is work a
 # real store does not do in its readers' way (and the tests read none of it).
 _SERVE = """
@@ -34,9 +36,10 @@ server.stop()
 class S3Server:
     """``start()``, ``stop()`` (the store goes away) and ``start()`` again on the same port."""
 
-    def __init__(self) -> None:
+    def __init__(self, outlives_tests: bool = False) -> None:
         self.port = 0
         self._proc: subprocess.Popen | None = None
+        self._outlives_tests = outlives_tests  # a session's: exempt from `tests.processes`'s check
 
     @property
     def endpoint(self) -> str:
@@ -50,6 +53,8 @@ class S3Server:
     def start(self) -> None:
         self._proc = subprocess.Popen([sys.executable, "-c", _SERVE, str(self.port)], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if self._outlives_tests:
+            processes.outlives_tests(self._proc.pid)
         line = self._proc.stdout.readline()
         if not line.strip().isdigit():
             self.stop()
@@ -69,6 +74,7 @@ class S3Server:
             return
         self._proc.kill()
         self._proc.wait(30)
+        processes.no_longer_exempt(self._proc.pid)
         self._proc.stdin.close()
         self._proc.stdout.close()
         self._proc = None
@@ -184,7 +190,7 @@ class Relay:
 def s3():
     """The server, started once for the session (the store clients of this process keep their endpoint),
     with the environment set for this process and its children."""
-    server = S3Server()
+    server = S3Server(outlives_tests=True)
     server.start()
     saved = {k: os.environ.get(k) for k in server.environment()}
     os.environ.update(server.environment())

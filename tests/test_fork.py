@@ -16,7 +16,10 @@ import pytest
 
 from phaseprof.contract import CAPTURE_DIR, TRACE_FILE_RE
 
-TRAIN = textwrap.dedent("""
+pytestmark = pytest.mark.slow
+
+TRAIN = (
+    textwrap.dedent("""
     import json, multiprocessing, os, sys, time
     import torch
     from phaseprof import PhaseProfiler
@@ -55,7 +58,7 @@ TRAIN = textwrap.dedent("""
     if child == 0:
         import atexit
         atexit._run_exitfuncs()
-        os._exit(0)  # not exit(): torch's profiler library hangs in its C++ destructors in a forked child
+        os._exit(0)  # not exit(): torch's profiler library hangs in its C++ destructors here
     assert os.waitpid(child, 0)[1] == 0
     train(3)  # the second trace, after the children are gone
     beats = []
@@ -67,27 +70,38 @@ TRAIN = textwrap.dedent("""
         time.sleep(0.1)
     prof.close()
     json.dump({"pid": os.getpid(), "beat": beats[-1] if beats else None}, open(out, "w"))
-""") % CAPTURE_DIR
+""")
+    % CAPTURE_DIR
+)
 
 
 def run_forking_loop(logdir: str, tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
-    """The loop in a subprocess of its own session; a hang is killed with its whole group and fails."""
+    """The loop in a subprocess of its own session; a hang is killed with its group, and fails."""
     out = tmp_path / "out.json"
-    proc = subprocess.Popen([sys.executable, "-c", TRAIN, logdir, str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TRAIN, logdir, str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = proc.communicate(timeout=600)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
-        pytest.fail(f"the parent never got past pool.join() or close(): {stdout[-2000:]} {stderr[-3000:]}")
+        pytest.fail(
+            f"the parent never got past pool.join() or close(): {stdout[-2000:]} {stderr[-3000:]}"
+        )
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 0, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), json.loads(out.read_text())
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), json.loads(
+        out.read_text()
+    )
 
 
 def assert_one_summary(out: str) -> None:
@@ -100,7 +114,9 @@ def assert_one_summary(out: str) -> None:
 def test_a_forked_pool_terminated_leaves_the_parents_local_run_intact(tmp_path):
     done, seen = run_forking_loop(str(tmp_path / "profile"), tmp_path)
     assert_one_summary(done.stdout)
-    assert seen["beat"] is not None and seen["beat"]["ended"] is False  # alive until the parent closed
+    assert (
+        seen["beat"] is not None and seen["beat"]["ended"] is False
+    )  # alive until the parent closed
     run_dir = tmp_path / "profile" / "r"
     ended = json.loads((run_dir / CAPTURE_DIR / "rank0.json").read_text())
     assert ended["ended"] is True and ended["step"] == 6
@@ -109,7 +125,9 @@ def test_a_forked_pool_terminated_leaves_the_parents_local_run_intact(tmp_path):
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
 
 
-def test_a_forked_pool_terminated_leaves_the_parents_run_in_a_store_intact(s3, bucket, tmp_path, monkeypatch):
+def test_a_forked_pool_terminated_leaves_the_parents_run_in_a_store_intact(
+    s3, bucket, tmp_path, monkeypatch
+):
     monkeypatch.setenv("PHASEPROF_STAGING", str(tmp_path / "staging"))
     done, seen = run_forking_loop(f"s3://{bucket}/prof", tmp_path)
     assert_one_summary(done.stdout)
@@ -117,4 +135,6 @@ def test_a_forked_pool_terminated_leaves_the_parents_run_in_a_store_intact(s3, b
     traces = [k for k in keys if TRACE_FILE_RE.search(k)]
     assert len(traces) == 2 and all(str(seen["pid"]) in k for k in traces), keys
     assert len([k for k in keys if "events.out.tfevents." in k]) == 1, keys
-    assert list((tmp_path / "staging").iterdir()) == []  # every file confirmed uploaded, staging removed
+    assert (
+        list((tmp_path / "staging").iterdir()) == []
+    )  # every file confirmed uploaded, staging removed

@@ -15,9 +15,9 @@ class Faults:
         self._times: dict[str, int] = {}
 
     def report(self, what: str, error: BaseException) -> str:
-        """Record that ``what`` failed (e.g. "could not write a trace") because of ``error``; returns
-        the summary's line for that cause. The cause is ``what`` and the error's kind (its errno if
-        it has one: a file name in the message does not make another cause)."""
+        """Record that ``what`` failed (e.g. "could not write traces") because of ``error``;
+        returns the summary's line for that cause. The cause is ``what`` and the error's kind (its
+        errno if it has one: a file name in the message does not make another cause)."""
         errno = getattr(error, "errno", None)
         cause = (what, type(error).__name__, errno if errno is not None else str(error))
         line = self._line_of.get(cause)

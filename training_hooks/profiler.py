@@ -19,7 +19,8 @@ time, on the thread that started it: the loop's thread. It starts on first use (
 `phase`, `paused`, `step` or ``with``), which also begins step 0. Evaluation passes between training
 steps, and ``with prof.paused():`` blocks, are kept out of the steps (see `hooks`, `tracker`).
 A SIGTERM closes it (writing the active window's trace) before the process's own handling (`signals`).
-A child forked from the process (a DataLoader worker, a ``fork`` Pool) never closes or writes the run.
+A child forked from the process (a DataLoader worker, a ``fork`` Pool) never closes or writes
+the run.
 
 Faults never stop training: output that cannot be written, a trace that fails, an internal error in
 a hook are reported by one warning and listed in the summary on close. Misuse (attaching twice,
@@ -76,16 +77,16 @@ T = TypeVar("T")
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 _NEW, _RUNNING, _CLOSED = "new", "running", "closed"
-_INHERITED = "inherited"  # the running profiler as a forked child sees it: its parent's run, not its own
+_INHERITED = "inherited"  # the running profiler as a forked child sees it: its parent's run
 #: Phases that are not a step's training work: a step open at close with only these is dropped.
 _NOT_WORK = {DATA, OTHER, OPTIMIZER, *OUT_OF_STEP}
 _running: PhaseProfiler | None = None  # the one running in this process
 
 
 def _inherited_in_child() -> None:
-    """In a forked child (a DataLoader worker, a ``fork`` Pool's), the running profiler is the parent's:
-    there it never closes, writes, uploads or beats (its threads did not follow the fork), so the
-    parent's run stays whole; the child may start a profiler of its own."""
+    """In a forked child (a DataLoader worker, a ``fork`` Pool's), the running profiler is the
+    parent's: there it never closes, writes, uploads or beats (its threads did not follow the
+    fork), so the parent's run stays whole; the child may start a profiler of its own."""
     global _running
     if _running is not None:
         _running._state = _INHERITED

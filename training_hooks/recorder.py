@@ -136,7 +136,8 @@ class StepRecorder:
             self._file = None
             if unwritten:
                 self._faults.report("could not write the scalars of the last steps", RuntimeError(
-                    f"{unwritten} record(s) found no room in {self._file_path}; the summary counts their steps"))
+                    f"{unwritten} record(s) found no room in {self._file_path}; the summary counts "
+                    "their steps"))
 
     def _report_write_error(self) -> None:
         if self._write_error is not None:
@@ -189,26 +190,29 @@ def frame(data: bytes) -> bytes:
     """One record in TFRecord framing, as TensorBoard's ``RecordWriter`` writes it: its length, the
     masked CRC-32C of the length, the data and the masked CRC-32C of the data."""
     header = struct.pack("<Q", len(data))
-    return header + struct.pack("<I", masked_crc32c(header)) + data + struct.pack("<I", masked_crc32c(data))
+    return (header + struct.pack("<I", masked_crc32c(header))
+            + data + struct.pack("<I", masked_crc32c(data)))
 
 
 class EventFile:
-    """An event file written a batch of records at a time. A batch that cannot be written (a full
-    disk) is cut back to the last whole record, so a reader never meets half a record, and kept to be
-    written with the next batch: the scalars resume, complete, once there is room again."""
+    """An event file written a batch of records at a time. A batch that cannot be written (a
+    full disk) is cut back to the last whole record, so a reader never meets half a record, and
+    kept to be written with the next batch: the scalars resume, complete, once there is room."""
 
-    #: Records kept while the disk has no room; beyond this the oldest go (their steps stay in the stats).
+    #: Records kept while the disk has no room; beyond, the oldest go (their steps stay counted).
     MAX_PENDING_BYTES = 64 << 20
 
     def __init__(self, path: str) -> None:
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+        self._fd = os.open(path, flags, 0o644)
         self._size = 0  # bytes of whole records in the file
         self._pending: deque[bytes] = deque()
         self._pending_bytes = 0
         self._dropped = 0
 
     def write(self, records: Sequence[bytes]) -> None:
-        """Write ``records`` after any kept from failed writes; OSError (and keeps them all) if it fails."""
+        """Write ``records`` after any kept from failed writes; OSError, keeping them all, if it
+        fails."""
         for data in records:
             self._pending.append(frame(data))
             self._pending_bytes += len(self._pending[-1])
@@ -241,11 +245,12 @@ def masked_crc32c(data: bytes) -> int:
 
 
 def _open_event_file(run_dir: str, worker: str) -> tuple[EventFile, str]:
-    """A new event file, named as TensorBoard's writers name theirs, begun with its version record."""
+    """A new event file, named as TensorBoard's writers name theirs, begun with its version
+    record."""
     os.makedirs(run_dir, exist_ok=True)
     now = time.time()
     path = os.path.join(run_dir, f"events.out.tfevents.{int(now):010d}.{worker}.{next(_file_numbers)}")
     records = EventFile(path)
-    with contextlib.suppress(OSError):  # no room yet: the version record goes first with the first steps
+    with contextlib.suppress(OSError):  # no room yet: the version record goes with the first steps
         records.write([Event(wall_time=now, file_version="brain.Event:2").SerializeToString()])
     return records, path

@@ -6,10 +6,10 @@ keeps it in memory until the window ends), the last steps' scalars and the summa
 then restores the handler that was installed before and passes the signal on: to a Python handler
 by calling it (Lightning's, say), to the default action by raising the signal again, so the
 process ends as it would have. Installed only from the main thread (Python's rule) and only where
-SIGTERM is not ignored. A child forked after it was installed (a ``fork`` multiprocessing Pool, whose
-``terminate()`` sends its workers SIGTERM) inherits the handler but not the run: there the handler
-closes nothing and only passes the signal on, so the child ends as it would have. Nothing can run
-on SIGKILL: see docs/training-hooks.md for what it loses.
+SIGTERM is not ignored. A child forked after it was installed (a ``fork`` multiprocessing Pool,
+whose ``terminate()`` sends its workers SIGTERM) inherits the handler but not the run: there the
+handler closes nothing and only passes the signal on, so the child ends as it would have. Nothing
+can run on SIGKILL: see docs/training-hooks.md for what it loses.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class CloseOnSigterm:
     def _handle(self, signum: int, frame: object) -> None:
         previous = self._previous
         try:
-            if os.getpid() == self._pid:  # in a forked child the run is the parent's: only pass it on
+            if os.getpid() == self._pid:  # in a forked child the run is the parent's: pass it on
                 self.restore()
                 self._close()
         finally:

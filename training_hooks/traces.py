@@ -56,7 +56,8 @@ class TraceWriter:
             os.makedirs(self.run_dir, exist_ok=True)
             prof.export_chrome_trace(exported)  # written as <exported>.tmp, renamed when complete
             if not os.path.isfile(exported):
-                raise OSError(f"torch.profiler could not write them in {self.run_dir} (is the disk full?)")
+                raise OSError(f"torch.profiler could not write them in {self.run_dir} "
+                              "(is the disk full?)")
             if self.gzip:
                 path = self.background.compress(exported)  # then analysed there
             else:
@@ -66,6 +67,6 @@ class TraceWriter:
             for leftover in (exported, exported + ".tmp", path + ".part"):
                 with contextlib.suppress(OSError):
                     os.remove(leftover)
-            self.faults.report("could not write traces", e)  # one cause, however many traces it costs
+            self.faults.report("could not write traces", e)  # one cause, however many it costs
         else:
             self.written.append(path)
