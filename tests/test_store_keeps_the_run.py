@@ -28,6 +28,16 @@ TRAIN = textwrap.dedent("""
 
     url, markers = sys.argv[1], sys.argv[2]
 
+    if "--slow-process-start" in sys.argv:  # as on a loaded machine: starting a process takes long
+        import subprocess
+
+        class SlowStart(subprocess.Popen):
+            def __init__(self, args, *rest, **options):
+                time.sleep(2)
+                super().__init__(args, *rest, **options)
+
+        subprocess.Popen = SlowStart
+
     def wait_for(name):
         deadline = time.monotonic() + 300
         while not os.path.exists(os.path.join(markers, name)):
@@ -172,11 +182,11 @@ def test_a_store_that_denies_writing_is_found_at_the_start_and_the_run_kept(s3, 
     try:
         proc, _ = _train(tmp_path, f"s3://{bucket}/p", "--warned-at-start", endpoint=gate.endpoint)
         out, warned = _finish(proc)
+        staging = _staged(out, f"s3://{bucket}/p")
         (warning,) = warned
         said = f"could not upload to s3://{bucket}/p/r (the store denies writing there)"
         assert said in warning, warning
         assert "AccessDenied" in warning or "Access Denied" in warning, warning
-        staging = _staged(out, f"s3://{bucket}/p")
         wrote = _tree(staging)
         _complete(wrote)
         assert s3.keys(bucket) == [] and gate.denied > 0
@@ -229,9 +239,9 @@ def test_a_store_gone_at_close_leaves_every_file_staged(s3, bucket, tmp_path):
         out, warned = _finish(proc)
     finally:
         gate.stop()
+    staging = _staged(out, f"s3://{bucket}/p")
     (warning,) = warned
     assert "the store does not answer" in warning, warning
-    staging = _staged(out, f"s3://{bucket}/p")
     wrote = _tree(staging)
     _complete(wrote)
     _uploaded(s3, bucket, staging, wrote)  # straight to the store, now that it answers
@@ -256,8 +266,9 @@ def test_close_returns_against_a_store_that_never_answers_and_keeps_the_files(s3
 
 
 def test_every_analysis_is_uploaded_before_close_returns_without_gzip(s3, bucket, tmp_path):
-    """The last trace is written by close(); its analysis is started from a thread of its own."""
-    proc, _ = _train(tmp_path, f"s3://{bucket}/p", "--no-gzip")
+    """The last trace is written by close(); its analysis is started from a thread of its own, whose
+    process takes seconds to start on a loaded machine (made so here)."""
+    proc, _ = _train(tmp_path, f"s3://{bucket}/p", "--no-gzip", "--slow-process-start")
     out, warned = _finish(proc)
     assert warned == [] and "not done" not in out
     stored = sizes(s3, bucket, "p/")
