@@ -2,10 +2,11 @@
 byte-counting `Relay`, extended) whose mode is switched while a run writes through it, and a bucket
 taken away and given back with what it held.
 
-Modes: ``pass``; ``refuse`` (nothing listens: connections are refused); ``black_hole`` (connections are
-accepted, requests read, nothing ever answered); ``error_500`` (every request gets S3's own
-``InternalError`` answer); ``slow`` (each chunk of an answer is held ``delay_s`` first); ``pause`` (the
-client's bytes wait, unsent, until the mode changes: nothing reaches the store meanwhile). Switching
+Modes: ``pass``; ``refuse`` (nothing listens: connections are refused); ``black_hole``
+(connections are accepted, requests read, nothing ever answered); ``error_500`` (every request gets
+S3's own ``InternalError`` answer); ``slow`` (each chunk of an answer is held ``delay_s`` first);
+``pause`` (the client's bytes wait, unsent, until the mode changes: nothing reaches the store
+meanwhile). Switching
 from one mode to another drops the connections opened in the other, so a client's kept-alive
 connection never carries it past a fault.
 """
@@ -22,11 +23,15 @@ from tests.s3 import Relay
 
 MODES = ("pass", "refuse", "black_hole", "error_500", "slow", "pause")
 
-_ERROR_BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
-               b"<Message>We encountered an internal error. Please try again.</Message>"
-               b"<RequestId>fault-relay</RequestId></Error>")
-_ERROR_500 = (b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/xml\r\n"
-              b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(_ERROR_BODY)) + _ERROR_BODY
+_ERROR_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
+    b"<Message>We encountered an internal error. Please try again.</Message>"
+    b"<RequestId>fault-relay</RequestId></Error>"
+)
+_ERROR_500 = (
+    b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/xml\r\n"
+    b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(_ERROR_BODY)
+) + _ERROR_BODY
 
 
 class FaultRelay(Relay):
@@ -38,7 +43,9 @@ class FaultRelay(Relay):
         self.delay_s = delay_s
         self.hits: collections.Counter[str] = collections.Counter()
         self._changed = threading.Condition()
-        self._live: dict[socket.socket, tuple[str, socket.socket | None]] = {}  # client -> (mode, upstream)
+        self._live: dict[
+            socket.socket, tuple[str, socket.socket | None]
+        ] = {}  # client -> (mode, upstream)
         self._closed = False
         super().__init__(port)
 
@@ -48,7 +55,9 @@ class FaultRelay(Relay):
         with self._changed:
             old, self.mode = self.mode, mode
             if old == "refuse" and mode != "refuse":
-                self._server = socket.create_server(("127.0.0.1", self.port))  # SO_REUSEADDR: the same port
+                self._server = socket.create_server(
+                    ("127.0.0.1", self.port)
+                )  # SO_REUSEADDR: the same port
             elif mode == "refuse" and old != "refuse":
                 _close(self._server)  # wakes the blocked accept()
             if mode != "pause":
@@ -58,7 +67,8 @@ class FaultRelay(Relay):
             self._changed.notify_all()
 
     def wait_for_hit(self, mode: str, seen: int, deadline_s: float = 120.0) -> bool:
-        """Wait until more than ``seen`` connections were accepted in ``mode``; False at the deadline."""
+        """Wait until more than ``seen`` connections were accepted in ``mode``; False at the
+        deadline."""
         deadline = time.monotonic() + deadline_s
         with self._changed:
             while self.hits[mode] <= seen:
@@ -117,7 +127,9 @@ class FaultRelay(Relay):
             elif mode == "error_500":
                 self._answer_500(client)
             else:
-                back = threading.Thread(target=self._pipe, args=(upstream, client, self._answered), daemon=True)
+                back = threading.Thread(
+                    target=self._pipe, args=(upstream, client, self._answered), daemon=True
+                )
                 back.start()
                 self._pipe(client, upstream, self._asked)
                 back.join()
@@ -196,7 +208,9 @@ class BucketOutage:
                 client.delete_bucket(Bucket=self.bucket)
                 return len(self._kept)
             except client.exceptions.ClientError as e:
-                if e.response["Error"]["Code"] != "BucketNotEmpty":  # one that landed meanwhile: again
+                if (
+                    e.response["Error"]["Code"] != "BucketNotEmpty"
+                ):  # one that landed meanwhile: again
                     raise
 
     def give_back(self) -> None:

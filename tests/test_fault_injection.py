@@ -3,13 +3,14 @@
 injected: refused connections, black holes, 500 answers, slow answers, the bucket deleted and given
 back, SIGKILL of the training process or of its uploader at a random point, a full disk (a small
 tmpfs as the staging folder) and fork children (a ``fork`` Pool, terminated). The training script
-appends every file it finished writing to a manifest; after each run, what is in the store plus what
-is left staged is compared with it: files lost and files duplicated (one file under two keys, a trace
-both compressed and not) must both be 0. What a fault leaves staged is then uploaded with the
+appends every file it finished writing to a manifest; after each run, what is in the store plus
+what is left staged is compared with it: files lost and files duplicated (one file under two keys, a
+trace both compressed and not) must both be 0. What a fault leaves staged is then uploaded with the
 command the run names (``phaseprof upload``), and must all reach the store.
 
-The quick variant (a handful of faults) runs in the default suite; the thorough one injects at least
-200 faults and prints a table: ``PHASEPROF_FAULTS=thorough python -m pytest tests/test_fault_injection.py``.
+The quick variant (a handful of faults) runs in the default suite; the thorough one injects at
+least 200 faults and prints a table:
+``PHASEPROF_FAULTS=thorough python -m pytest tests/test_fault_injection.py``.
 Every random choice comes from one seed, printed (and in every failure's message); replay a run with
 ``PHASEPROF_FAULTS_SEED=<seed>``.
 """
@@ -41,10 +42,18 @@ SEED = int(os.environ.get("PHASEPROF_FAULTS_SEED") or random.SystemRandom().rand
 #: The faults switched on and off while a run goes on.
 NETWORK = ("refuse", "black_hole", "error_500", "slow", "bucket_deleted")
 #: How the thorough variant's runs end, in turn (each a fault but "close"): the kills twice as often
-#: (the training process once while the store is down: its orphaned uploader cannot finish); the store
-#: down at close refusing, black-holing or answering 500 (each costs close() its whole bound).
-_TURNS = ("close", "kill_training", "kill_uploader", "fork", "bucket_missing_at_close",
-          "kill_training_while_down", "kill_uploader", "down_at_close")
+#: (the training process once while the store is down: its orphaned uploader cannot finish); the
+#: store down at close refusing, black-holing or answering 500 (each costs close() its whole bound).
+_TURNS = (
+    "close",
+    "kill_training",
+    "kill_uploader",
+    "fork",
+    "bucket_missing_at_close",
+    "kill_training_while_down",
+    "kill_uploader",
+    "down_at_close",
+)
 #: Generous deadlines (a loaded machine): never a measure, only how long a wait may last.
 DEADLINE_S = 300
 RUN = "r"
@@ -101,7 +110,8 @@ TRAIN = textwrap.dedent("""
             record()
             if prof.step_num == 3:
                 mark("started")
-            if marked("fork") and not forked:  # children that inherit the profiler, ended by SIGTERM
+            # children that inherit the profiler, ended by SIGTERM
+            if marked("fork") and not forked:
                 forked = True
                 pool = multiprocessing.get_context("fork").Pool(2)
                 pool.map(abs, range(8))
@@ -147,11 +157,15 @@ class Plan:
     log: list[str] = field(default_factory=list)
 
     def kinds(self) -> list[str]:
-        return self.network + ([self.ending] if self.ending != "close" else []) + (
-            ["full_disk"] if self.full_disk else [])
+        return (
+            self.network
+            + ([self.ending] if self.ending != "close" else [])
+            + (["full_disk"] if self.full_disk else [])
+        )
 
 
 # -- the check -----------------------------------------------------------------------------------
+
 
 def _manifest(markers: Path) -> dict[str, int]:
     """What the run finished writing: key under the run -> the largest size seen."""
@@ -185,12 +199,17 @@ def _is_scalars(key: str) -> bool:
 
 
 def _whole(key: str, size: int, found: int | None) -> bool:
-    """Whether a copy of ``found`` bytes keeps the file ``key`` seen written at ``size`` (0: any)."""
+    """Whether a copy of ``found`` bytes keeps ``key``, seen written at ``size`` (0: any)."""
     return found is not None and (found >= size if _is_scalars(key) or size == 0 else found == size)
 
 
-def count(written: dict[str, int], stored: dict[str, int], staged: dict[str, int], prefix: str,
-          analyses_due: bool) -> tuple[int, int, int, list[str]]:
+def count(
+    written: dict[str, int],
+    stored: dict[str, int],
+    staged: dict[str, int],
+    prefix: str,
+    analyses_due: bool,
+) -> tuple[int, int, int, list[str]]:
     """Files written, lost and duplicated, and a line for each loss or duplicate. A file is kept if
     the store or staging holds it whole (scalars: at least as much as was seen written); with
     ``analyses_due`` (a run that closed, able to write), every trace's analysis is due too."""
@@ -203,19 +222,25 @@ def count(written: dict[str, int], stored: dict[str, int], staged: dict[str, int
     problems = []
     lost = 0
     for key, size in sorted(expected.items()):
-        if not _whole(key, size, stored.get(prefix + key)) and not _whole(key, size, staged.get(key)):
+        if not _whole(key, size, stored.get(prefix + key)) and not _whole(
+            key, size, staged.get(key)
+        ):
             lost += 1
-            problems.append(f"lost {key} ({size} bytes written; stored {stored.get(prefix + key)}, "
-                            f"staged {staged.get(key)})")
-    # the same file twice: under two keys (another folder), a trace both compressed and not, or a key
-    # outside the run
+            problems.append(
+                f"lost {key} ({size} bytes written; stored {stored.get(prefix + key)}, "
+                f"staged {staged.get(key)})"
+            )
+    # the same file twice: under two keys (another folder), a trace both compressed and not, or a
+    # key outside the run
     names = collections.Counter()
     for key in stored:
         if not key.startswith(prefix):
             problems.append(f"duplicated: {key} is outside {prefix}")
             names[key] += 2
             continue
-        name = key.rpartition("/")[2]  # a run's file names are unique: the same one twice is one file twice
+        name = key.rpartition("/")[
+            2
+        ]  # a run's file names are unique: the same one twice is one file twice
         names[name.removesuffix(".gz") if TRACE_FILE_RE.match(name) else name] += 1
     duplicated = sum(n - 1 for n in names.values() if n > 1)
     problems += [f"duplicated {name} ({n} keys)" for name, n in names.items() if n > 1]
@@ -223,6 +248,7 @@ def count(written: dict[str, int], stored: dict[str, int], staged: dict[str, int
 
 
 # -- a run under faults ----------------------------------------------------------------------------
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -264,8 +290,10 @@ def _wait(condition, what: str, run: Run | None = None, deadline_s: float = DEAD
     deadline = time.monotonic() + deadline_s
     while not condition():
         if run is not None and run.proc.poll() is not None:
-            raise AssertionError(f"the training process ended ({run.proc.returncode}) before {what}: "
-                                 f"{run.read()[1][-3000:]}")
+            raise AssertionError(
+                f"the training process ended ({run.proc.returncode}) before {what}: "
+                f"{run.read()[1][-3000:]}"
+            )
         assert time.monotonic() < deadline, f"{what}: not within {deadline_s} s"
         time.sleep(0.05)
 
@@ -291,21 +319,41 @@ class Run:
     """One training process writing ``s3://<bucket>/p/r`` through ``relay``; every process it
     starts (the uploader, fork children) is in its process group, killed by `stop`."""
 
-    def __init__(self, s3, bucket: str, relay: FaultRelay, tmp: Path, plan: Plan, staging: Path) -> None:
+    def __init__(
+        self, s3, bucket: str, relay: FaultRelay, tmp: Path, plan: Plan, staging: Path
+    ) -> None:
         self.s3, self.bucket, self.relay, self.plan = s3, bucket, relay, plan
         self.url = f"s3://{bucket}/p"
         self.markers, self.staging, self.work = tmp / "markers", staging, tmp / "work"
         for d in (self.markers, self.work):
             d.mkdir()
-        env = {**os.environ, "PHASEPROF_STAGING": str(staging), "AWS_ENDPOINT_URL": relay.endpoint,
-               "S3_ENDPOINT": relay.endpoint}
+        env = {
+            **os.environ,
+            "PHASEPROF_STAGING": str(staging),
+            "AWS_ENDPOINT_URL": relay.endpoint,
+            "S3_ENDPOINT": relay.endpoint,
+        }
         env.pop("PHASEPROF_CACHE", None)  # analyses are written, as in a user's run
         options = {"cycle": 12, "pace_s": 0.05, "gzip": plan.gzip, "full_disk": plan.full_disk}
         # its output to files: a pipe nobody reads until the end could fill and stall the run
         with open(tmp / "out", "w") as out, open(tmp / "err", "w") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", TRAIN, self.url, str(self.markers), str(staging), json.dumps(options)],
-                cwd=self.work, env=env, stdout=out, stderr=err, text=True, start_new_session=True)
+                [
+                    sys.executable,
+                    "-c",
+                    TRAIN,
+                    self.url,
+                    str(self.markers),
+                    str(staging),
+                    json.dumps(options),
+                ],
+                cwd=self.work,
+                env=env,
+                stdout=out,
+                stderr=err,
+                text=True,
+                start_new_session=True,
+            )
         self._output = tmp
         self.out = self.err = ""
         self.began = time.monotonic()
@@ -329,8 +377,10 @@ class Run:
             self.proc.wait(timeout=2 * DEADLINE_S)
         except subprocess.TimeoutExpired:
             self.stop()
-            raise AssertionError(f"the training process did not end within {2 * DEADLINE_S} s "
-                                 f"(seed {self.plan.seed}; {self.plan.log}): {self.read()[1][-2000:]}") from None
+            raise AssertionError(
+                f"the training process did not end within {2 * DEADLINE_S} s "
+                f"(seed {self.plan.seed}; {self.plan.log}): {self.read()[1][-2000:]}"
+            ) from None
         finally:
             self.out, self.err = self.read()
         return self.proc.returncode
@@ -344,11 +394,15 @@ class Run:
         children) and wait until none is left."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        _wait(lambda: not _group(self.proc.pid), f"the processes of group {self.proc.pid} gone", deadline_s=60)
+        _wait(
+            lambda: not _group(self.proc.pid),
+            f"the processes of group {self.proc.pid} gone",
+            deadline_s=60,
+        )
 
 
 def _network_fault(run: Run, kind: str, rng: random.Random) -> None:
-    """Inject one fault while the run goes on, until the uploader met it (and a random while more)."""
+    """Inject one fault while the run goes on, until the uploader met it (and a random while)."""
     relay = run.relay
     if kind == "bucket_deleted":
         outage = _take_bucket(run)
@@ -390,8 +444,11 @@ def _kill(pid: int, rng: random.Random, run: Run, what: str) -> None:
     """SIGKILL ``pid`` at a random point: once the run finished a random number of files, and a
     random while later."""
     files = rng.randint(1, 4)
-    _wait(lambda: run.files() >= files or run.disk_full(), f"{files} files written before killing the {what}",
-          run)
+    _wait(
+        lambda: run.files() >= files or run.disk_full(),
+        f"{files} files written before killing the {what}",
+        run,
+    )
     time.sleep(rng.uniform(0, 3))
     run.plan.log.append(f"SIGKILL {what} after {run.files()} files")
     os.kill(pid, signal.SIGKILL)
@@ -402,7 +459,7 @@ def _upload_commands(run: Run) -> list[list[str]]:
     a run killed before it could say, each staging folder to the logdir (as the summary would)."""
     for line in run.out.splitlines():
         if "phaseprof upload " in line:
-            return [shlex.split(line[line.index("phaseprof upload "):])[2:4]]
+            return [shlex.split(line[line.index("phaseprof upload ") :])[2:4]]
     if run.proc.returncode == 0:
         return []
     return [[str(root), run.url] for root in sorted(run.staging.iterdir())]
@@ -410,8 +467,13 @@ def _upload_commands(run: Run) -> list[list[str]]:
 
 def _upload(args: list[str]) -> subprocess.CompletedProcess:
     """``phaseprof upload ARGS``, its process group killed if it outlives the deadline."""
-    proc = subprocess.Popen([sys.executable, "-m", "phaseprof.cli", "upload", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "phaseprof.cli", "upload", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=DEADLINE_S)
     finally:
@@ -437,30 +499,46 @@ def play(s3, bucket: str, tmp: Path, plan: Plan, tallies: dict[str, Tally]) -> N
         written = _manifest(run.markers)
         closed = run.proc.returncode == 0
         prefix = f"p/{RUN}/"
-        total, lost, duplicated, problems = count(written, _stored(s3, bucket), _staged(staging), prefix,
-                                                  analyses_due=closed and not plan.full_disk)
+        total, lost, duplicated, problems = count(
+            written,
+            _stored(s3, bucket),
+            _staged(staging),
+            prefix,
+            analyses_due=closed and not plan.full_disk,
+        )
         left = _staged(staging)
         if left:  # what a fault left staged goes up with the command the run named
             commands = _upload_commands(run)
             if not commands:
-                problems.append("files were left staged and the summary named no command that uploads them")
+                problems.append(
+                    "files were left staged and the summary named no command that uploads them"
+                )
             for args in commands:
                 upload = _upload(args)
-                plan.log.append(f"phaseprof upload {' '.join(args)}: exit {upload.returncode} "
-                                f"{upload.stdout.strip()[-500:]}")
+                plan.log.append(
+                    f"phaseprof upload {' '.join(args)}: exit {upload.returncode} "
+                    f"{upload.stdout.strip()[-500:]}"
+                )
                 if upload.returncode != 0:
                     problems.append(f"phaseprof upload {' '.join(args)} exited {upload.returncode}")
-            _, lost_after, duplicated_after, after = count(written, _stored(s3, bucket), {}, prefix,
-                                                           analyses_due=closed and not plan.full_disk)
+            _, lost_after, duplicated_after, after = count(
+                written, _stored(s3, bucket), {}, prefix, analyses_due=closed and not plan.full_disk
+            )
             lost, duplicated = max(lost, lost_after), max(duplicated, duplicated_after)
             problems += [f"after phaseprof upload: {p}" for p in after]
     for kind in plan.kinds():
         tallies.setdefault(kind, Tally()).injected += 1
     for kind in set(plan.kinds()) or {"none"}:
         t = tallies.setdefault(kind, Tally())
-        t.written, t.lost, t.duplicated = t.written + total, t.lost + lost, t.duplicated + duplicated
-    assert not problems, (f"seed {plan.seed} ({plan.kinds()}; {plan.log}): {problems}; "
-                          f"exit {run.proc.returncode}, out {run.out[-1500:]}, err {run.err[-1500:]}")
+        t.written, t.lost, t.duplicated = (
+            t.written + total,
+            t.lost + lost,
+            t.duplicated + duplicated,
+        )
+    assert not problems, (
+        f"seed {plan.seed} ({plan.kinds()}; {plan.log}): {problems}; "
+        f"exit {run.proc.returncode}, out {run.out[-1500:]}, err {run.err[-1500:]}"
+    )
 
 
 def _play(run: Run, rng: random.Random) -> None:
@@ -487,14 +565,20 @@ def _play(run: Run, rng: random.Random) -> None:
         _kill(uploader[0], rng, run, "uploader")
     if plan.ending == "fork":
         run.mark("fork")
-        _wait(lambda: run.marked("forked"), "the fork children were terminated", run, deadline_s=120)
+        _wait(
+            lambda: run.marked("forked"), "the fork children were terminated", run, deadline_s=120
+        )
     _wait(lambda: run.files() >= 2 or run.disk_full(), "two files written", run)
     if plan.full_disk:  # the run goes on a while with its disk full
         _wait(run.disk_full, "the staging disk full", run)
         plan.log.append(f"disk full after {run.files()} files")
         time.sleep(rng.uniform(1, 3))
     outage = _take_bucket(run) if plan.ending == "bucket_missing_at_close" else None
-    down = plan.ending.removesuffix("_at_close") if plan.ending.endswith("_at_close") and not outage else None
+    down = (
+        plan.ending.removesuffix("_at_close")
+        if plan.ending.endswith("_at_close") and not outage
+        else None
+    )
     if down:  # the store does not answer while the run closes (close() gives up after its bound)
         run.relay.set_mode(down)
     run.mark("stop")
@@ -531,9 +615,18 @@ def _thorough(rng: random.Random) -> list[Plan]:
     while sum(len(p.kinds()) for p in plans) < 200:
         ending = _TURNS[len(plans) % len(_TURNS)]
         if ending == "down_at_close":  # each way in turn
-            ending = ("refuse", "black_hole", "error_500")[len(plans) // len(_TURNS) % 3] + "_at_close"
-        plans.append(Plan(rng.randrange(1 << 32), [rng.choice(NETWORK) for _ in range(rng.randint(3, 8))],
-                          ending, full_disk=len(plans) % 3 == 2, gzip=rng.random() < 0.7))
+            ending = ("refuse", "black_hole", "error_500")[
+                len(plans) // len(_TURNS) % 3
+            ] + "_at_close"
+        plans.append(
+            Plan(
+                rng.randrange(1 << 32),
+                [rng.choice(NETWORK) for _ in range(rng.randint(3, 8))],
+                ending,
+                full_disk=len(plans) % 3 == 2,
+                gzip=rng.random() < 0.7,
+            )
+        )
     return plans
 
 
@@ -561,14 +654,15 @@ def test_no_file_is_lost_or_duplicated_under_faults(s3, bucket, tmp_path, plan, 
 
 @pytest.mark.slow
 def test_the_relay_injects_each_fault_a_client_of_the_store_sees(s3, bucket):
-    """Each mode as botocore meets it (no retries, a short read timeout): the suite's faults are real."""
+    """Each mode as botocore meets it (no retries, a short read timeout): the faults are real."""
     import boto3
     import botocore.config
     import botocore.exceptions
 
     relay = FaultRelay(s3.port, delay_s=0.3)
-    config = botocore.config.Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=2,
-                                    connect_timeout=2)
+    config = botocore.config.Config(
+        retries={"max_attempts": 1, "mode": "standard"}, read_timeout=2, connect_timeout=2
+    )
     client = boto3.client("s3", endpoint_url=relay.endpoint, config=config)
     outage = BucketOutage(s3.client(), bucket)
     try:
