@@ -29,8 +29,8 @@ The two processes speak in lines: the uploader writes ``down <kind> <error>`` wh
 begins (kind: a key of `WHY`), ``up`` when it ends, and ``done`` or ``left <n>`` when it exits; the
 training process writes ``close <seconds>`` (upload what is left, trying that long) or just closes
 the pipe (it ended without closing: the uploader then does the same on its own, so a crashed run's
-files still reach the store). If the process cannot be started, a thread of the
-training process does its work.
+files still reach the store). If the process cannot be started, a thread of the training process
+does its work.
 
 Credentials are the store client's own (``AWS_*``, ``~/.aws``, Google's application default
 credentials, ``AZURE_STORAGE_*``); nothing here reads, passes or logs them.
