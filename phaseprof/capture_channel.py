@@ -55,6 +55,7 @@ from collections.abc import Iterable, Iterator
 
 import msgspec
 
+from phaseprof import formats
 from phaseprof.contract import CAPTURE_DIR
 
 #: How often each rank's watcher republishes its heartbeat and looks for requests (seconds).
@@ -100,11 +101,11 @@ MAX_TEXT = 1000
 MAX_FILES = 64
 MAX_NAME = 255
 
-#: The format of the files this phaseprof writes, "major.minor": a reader ignores fields a newer
-#: minor version added, and refuses a major version it does not know. A file without one is "1.0".
+#: The format of the files this phaseprof writes, "major.minor" (`phaseprof.formats`: a reader
+#: ignores fields a newer minor version added, and refuses a major version it does not know). A file
+#: without one is "1.0".
 FORMAT = "1.1"
 MAJOR = 1
-FORMAT_RE = re.compile(r"^(?P<major>\d{1,4})\.(?P<minor>\d{1,4})$")
 
 REQUEST_RE = re.compile(r"^request\.(?P<id>[0-9a-f]{16})\.json$")
 ANSWER_RE = re.compile(r"^answer\.(?P<id>[0-9a-f]{16})\.rank(?P<rank>\d{1,6})\.json$")
@@ -284,16 +285,12 @@ def decode(data: bytes, kind: type[msgspec.Struct]):
     """``data`` as a ``kind`` (strict types; fields it does not know, from a newer minor format,
     ignored), else `Unreadable` with the decoder's reason, or the format it cannot read."""
     try:
-        version = msgspec.json.decode(data, type=_Format).format
-        m = FORMAT_RE.match(version)
-        if m is None:
-            raise Unreadable(f"its format {version[:20]!r} is not major.minor")
-        if int(m["major"]) != MAJOR:
-            raise Unreadable(f"format {version}: this phaseprof reads format {MAJOR}.x (a newer "
-                             "phaseprof wrote it? upgrade phaseprof)")
+        formats.check(msgspec.json.decode(data, type=_Format).format, MAJOR)
         return msgspec.json.decode(data, type=kind)
     except msgspec.DecodeError as e:
         raise Unreadable(f"not a {kind.__name__}: {e}") from None
+    except formats.OtherFormat as e:
+        raise Unreadable(str(e)) from None
 
 
 def _short(value) -> str:
