@@ -7,8 +7,15 @@ retires every entry).
 An entry is used only when all of these match the trace as it is now, its bytes match the checksum
 it carries, and its analysis holds together (`consistent`); a stale, foreign or corrupt entry is
 ignored (and overwritten by the next analysis), never trusted, and an entry is never read through a
-symbolic link (which could lead out of the logdir). Entries keep the ops' input
-shapes, so that one entry serves every reader (the report, the step detail, TensorBoard).
+symbolic link (which could lead out of the logdir). Entries keep the ops' input shapes, so that one
+entry serves every reader (the report, the step detail, TensorBoard).
+
+The analysis version retires the *content* of entries made by other code; the file's first line
+names its *format* (``phaseprof-analysis 1.0``, `FORMAT`; the rule is `phaseprof.formats`'s): fields
+a newer minor version added are ignored, and an entry of another major version (a newer phaseprof
+sharing the logdir) is not used: the trace is read again, and the log says so, one line per format.
+An entry without a format (first line ``phaseprof-analysis-deflated``, written before entries said
+theirs) is format 1.0.
 
 Where entries live, first found first used:
 
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import math
 import os
 import struct
@@ -42,7 +50,7 @@ import msgspec
 import numpy as np
 from zlib_ng import zlib_ng as zlib
 
-from phaseprof import contract
+from phaseprof import contract, formats
 from phaseprof.contract import ANALYSIS_DIR
 
 from .analysis.model import SpanAnalysis
@@ -51,11 +59,21 @@ from .reading.discovery import TraceFile
 from .reading.errors import TraceError
 from .reading.file_bytes import read_regular
 
+logger = logging.getLogger(__name__)
+
 SUFFIX = ".analysis"
 _MAGIC = b"phaseprof-analysis\n"
-#: An entry as stored: this line, then the entry compressed (a fifth of its size: what a viewer of a
-#: logdir in an object store downloads per trace).
-_STORED = b"phaseprof-analysis-deflated\n"
+#: The format of the entries this phaseprof writes, "major.minor" (`phaseprof.formats`).
+FORMAT = "1.0"
+MAJOR = 1
+#: An entry as stored: a line naming it and its format, then the entry compressed (a fifth of its
+#: size: what a viewer of a logdir in an object store downloads per trace).
+_STORED = b"phaseprof-analysis "
+_HEAD = _STORED + FORMAT.encode() + b"\n"
+#: The first line of an entry written before entries said their format (format 1.0).
+_UNVERSIONED = b"phaseprof-analysis-deflated\n"
+#: The longest first line read (a forged entry may have none).
+_MAX_LINE = 64
 _ARRAY = 1  # msgpack extension code of a numpy array
 #: Each entry carries a digest of its bytes (BLAKE2b): a flipped bit anywhere is caught, and the trace
 #: read again, where msgpack alone would decode many a damaged entry into other figures.
@@ -133,6 +151,9 @@ def load(f: TraceFile, prefetched: dict[str, bytes] | None = None) -> SpanAnalys
             continue
         try:
             entry = _decode(data)
+        except formats.OtherFormat as e:
+            formats.tell_once(logger, "an analysis entry", path, e)
+            continue
         except Exception:  # noqa: BLE001 - corrupt, truncated or from another layout: ignored
             continue
         k = entry.key
@@ -409,15 +430,28 @@ def _decode(data: bytes) -> Entry:
 
 
 def _deflate(entry: bytes) -> bytes:
-    return _STORED + zlib.compress(entry, 3)  # zlib-ng's level 3: ~1 ms, smaller than zlib's level 1
+    # zlib-ng's level 3: ~1 ms, smaller than zlib's level 1
+    return _HEAD + zlib.compress(entry, 3)
+
+
+def stored_format(data: bytes) -> tuple[str, int]:
+    """The format an entry's first line names and where its compressed body starts; ValueError when
+    it is not an entry."""
+    if data.startswith(_UNVERSIONED):
+        return "1.0", len(_UNVERSIONED)
+    end = data.find(b"\n", 0, _MAX_LINE)
+    if not data.startswith(_STORED) or end < 0:
+        raise ValueError("not a phaseprof analysis")
+    return data[len(_STORED):end].decode("ascii", "replace"), end + 1
 
 
 def _inflate(data: bytes) -> bytes:
-    """An entry from its stored bytes, never past `_MAX_ENTRY_BYTES` (a forged one could inflate to gigabytes)."""
-    if not data.startswith(_STORED):
-        raise ValueError("not a phaseprof analysis")
+    """An entry from its stored bytes, never past `_MAX_ENTRY_BYTES` (a forged one could inflate to
+    gigabytes); `formats.OtherFormat` when it is of a major version this phaseprof does not read."""
+    found, start = stored_format(data)
+    formats.check(found, MAJOR)
     unzip = zlib.decompressobj()
-    out = unzip.decompress(memoryview(data)[len(_STORED):], _MAX_ENTRY_BYTES)
+    out = unzip.decompress(memoryview(data)[start:], _MAX_ENTRY_BYTES)
     if unzip.unconsumed_tail or not unzip.eof:
         raise ValueError("damaged, or larger than an entry can be")
     return out

@@ -273,7 +273,7 @@ def test_an_entry_that_inflates_past_the_limit_is_ignored(monkeypatch):
     import zlib
 
     monkeypatch.setattr(cache, "_MAX_ENTRY_BYTES", 1 << 20)
-    bomb = cache._STORED + zlib.compress(b"\0" * (2 << 20), 9)
+    bomb = cache._HEAD + zlib.compress(b"\0" * (2 << 20), 9)
     with pytest.raises(ValueError, match="larger than an entry can be"):
         cache._decode(bomb)
 
@@ -286,3 +286,59 @@ def test_cold_files_are_read_on_every_core_tensorboard_may_use_up_to_a_limit(tmp
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
     assert store.loaders() == store.MAX_LOADERS == 8
     assert TraceStore(str(tmp_path))._processes == 8
+
+
+# -- the entry's format ---------------------------------------------------------------------------
+
+
+def _rewrite_entry(trace, head: bytes, entry=None) -> None:
+    """Rewrite ``trace``'s entry behind the first line ``head`` (as it is, or ``entry``)."""
+    path = _entry(trace)
+    with open(path, "rb") as fh:
+        entry = entry or cache._decode(fh.read())
+    stored = cache._encode(entry)
+    with open(path, "wb") as fh:
+        fh.write(head + stored[stored.index(b"\n") + 1:])
+
+
+class _NewerEntry(cache.Entry):
+    """An entry as a newer minor version might write it: a field this version does not know."""
+
+    made_by: str = "phaseprof 9.9"
+
+
+@pytest.mark.parametrize("head", [b"phaseprof-analysis 1.7\n", b"phaseprof-analysis-deflated\n"],
+                         ids=["newer minor, extra field", "no format line (1.0)"])
+def test_an_entry_of_a_newer_minor_version_or_of_none_is_used(tmp_path, head):
+    """A newer minor version's entry (its extra field ignored) is read; so is one written before
+    entries said their format, which is format 1.0 (its analysis version decides, as for any)."""
+    trace = _trace(tmp_path / "run" / "w.1.pt.trace.json")
+    first = analyze(str(tmp_path))
+    with open(_entry(trace), "rb") as fh:
+        entry = cache._decode(fh.read())
+    _rewrite_entry(trace, head, _NewerEntry(entry.key, entry.analysis))
+    _replace_keeping_stamp(trace, b" " * trace.stat().st_size)  # only the entry can answer
+    assert analyze(str(tmp_path)) == first
+
+
+def test_an_entry_of_another_major_version_is_not_used_and_the_log_says_so_once(
+        tmp_path, monkeypatch, caplog):
+    """Entries a newer phaseprof made (format 2.0) are not used: the traces are read again, nothing
+    fails, and the log has one line naming the format (not one per entry)."""
+    from phaseprof import formats
+
+    monkeypatch.setattr(formats, "_told", set())
+    traces = [_trace(tmp_path / "run" / f"w{i}.1.pt.trace.json") for i in range(2)]
+    analyze(str(tmp_path))
+    for trace in traces:
+        _rewrite_entry(trace, b"phaseprof-analysis 2.0\n")
+        _replace_keeping_stamp(trace, trace.read_bytes().replace(b'"dur": 300', b'"dur": 400'))
+    with caplog.at_level("INFO", logger="phaseprof.plugin.cache"):
+        report = analyze(str(tmp_path))
+    workers = report["runs"][0]["workers"]
+    assert [w["steps"][0]["phases"]["forward"]["host_ms"] for w in workers] == [0.4] * 2
+    (line,) = [r.getMessage() for r in caplog.records if "format" in r.getMessage()]
+    assert "format 2.0: this phaseprof reads format 1.x" in line and "\n" not in line
+    assert cache.SUFFIX in line and "the trace is read instead" in line
+    with open(_entry(traces[0]), "rb") as fh:  # replaced by this version's entry
+        assert fh.read().startswith(b"phaseprof-analysis 1.0\n")
