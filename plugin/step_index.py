@@ -11,17 +11,23 @@ other files wait for them; it is written when a step is first cut from that trac
 through the file's table of steps; serving a step reads its range alone and draws the document from
 it (`step_trace.document`, which the full read uses too: the same document, event for event).
 
-The file: a magic line, a checksum (BLAKE2b) and the length of the header, the header (msgpack: the
-key of the trace it was made from, as the analysis cache's; the tables of names, shapes, threads and
-phases; per step its number and the offset, length and checksum of its range), then each step's
-columns (msgpack, deflated). An index whose key differs from the trace as it is now, whose header or
-range does not match its checksum, or whose columns do not hold together is not used: the step is cut
-from the trace, and the index written again. Never a wrong trace, at worst a slow one.
+The file: a line naming it and its format (``phaseprof-step-index 1.0``, `FORMAT`), a checksum
+(BLAKE2b) and the length of the header, the header (msgpack: the key of the trace it was made from,
+as the analysis cache's; the tables of names, shapes, threads and phases; per step its number and
+the offset, length and checksum of its range), then each step's columns (msgpack, deflated). An
+index whose key differs from the trace as it is now, whose header or range does not match its
+checksum, or whose columns do not hold together is not used: the step is cut from the trace, and
+the index written again. Never a wrong trace, at worst a slow one.
+
+The format follows `phaseprof.formats`: fields a newer minor version added are ignored; an index of
+another major version is not used (the step is cut from the trace) and the log says so in one line
+per format. An index whose line says ``1`` (written before formats had a minor version) is 1.0.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import struct
 
@@ -29,6 +35,7 @@ import msgspec
 import numpy as np
 from zlib_ng import zlib_ng as zlib
 
+from phaseprof import formats
 from phaseprof.contract import OUT_OF_STEP
 
 from . import cache
@@ -38,10 +45,17 @@ from .reading.discovery import TraceFile
 from .reading.events import RUNTIME
 from .reading.file_bytes import not_regular
 
+logger = logging.getLogger(__name__)
+
 SUFFIX = ".steps"
-_MAGIC = b"phaseprof-step-index 1\n"
+#: The format of the indexes this phaseprof writes, "major.minor" (`phaseprof.formats`).
+FORMAT = "1.0"
+MAJOR = 1
+_MAGIC = b"phaseprof-step-index "
+_HEAD = _MAGIC + FORMAT.encode() + b"\n"
+#: The longest first line read (a forged index may have none).
+_MAX_LINE = 64
 _CHECKSUM_BYTES = 16
-_PREFIX = len(_MAGIC) + _CHECKSUM_BYTES + 8
 #: Limits on what is read of an index (a forged one could claim or inflate to anything).
 _MAX_HEADER_BYTES = 64 << 20
 _MAX_STEP_BYTES = 512 << 20
@@ -82,7 +96,7 @@ def encode(key: cache.Key, cutter: StepCutter) -> bytes:
         blobs.append(blob)
         offset += len(blob)
     header = _encoder.encode(Header(key=key, tables=cutter.tables, steps=steps))
-    return b"".join([_MAGIC, _checksum(header), struct.pack("<Q", len(header)), header, *blobs])
+    return b"".join([_HEAD, _checksum(header), struct.pack("<Q", len(header)), header, *blobs])
 
 
 def store(f: TraceFile, cutter: StepCutter, beside: bool = True) -> str | None:
@@ -113,6 +127,9 @@ def step_trace(f: TraceFile, number: int) -> bytes | None:
             continue
         try:
             found = _read(path, key_path, f, number)
+        except formats.OtherFormat as e:
+            formats.tell_once(logger, "a step index", path, e)
+            continue
         except (OSError, ValueError, msgspec.DecodeError, zlib.error, struct.error, IndexError, KeyError):
             continue
         if found is None:
@@ -130,14 +147,19 @@ def _read(path: str, key_path: str, f: TraceFile, number: int) -> tuple[StepTabl
         st = os.fstat(fd)
         if not_regular(st.st_mode):
             raise ValueError("not a regular file")
-        prefix = os.pread(fd, _PREFIX, 0)
-        if len(prefix) != _PREFIX or not prefix.startswith(_MAGIC):
+        line = os.pread(fd, _MAX_LINE, 0)
+        end = line.find(b"\n")
+        if not line.startswith(_MAGIC) or end < 0:
             raise ValueError("not a step index")
-        (size,) = struct.unpack_from("<Q", prefix, _PREFIX - 8)
-        if size > min(_MAX_HEADER_BYTES, st.st_size - _PREFIX):
+        found = line[len(_MAGIC):end].decode("ascii", "replace")
+        formats.check("1.0" if found == "1" else found, MAJOR)
+        start = end + 1 + _CHECKSUM_BYTES + 8  # the header's: after the line, checksum and length
+        prefix = _pread(fd, _CHECKSUM_BYTES + 8, end + 1)
+        (size,) = struct.unpack_from("<Q", prefix, _CHECKSUM_BYTES)
+        if size > min(_MAX_HEADER_BYTES, st.st_size - start):
             raise ValueError("a header larger than the file")
-        header_bytes = _pread(fd, size, _PREFIX)
-        if _checksum(header_bytes) != prefix[len(_MAGIC):len(_MAGIC) + _CHECKSUM_BYTES]:
+        header_bytes = _pread(fd, size, start)
+        if _checksum(header_bytes) != prefix[:_CHECKSUM_BYTES]:
             raise ValueError("damaged header")
         header = _header_decoder.decode(header_bytes)
         k = header.key
@@ -149,9 +171,9 @@ def _read(path: str, key_path: str, f: TraceFile, number: int) -> tuple[StepTabl
         if entry is None:
             return None
         if not (entry.offset >= 0 and 0 <= entry.length <= _MAX_STEP_BYTES
-                and _PREFIX + size + entry.offset + entry.length <= st.st_size):
+                and start + size + entry.offset + entry.length <= st.st_size):
             raise ValueError("a step's range lies outside the file")
-        blob = _pread(fd, entry.length, _PREFIX + size + entry.offset)
+        blob = _pread(fd, entry.length, start + size + entry.offset)
     finally:
         os.close(fd)
     if _checksum(blob) != entry.checksum:

@@ -136,7 +136,7 @@ def test_a_damaged_index_is_not_used_and_the_step_is_cut_from_the_trace(cached, 
     if where == "magic":
         data[0] ^= 1
     elif where == "header":
-        data[len(step_index._MAGIC) + 16 + 8 + 5] ^= 1
+        data[len(step_index._HEAD) + 16 + 8 + 5] ^= 1
     elif where == "step":
         data[-20] ^= 1  # in the last step's deflated columns
     elif where == "truncated":
@@ -220,3 +220,63 @@ def test_a_loader_leaves_the_index_of_a_small_trace_for_later_only_while_other_f
     assert load((f, others_waiting)).steps
     written = [p for p, _ in cache.places(f, step_index.SUFFIX) if os.path.exists(p)]
     assert bool(written) is not others_waiting
+
+
+# -- the index's format ---------------------------------------------------------------------------
+
+
+class _NewerHeader(step_index.Header):
+    """A header as a newer minor version might write it: a field this version does not know."""
+
+    made_by: str = "phaseprof 9.9"
+
+
+def _rewrite_index(f, path, line: bytes, header=step_index.Header) -> None:
+    """Write ``f``'s index at ``path`` afresh, behind the first line ``line``, its header a
+    ``header``."""
+    key = cache.Key(f.name, f.size, f.mtime_ns, cache.version())
+    data = step_index.encode(key, StepCutter(read_trace(f.path)))
+    body = data[data.index(b"\n") + 1:]
+    if header is not step_index.Header:  # the same steps, in a header with one more field
+        size = int.from_bytes(body[16:24], "little")
+        old = msgspec.msgpack.decode(body[24:24 + size], type=step_index.Header)
+        new = msgspec.msgpack.encode(header(old.key, old.tables, old.steps))
+        body = step_index._checksum(new) + len(new).to_bytes(8, "little") + new + body[24 + size:]
+    Path(path).write_bytes(line + body)
+
+
+@pytest.mark.parametrize("line", [b"phaseprof-step-index 1.4\n", b"phaseprof-step-index 1\n"],
+                         ids=["newer minor, extra field", "no minor (1.0)"])
+def test_an_index_of_a_newer_minor_version_or_of_none_is_used(cached, line):
+    """A newer minor version's index (its extra header field ignored) serves steps; so does one
+    written before formats had a minor version (``1``: format 1.0)."""
+    f, path = indexed(cached)
+    _rewrite_index(f, path, line, _NewerHeader)
+    body = step_index.step_trace(f, 2)
+    assert msgspec.json.decode(body)["traceEvents"] == full_read(f, 2)
+
+
+def test_an_index_of_another_major_version_is_not_used_and_the_step_is_cut_from_the_trace(
+        cached, caplog, monkeypatch):
+    """An index a newer phaseprof made (format 2.0) is refused in one line of the log, and the step
+    is cut from the trace instead: the same document, nothing fails."""
+    from phaseprof import formats
+
+    monkeypatch.setattr(formats, "_told", set())
+    f, path = indexed(cached)
+    _rewrite_index(f, path, b"phaseprof-step-index 2.0\n")
+    with caplog.at_level("INFO", logger="phaseprof.plugin.step_index"):
+        with pytest.raises(step_index.Unusable):
+            step_index.step_trace(f, 2)
+        with pytest.raises(step_index.Unusable):
+            step_index.step_trace(f, 3)
+    (line,) = [r.getMessage() for r in caplog.records if "format" in r.getMessage()]
+    assert "format 2.0: this phaseprof reads format 1.x" in line and step_index.SUFFIX in line
+    store = TraceStore(os.path.dirname(os.path.dirname(f.path)))
+    try:
+        body = store.step_trace(f, 2)
+    finally:
+        store.close()
+    assert msgspec.json.decode(body)["traceEvents"] == full_read(f, 2)
+    # written again, in this version's format
+    assert Path(path).read_bytes().startswith(b"phaseprof-step-index 1.0\n")
