@@ -24,7 +24,7 @@ class OtherFormat(ValueError):
 def check(found: str, major: int) -> tuple[int, int]:
     """(major, minor) of the format ``found``, when a reader of format ``major``.x reads it; else
     `OtherFormat`, saying whether a newer or an older phaseprof wrote it."""
-    m = FORMAT_RE.match(found)
+    m = FORMAT_RE.fullmatch(found)
     if m is None:
         raise OtherFormat(f"its format {found[:20]!r} is not major.minor")
     got = int(m["major"]), int(m["minor"])
