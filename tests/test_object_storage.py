@@ -106,6 +106,29 @@ def test_analyses_beside_the_traces_are_read_instead_of_the_traces(s3, bucket, t
     assert len(errors["errors"]) == 2 and all(e["path"].startswith(f"s3://{bucket}/p/ranks/") for e in errors["errors"])
 
 
+def test_analyses_in_a_bucket_of_a_newer_minor_format_are_read_of_a_newer_major_one_are_not(
+        s3, bucket, tmp_path, traces):
+    """Analyses written at the source by another phaseprof: one of a newer minor format (1.7) is
+    read instead of its trace; one of a newer major format (2.0) is not used, and its trace is downloaded
+    and read instead. The report is the same, without an error."""
+    local = _two_ranks(tmp_path, traces)
+    # the report writes the analyses
+    expected = json.loads(cli("report", str(local / "ranks"), "--json", cache="on").stdout)
+    s3.upload_tree(local / "ranks", bucket, "p/ranks")
+    client = s3.client()
+    for i, version in enumerate((b"1.7", b"2.0")):
+        name = f"rank{i}.1.pt.trace.json.gz"
+        entry = (local / "ranks" / ".phaseprof" / f"{name}.analysis").read_bytes()
+        entry = b"phaseprof-analysis " + version + entry[entry.index(b"\n"):]
+        client.put_object(Bucket=bucket, Key=f"p/ranks/.phaseprof/{name}.analysis", Body=entry)
+    size = (local / "ranks" / "rank0.1.pt.trace.json.gz").stat().st_size
+    # rank 0's trace is no trace any more: only its 1.7 entry can answer
+    client.put_object(Bucket=bucket, Key="p/ranks/rank0.1.pt.trace.json.gz", Body=b"x" * size)
+    out = cli("report", f"s3://{bucket}/p/ranks", "--json", cache=str(tmp_path / "user-cache"))
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert json.loads(out.stdout) == expected
+
+
 def test_nothing_outside_the_logdir_is_listed(s3, bucket, traces):
     from phaseprof.plugin.reading.discovery import discover
 
