@@ -20,6 +20,10 @@ FORMAT_RE = re.compile(r"^(?P<major>\d{1,4})\.(?P<minor>\d{1,4})$")
 class OtherFormat(ValueError):
     """A file in a format this phaseprof does not read; the message says which, in one line."""
 
+    def __init__(self, message: str, major: int | None = None) -> None:
+        super().__init__(message)
+        self.major = major  # the file's major version; None: it names none
+
 
 def check(found: str, major: int) -> tuple[int, int]:
     """(major, minor) of the format ``found``, when a reader of format ``major``.x reads it; else
@@ -30,19 +34,19 @@ def check(found: str, major: int) -> tuple[int, int]:
     got = int(m["major"]), int(m["minor"])
     if got[0] != major:
         who = "a newer phaseprof wrote it? upgrade phaseprof" if got[0] > major else "an older phaseprof wrote it"
-        raise OtherFormat(f"format {found}: this phaseprof reads format {major}.x ({who})")
+        raise OtherFormat(f"format {found}: this phaseprof reads format {major}.x ({who})", got[0])
     return got
 
 
-#: (kind of file, refusal) pairs already in the log, once each per process.
-_told: set[tuple[str, str]] = set()
+#: (kind of file, major version) pairs already in the log, once each per process.
+_told: set[tuple[str, int | None]] = set()
 
 
 def tell_once(logger: logging.Logger, what: str, path: str, refusal: OtherFormat) -> None:
     """One line in the log (info: nothing is wrong, the trace is read again) for the first ``what``
-    (an analysis entry, a step index) found in each format this phaseprof does not read: a newer
-    version sharing the logdir writes one per trace."""
-    if (what, str(refusal)) not in _told:
-        _told.add((what, str(refusal)))
+    (an analysis entry, a step index) found of each major version this phaseprof does not read (a
+    newer version sharing the logdir writes one per trace), and for the first naming none."""
+    if (what, refusal.major) not in _told:
+        _told.add((what, refusal.major))
         logger.info("phaseprof: %s: %s in %s: not used, the trace is read instead (the same for "
-                    "others in that format)", path, what, refusal)
+                    "others of that version)", path, what, refusal)

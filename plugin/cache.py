@@ -13,9 +13,9 @@ entry serves every reader (the report, the step detail, TensorBoard).
 The analysis version retires the *content* of entries made by other code; the file's first line
 names its *format* (``phaseprof-analysis 1.0``, `FORMAT`; the rule is `phaseprof.formats`'s): fields
 a newer minor version added are ignored, and an entry of another major version (a newer phaseprof
-sharing the logdir) is not used: the trace is read again, and the log says so, one line per format.
-An entry without a format (first line ``phaseprof-analysis-deflated``, written before entries said
-theirs) is format 1.0.
+sharing the logdir) is not used: the trace is read again, and the log says so, one line per major
+version. An entry without a format (first line ``phaseprof-analysis-deflated``, written before
+entries said theirs) is format 1.0.
 
 Where entries live, first found first used:
 

@@ -21,7 +21,8 @@ the index written again. Never a wrong trace, at worst a slow one.
 
 The format follows `phaseprof.formats`: fields a newer minor version added are ignored; an index of
 another major version is not used (the step is cut from the trace) and the log says so in one line
-per format. An index whose line says ``1`` (written before formats had a minor version) is 1.0.
+per major version. An index whose line says ``1`` (written before formats had a minor version) is
+1.0.
 """
 
 from __future__ import annotations

@@ -29,14 +29,15 @@ def test_another_major_version_or_no_version_at_all_is_refused_in_one_line(found
     assert str(refused.value) == says
 
 
-def test_the_log_names_each_kind_of_file_and_format_once(monkeypatch, caplog):
+def test_the_log_names_each_kind_of_file_and_major_version_once(monkeypatch, caplog):
     monkeypatch.setattr(formats, "_told", set())
     logger = logging.getLogger("phaseprof.test")
-    refusals = [formats.OtherFormat("format 2.0: …"), formats.OtherFormat("format 3.0: …")]
+    refusals = [formats.OtherFormat(f"format {v}: …", int(v[0])) for v in ("2.0", "2.1", "3.0")]
+    refusals += [formats.OtherFormat(f"its format {x!r} is not major.minor") for x in "xy"]
     with caplog.at_level("INFO", logger="phaseprof.test"):
         for path in ("a", "b"):
             for refusal in refusals:
                 for what in ("an analysis entry", "a step index"):
                     formats.tell_once(logger, what, path, refusal)
-    assert len(caplog.records) == 4
+    assert len(caplog.records) == 6  # 2.x, 3.x and "no format", for each kind of file
     assert all(r.getMessage().startswith("phaseprof: a: ") for r in caplog.records)

@@ -109,8 +109,8 @@ def test_analyses_beside_the_traces_are_read_instead_of_the_traces(s3, bucket, t
 def test_analyses_in_a_bucket_of_a_newer_minor_format_are_read_of_a_newer_major_one_are_not(
         s3, bucket, tmp_path, traces):
     """Analyses written at the source by another phaseprof: one of a newer minor format (1.7) is
-    read instead of its trace; one of a newer major format (2.0) is not used, and its trace is downloaded
-    and read instead. The report is the same, without an error."""
+    read instead of its trace; one of a newer major format (2.0) is not used, and its trace is
+    downloaded and read instead. The report is the same, without an error."""
     local = _two_ranks(tmp_path, traces)
     # the report writes the analyses
     expected = json.loads(cli("report", str(local / "ranks"), "--json", cache="on").stdout)
