@@ -434,7 +434,7 @@ def _deflate(entry: bytes) -> bytes:
     return _HEAD + zlib.compress(entry, 3)
 
 
-def stored_format(data: bytes) -> tuple[str, int]:
+def _stored_format(data: bytes) -> tuple[str, int]:
     """The format an entry's first line names and where its compressed body starts; ValueError when
     it is not an entry."""
     if data.startswith(_UNVERSIONED):
@@ -448,7 +448,7 @@ def stored_format(data: bytes) -> tuple[str, int]:
 def _inflate(data: bytes) -> bytes:
     """An entry from its stored bytes, never past `_MAX_ENTRY_BYTES` (a forged one could inflate to
     gigabytes); `formats.OtherFormat` when it is of a major version this phaseprof does not read."""
-    found, start = stored_format(data)
+    found, start = _stored_format(data)
     formats.check(found, MAJOR)
     unzip = zlib.decompressobj()
     out = unzip.decompress(memoryview(data)[start:], _MAX_ENTRY_BYTES)
