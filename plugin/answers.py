@@ -482,7 +482,9 @@ class Summary(Answer, omit_defaults=True):
     ``prof.paused()`` blocks inside the profiled steps' windows, in all, kept out of every step.
     ``warmup_steps``: steps whose time went to one-off setup (docs/findings.md), left out as the
     compiling steps are; the tab leaves them out of the chart's scale too. ``noise``: how the steps
-    are judged against each other, and the outliers (``outliers`` lists them both ways)."""
+    are judged against each other, and the outliers (``outliers`` lists them both ways).
+    ``cut_steps``: a trace's last step that the trace's end cut (device work trailing its last host
+    event to the trace's end), left out as the warm-up steps are."""
 
     steps: int
     empty_steps: list[int]
@@ -504,6 +506,7 @@ class Summary(Answer, omit_defaults=True):
     compiling_steps: list[int] | None = None
     warmup_steps: list[int] | None = None
     noise: StepNoise | None = None
+    cut_steps: list[int] | None = None
     eval_ms: float | None = None
     paused_ms: float | None = None
 

@@ -944,6 +944,8 @@ export interface Straggler {
  * `warmup_steps`: steps whose time went to one-off setup (docs/findings.md), left out as the
  * compiling steps are; the tab leaves them out of the chart's scale too. `noise`: how the steps
  * are judged against each other, and the outliers (`outliers` lists them both ways).
+ * `cut_steps`: a trace's last step that the trace's end cut (device work trailing its last host
+ * event to the trace's end), left out as the warm-up steps are.
  */
 export interface Summary {
   steps: number;
@@ -966,6 +968,7 @@ export interface Summary {
   compiling_steps?: number[];
   warmup_steps?: number[];
   noise?: StepNoise;
+  cut_steps?: number[];
   eval_ms?: number;
   paused_ms?: number;
 }
