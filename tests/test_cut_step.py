@@ -20,6 +20,7 @@ from phaseprof.plugin.reading.discovery import discover
 from phaseprof.plugin.spans import analyze_file
 from tests.logdir import write_trace
 from tests.test_findings import finding, kinds, summary_of
+from tests.tracebuilder import Loop
 
 RESNET = "worker0.1623143566756.pt.trace.json.gz"  # steps 16..21 of ResNet-50 on a V100
 DEVICE = {"Kernel", "Memcpy", "Memset"}
@@ -90,3 +91,31 @@ def analyze_file_of(path):
     (run,) = discover(str(path.parent))
     (f,) = [f for files in run.workers.values() for f in files if f.path == str(path)]
     return analyze_file(f)
+
+
+def _trailing_loop() -> Loop:
+    """Five steps whose GPU keeps up, then a step whose GPU work runs ~18 ms past its 2 ms host window."""
+    loop = Loop()
+    for n in range(5):
+        loop.step(n, ("phaseprof::forward", 30_000, [("gemm", 1_000)] * 10))
+    return loop.step(5, ("phaseprof::forward", 2_000, [("gemm", 2_000)] * 10))
+
+
+def test_a_last_step_whose_window_closes_before_its_gpu_work_ends_is_not_cut(tmp_path):
+    # its marker ends with its host work: the step is whole, the GPU runs on after it (as in every
+    # step of hta_nccl_16rank); the trace ends with device work, but not where the step ends
+    path = write_trace(tmp_path / "w.1.pt.trace.json", _trailing_loop().events)
+    s = summary_of(path)
+    assert not s.cut_steps and "cut-steps" not in kinds(s)
+    assert not _worker(path).cut.any()
+
+
+def test_a_last_step_whose_window_ends_with_the_trace_after_only_gpu_work_is_cut(tmp_path):
+    loop = _trailing_loop()
+    mark = next(e for e in loop.events if e.get("name") == "ProfilerStep#5")
+    mark["dur"] = loop.gpu_free - mark["ts"]  # the profiler closed it when the trace ended
+    path = write_trace(tmp_path / "w.1.pt.trace.json", loop.events)
+    w = _worker(path)
+    assert w.cut.tolist() == [False] * 5 + [True] and w.wall_us[5] > 10 * 2_000
+    s = summary_of(path)
+    assert s.cut_steps == [5] and s.mean_wall_ms == pytest.approx(30.0, abs=0.001)

@@ -6,8 +6,8 @@ GPU drains its queue, and the step's wall time counts both. Kept in, such a step
 step that is mostly untraced. The rule is narrow, because the GPU running on after the host is the
 steady state of many loops (the host far ahead of a busy GPU, as in every step of a queue-bound
 trace): the last step of a trace is cut when
-  * its window ends where the trace ends (its last host or device event), within ``NOISE_SHARE`` of
-    the step's wall time, and
+  * its window ends where the trace ends, and the trace ends with device work (its last device
+    event ends there), both within ``NOISE_SHARE`` of the step's wall time, and
   * after the step's last host event (other than its own marker and what encloses it) there is a
     tail longer than that noise in which device work runs and no host event starts or ends.
 A step whose window closes before the trace's device work ends is complete, however far its work
@@ -36,14 +36,16 @@ def cut_steps(steps: list[Step], n: Nesting, device_end: np.ndarray) -> np.ndarr
         return out
     last = steps[-1]
     noise = NOISE_SHARE * last.wall
-    trace_end = max(float(n.end.max()) if len(n.end) else -np.inf,
-                    float(device_end.max()) if len(device_end) else -np.inf)
-    if trace_end - last.end > noise:
+    if not len(device_end) or not len(n.end):
+        return out
+    gpu_end = float(device_end.max())
+    trace_end = max(float(n.end.max()), gpu_end)
+    if trace_end - last.end > noise or trace_end - gpu_end > noise:
         return out
     # the host work in the step's window, less its marker and what encloses it
     inside = (n.end > last.start) & (n.ts < last.end) & ~((n.ts <= last.start) & (n.end >= last.end))
     if not inside.any():
         return out
     host_end = float(n.end[inside].max())
-    out[-1] = last.end - host_end > noise and device_end.size and device_end.max() - host_end > noise
+    out[-1] = last.end - host_end > noise and gpu_end - host_end > noise
     return out
