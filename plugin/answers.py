@@ -1161,12 +1161,18 @@ class MemoryDevice(Answer):
 
 
 class MemoryEventsAnswer(Answer):
-    """``GET /memory_events``: one step's allocation and free events and memory by op, per device."""
+    """``GET /memory_events``: one step's allocation and free events and memory by op, per device.
+    Without ``step`` (null), memory by op over every profiled step: ``steps`` kept, events and bytes
+    summed over them, each peak the highest step's, no events listed; the steps left out as the
+    summary leaves them out (warm-up, compiling and cut steps) in ``left_out``, and why."""
 
     run: str
     worker: str
-    step: int
+    step: int | None
     devices: list[MemoryDevice]
+    steps: int = 1
+    left_out: list[int] = msgspec.field(default_factory=list)
+    left_out_why: str | None = None
 
 #: Every answer a client receives, for the generated TypeScript types and the schema checks.
 ANSWERS = (RunsAnswer, StepsAnswer, StepDetail, TimelineAnswer, CompareAnswer, RanksAnswer, Report, GateReport,

@@ -14,6 +14,7 @@ import json
 import numpy as np
 import pytest
 
+from phaseprof.plugin.analysis.memory_ops import memory_devices, run_memory
 from phaseprof.plugin.analysis.operators import run_ops
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
@@ -32,15 +33,19 @@ def _cut(traces, tmp_path):
     so is device work they launched; the step's marker ends with the trace (its last device work)."""
     source = traces.folder("gpu", "kineto_resnet50_num_workers_0") / RESNET
     trace = json.loads(gzip.decompress(source.read_bytes()))
-    events = [e for e in trace.pop("traceEvents") if e.get("ph") == "X"]
+    every = trace.pop("traceEvents")
+    events = [e for e in every if e.get("ph") == "X"]
     mark = next(e for e in events if e["name"] == "ProfilerStep#21")
     stop = mark["ts"] + STOP_AT * mark["dur"]
+    # memory events and the like: those before the stop
+    other = [e for e in every if e.get("ph") != "X" and e.get("ts", stop) <= stop]
     host = [e for e in events if e["cat"] not in DEVICE and e is not mark and e["ts"] + e["dur"] <= stop]
     launched = {e["args"]["correlation"] for e in host if "correlation" in e.get("args", {})}
     device = [e for e in events if e["cat"] in DEVICE and e["args"].get("correlation") in launched]
     end = max(e["ts"] + e["dur"] for e in host + device)
     assert end - stop > 0.05 * (end - mark["ts"])  # the GPU drains its queue well past the last host event
-    return write_trace(tmp_path / RESNET, [dict(mark, dur=end - mark["ts"])] + host + device, **trace)
+    return write_trace(tmp_path / RESNET, [dict(mark, dur=end - mark["ts"])] + host + device + other,
+                       **trace)
 
 
 def _worker(path) -> Worker:
@@ -78,6 +83,34 @@ def test_the_run_wide_tables_leave_the_cut_step_out_and_say_so(cut):
     assert ops.left_out == [21] and ops.steps == 5
     assert ops.left_out_why == ("step 21 cut by the trace's end: left out, as the summary's means and "
                                 "findings leave them out")
+
+
+def test_the_memory_table_over_every_step_leaves_the_cut_step_out_and_says_so(cut):
+    w = _worker(cut)
+    answer = run_memory("r", w)
+    assert answer.step is None and answer.steps == 5 and answer.left_out == [21]
+    assert answer.left_out_why == ("step 21 cut by the trace's end: left out, as the summary's means and "
+                                   "findings leave them out")
+    # per device and op: the steps 16..20's own tables, events and bytes summed, peaks the highest
+    expected: dict = {}
+    for row in range(5):
+        ref = w.refs[row]
+        for d in memory_devices(ref.span, ref.index):
+            for r in d.ops:
+                e = expected.setdefault((d.device, r.op), [0, 0, 0, 0])
+                e[0] += r.events
+                e[1] += r.allocated_total
+                e[2] = max(e[2], r.peak_total)
+                e[3] = max(e[3], d.peak_bytes or 0)
+    got = {(d.device, r.op): [r.events, r.allocated_total, r.peak_total, d.peak_bytes]
+           for d in answer.devices for r in d.ops}
+    assert got and got.keys() == expected.keys()
+    for key, (events, allocated, peak, _) in expected.items():
+        assert got[key][:3] == [events, allocated, peak], key
+    for d in answer.devices:
+        assert d.peak_bytes == max(v[3] for k, v in expected.items() if k[0] == d.device)
+    ref = w.refs[5]
+    assert any(d.ops for d in memory_devices(ref.span, ref.index))  # step 21 had memory of its own
 
 
 def test_no_trace_in_the_test_data_has_a_cut_step(traces):

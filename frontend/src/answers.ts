@@ -474,12 +474,20 @@ export interface MemoryEventRow {
   allocated: number;
 }
 
-/** `GET /memory_events`: one step's allocation and free events and memory by op, per device. */
+/**
+ * `GET /memory_events`: one step's allocation and free events and memory by op, per device.
+ * Without `step` (null), memory by op over every profiled step: `steps` kept, events and bytes
+ * summed over them, each peak the highest step's, no events listed; the steps left out as the
+ * summary leaves them out (warm-up, compiling and cut steps) in `left_out`, and why.
+ */
 export interface MemoryEventsAnswer {
   run: string;
   worker: string;
-  step: number;
+  step: number | null;
   devices: MemoryDevice[];
+  steps?: number;
+  left_out?: number[];
+  left_out_why?: string | null;
 }
 
 /** Allocated bytes in a phase on one device: the peak seen (null if none) and the net change. */
