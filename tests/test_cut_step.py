@@ -14,6 +14,7 @@ import json
 import numpy as np
 import pytest
 
+from phaseprof.cli.report import report
 from phaseprof.plugin.analysis.memory_ops import memory_devices, run_memory
 from phaseprof.plugin.analysis.operators import run_ops
 from phaseprof.plugin.analysis.worker import Worker
@@ -21,6 +22,7 @@ from phaseprof.plugin.reading.discovery import discover
 from phaseprof.plugin.spans import analyze_file
 from tests.logdir import write_trace
 from tests.test_findings import finding, kinds, summary_of
+from tests.test_kernel_table import _rendered
 from tests.tracebuilder import Loop
 
 RESNET = "worker0.1623143566756.pt.trace.json.gz"  # steps 16..21 of ResNet-50 on a V100
@@ -152,3 +154,9 @@ def test_a_last_step_whose_window_ends_with_the_trace_after_only_gpu_work_is_cut
     assert w.cut.tolist() == [False] * 5 + [True] and w.wall_us[5] > 10 * 2_000
     s = summary_of(path)
     assert s.cut_steps == [5] and s.mean_wall_ms == pytest.approx(30.0, abs=0.001)
+
+
+def test_the_terminal_marks_the_cut_step_left_out_of_the_means(cut):
+    text = _rendered(report(str(cut)))
+    assert "t: cut by the trace's end, left out of the means" in " ".join(text.split())
+    assert any(line.strip().startswith("21 t") for line in text.splitlines())
