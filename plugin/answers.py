@@ -482,7 +482,9 @@ class Summary(Answer, omit_defaults=True):
     ``prof.paused()`` blocks inside the profiled steps' windows, in all, kept out of every step.
     ``warmup_steps``: steps whose time went to one-off setup (docs/findings.md), left out as the
     compiling steps are; the tab leaves them out of the chart's scale too. ``noise``: how the steps
-    are judged against each other, and the outliers (``outliers`` lists them both ways)."""
+    are judged against each other, and the outliers (``outliers`` lists them both ways).
+    ``cut_steps``: a trace's last step that the trace's end cut (device work trailing its last host
+    event to the trace's end), left out as the warm-up steps are."""
 
     steps: int
     empty_steps: list[int]
@@ -504,6 +506,7 @@ class Summary(Answer, omit_defaults=True):
     compiling_steps: list[int] | None = None
     warmup_steps: list[int] | None = None
     noise: StepNoise | None = None
+    cut_steps: list[int] | None = None
     eval_ms: float | None = None
     paused_ms: float | None = None
 
@@ -1158,12 +1161,18 @@ class MemoryDevice(Answer):
 
 
 class MemoryEventsAnswer(Answer):
-    """``GET /memory_events``: one step's allocation and free events and memory by op, per device."""
+    """``GET /memory_events``: one step's allocation and free events and memory by op, per device.
+    Without ``step`` (null), memory by op over every profiled step: ``steps`` kept, events and bytes
+    summed over them, each peak the highest step's, no events listed; the steps left out as the
+    summary leaves them out (warm-up, compiling and cut steps) in ``left_out``, and why."""
 
     run: str
     worker: str
-    step: int
+    step: int | None
     devices: list[MemoryDevice]
+    steps: int = 1
+    left_out: list[int] = msgspec.field(default_factory=list)
+    left_out_why: str | None = None
 
 #: Every answer a client receives, for the generated TypeScript types and the schema checks.
 ANSWERS = (RunsAnswer, StepsAnswer, StepDetail, TimelineAnswer, CompareAnswer, RanksAnswer, Report, GateReport,

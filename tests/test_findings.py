@@ -599,3 +599,26 @@ def test_a_straggler_is_named_from_five_steps_per_rank_not_fewer(tmp_path, count
         assert answer.straggler is None and "too few steps" in answer.note
     else:
         assert answer.straggler is not None and answer.straggler.rank == 1
+
+
+def test_two_kernels_of_one_template_are_never_named_alike(tmp_path):
+    # kernels of one template differ only in their arguments: named without them, both read
+    # "at::native::elementwise_kernel" (and the list kept one); each is named apart, by its arguments
+    a = "void at::native::elementwise_kernel<128, 2, at::native::AddFunctor<float>>(int, float*)"
+    b = "void at::native::elementwise_kernel<128, 4, at::native::MulFunctor<float>>(int, float*)"
+    c = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int)"
+    loop = Loop()
+    for n in range(5):
+        loop.step(n, ("phaseprof::forward", 2_000, [(c, 500)] * 4),
+                  ("phaseprof::backward", 3_000, [(a, 3_000), (b, 2_000)] * 5),
+                  ("phaseprof::optimizer", "sync"))
+    s = loop_summary(tmp_path, loop)
+    bound = finding(s, "gpu-bound")
+    assert bound.phase == "backward"
+    first, second = bound.evidence.kernels[:2]
+    assert first.startswith("at::native::elementwise_kernel<128, 2, at::native::AddFunct")
+    assert second.startswith("at::native::elementwise_kernel<128, 4, at::native::MulFunct")
+    assert first in bound.text and second in bound.text
+    for f in s.findings:
+        named = f.evidence.kernels or []
+        assert len(set(named)) == len(named), f.text

@@ -144,7 +144,12 @@ def test_route_answers_strictly(recorded):
         assert answer.step == number and [d.device for d in answer.devices] == ["cpu"]
         assert np.isclose(sum(r.allocated_self - r.freed_self for r in answer.devices[0].ops),
                           sum(e.bytes for e in answer.devices[0].events))
-        assert client.get(f"{BASE}/memory_events?run=run").status_code == 400
+        # without a step: memory by op over every profiled step
+        response = client.get(f"{BASE}/memory_events?run=run")
+        assert response.status_code == 200, response.get_data(as_text=True)
+        whole = msgspec.json.decode(response.get_data(), type=MemoryEventsAnswer, strict=True)
+        assert whole.step is None and whole.steps == len(steps) and whole.left_out == []
+        assert [d.device for d in whole.devices] == ["cpu"] and whole.devices[0].events == []
         assert client.get(f"{BASE}/memory_events?run=run&step=999").status_code == 404
     finally:
         plugin._store.close()

@@ -474,12 +474,20 @@ export interface MemoryEventRow {
   allocated: number;
 }
 
-/** `GET /memory_events`: one step's allocation and free events and memory by op, per device. */
+/**
+ * `GET /memory_events`: one step's allocation and free events and memory by op, per device.
+ * Without `step` (null), memory by op over every profiled step: `steps` kept, events and bytes
+ * summed over them, each peak the highest step's, no events listed; the steps left out as the
+ * summary leaves them out (warm-up, compiling and cut steps) in `left_out`, and why.
+ */
 export interface MemoryEventsAnswer {
   run: string;
   worker: string;
-  step: number;
+  step: number | null;
   devices: MemoryDevice[];
+  steps?: number;
+  left_out?: number[];
+  left_out_why?: string | null;
 }
 
 /** Allocated bytes in a phase on one device: the peak seen (null if none) and the net change. */
@@ -944,6 +952,8 @@ export interface Straggler {
  * `warmup_steps`: steps whose time went to one-off setup (docs/findings.md), left out as the
  * compiling steps are; the tab leaves them out of the chart's scale too. `noise`: how the steps
  * are judged against each other, and the outliers (`outliers` lists them both ways).
+ * `cut_steps`: a trace's last step that the trace's end cut (device work trailing its last host
+ * event to the trace's end), left out as the warm-up steps are.
  */
 export interface Summary {
   steps: number;
@@ -966,6 +976,7 @@ export interface Summary {
   compiling_steps?: number[];
   warmup_steps?: number[];
   noise?: StepNoise;
+  cut_steps?: number[];
   eval_ms?: number;
   paused_ms?: number;
 }

@@ -158,6 +158,8 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
         caption += "; c: compiled, left out of the means"
     if summary.warmup_steps:
         caption += "; w: warm-up (one-off setup), left out of the means"
+    if summary.cut_steps:
+        caption += "; t: cut by the trace's end, left out of the means"
     table = _table(caption=caption)
     table.add_column("step", justify="right")
     table.add_column("wall ms", justify="right")
@@ -172,6 +174,7 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
     outliers = set(summary.outliers or [])
     compiled = set(summary.compiling_steps or [])
     warmup = set(summary.warmup_steps or [])
+    cut = set(summary.cut_steps or [])
     blank = [""] * (3 * gpu + len(apart))
     for row in _rows_to_show(w.steps, summary):
         if row is None:
@@ -179,7 +182,7 @@ def _worker(run: str, w: WorkerReport, console: Console, evidence: bool = False)
             continue
         cells = [_cell(row.phases[p], gpu) + ("*" if row.phases[p].inferred else "") for p in phases]
         label = (str(row.step) + (" (empty)" if row.empty else "") + (" c" if row.step in compiled else "")
-                 + (" w" if row.step in warmup else ""))
+                 + (" w" if row.step in warmup else "") + (" t" if row.step in cut else ""))
         style = "dim" if row.empty else ("yellow" if row.step in outliers else None)
         g = row.gpu_time
         extra = [_fmt(g and g.busy_ms), _fmt(g and g.window_ms), _fmt(row.gpu_idle_ms)] if gpu else []

@@ -242,11 +242,11 @@ def _gpu_bound(f: Figures, ctx: Context, phase: str, evidence: Evidence) -> tupl
     fp32 = [(n, v) for n, v in matrix if not uses_tensor_cores(n)]
     fp32_us = sum(float(v[1]) for _, v in fp32)
     elementwise_us = sum(float(v[1]) for n, v in kernels if _ELEMENTWISE.search(n))
-    evidence.kernels = list(dict.fromkeys(_short(n) for n, _ in kernels))[:3]
+    evidence.kernels = _shorts([n for n, _ in kernels[:3]])
     evidence.fp32_matrix_share = round(fp32_us / total, 4)
     top = ", ".join(evidence.kernels)
     if fp32_us / total >= FP32_MATRIX_SHARE:
-        names = ", ".join(list(dict.fromkeys(_short(n) for n, _ in fp32))[:2])
+        names = ", ".join(_shorts([n for n, _ in fp32[:2]]))
         head = f"{fp32_us / total:.0%} of its GPU time is fp32 matrix kernels without tensor cores ({names})"
         cores = tensor_cores(ctx.gpu_names[0], (ctx.gpu_capabilities or [""])[0]) if ctx.gpu_names else None
         gpu = f"this {ctx.gpu_names[0]}" if ctx.gpu_names else "this GPU"
@@ -454,7 +454,7 @@ def _communication(f: Figures, c: Costs, ctx: Context, phase: str) -> Advice | N
                      key=lambda kv: -kv[1][1])
     kind = next((k for k in (_collective_kind(n) for n, _ in ops + kernels) if k), "collective")
     overlap = 1.0 - exposed / comm if comm > 0 else 0.0
-    names = [n for n, _ in ops[:2]] or [_short(n) for n, _ in kernels[:2]]
+    names = [n for n, _ in ops[:2]] or _shorts([n for n, _ in kernels[:2]])
     evidence = Evidence(exposed_ms=_ms(exposed), comm_ms=_ms(comm), overlap=round(overlap, 4), collective=kind,
                         ops=names or None)
     head = (f"{_ms(exposed):.2f} ms per step of communication launched in {phase}"
@@ -522,8 +522,7 @@ def _kernel_us(ctx: Context, phase: str, pattern: re.Pattern) -> float:
 
 def _short(name: str, width: int = 60) -> str:
     """A kernel's name without its template arguments and parameters, for a sentence."""
-    short = re.sub(r"\(.*$", "", name)
-    short = re.sub(r"^void ", "", short)
+    short = _templated(name, None)
     depth, out = 0, []
     for ch in short:
         depth += ch == "<"
@@ -531,7 +530,31 @@ def _short(name: str, width: int = 60) -> str:
             out.append(ch)
         depth -= ch == ">" and depth > 0
     short = "".join(out) or name
-    return short if len(short) <= width else short[: width - 1] + "…"
+    return _cut(short, width)
+
+
+def _templated(name: str, width: int | None = 60) -> str:
+    """A kernel's name with its template arguments, without its parameters, for a sentence."""
+    short = re.sub(r"^void ", "", re.sub(r"\(.*$", "", name)) or name
+    return short if width is None else _cut(short, width)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _shorts(names: list[str]) -> list[str]:
+    """Distinct kernels' names for a sentence, each in the shortest form no other of them reads as:
+    without template arguments (`_short`), with them (`_templated`), or whole (two kernels of one
+    template differ only in their arguments)."""
+    out: dict[str, str] = {}
+    for form in (_short, _templated):
+        # a form is taken only where no other name's label (taken, or in this form) reads the same
+        labels = [out.get(n) or form(n) for n in names]
+        for n, label in zip(names, labels):
+            if n not in out and labels.count(label) == 1:
+                out[n] = label
+    return [out.get(n, n) for n in names]
 
 
 def _ms(us: float) -> float:

@@ -4,7 +4,7 @@ The advice on each costly phase and its parts comes from `advice` (over the cost
 this module adds what the steps say among themselves (a slow step beyond noise, fast ones, too few to
 judge, read from the summary's one judgement of the steps, `Summary.noise`) and what the reader must
 know about the figures (inferred phases or steps, empty steps, no GPU, steps left out because they
-compiled or warmed up, time kept out of the steps). The first finding's phase is
+compiled, warmed up or were cut by the trace's end, time kept out of the steps). The first finding's phase is
 the summary's dominant phase. docs/findings.md lists every kind.
 """
 
@@ -113,6 +113,8 @@ def _notes(summary: Summary, w: Worker, full: np.ndarray) -> list[Finding]:
                          steps=steps, phases=[COMPILE]))
     if summary.warmup_steps:
         out.append(_warmup(summary.warmup_steps, w, full))
+    if summary.cut_steps:
+        out.append(_cut(summary.cut_steps, w, full))
     return out + _apart(summary, w)
 
 
@@ -161,6 +163,21 @@ def _warmup(steps: list[int], w: Worker, full: np.ndarray) -> Finding:
                  "findings, as compiling steps are",
                  steps=list(steps), step=w.numbers[longest], step_wall_ms=ms(w.wall_us[longest]),
                  median_wall_ms=median, setup_ms=ms(setup), ops=top or None)
+
+
+def _cut(steps: list[int], w: Worker, full: np.ndarray) -> Finding:
+    """The last steps of their traces that the traces' ends cut (`cut`), left out."""
+    rows = [w.row_of(n) for n in steps]
+    longest = max(rows, key=lambda k: w.wall_us[k])
+    median = ms(lower_median(w.wall_us[full]))
+    return _note("cut-steps",
+                 f"step{'s' if len(steps) > 1 else ''} {_numbers(steps)} ended with the trace (step "
+                 f"{w.numbers[longest]}: {ms(w.wall_us[longest]):,.2f} ms, the median step kept "
+                 f"{median:,.2f} ms): after its last host event only the GPU ran, until the trace "
+                 "ended, so the step's end is not known: left out of the means, costs, slowest step, "
+                 "outliers and findings, as warm-up steps are",
+                 steps=list(steps), step=w.numbers[longest], step_wall_ms=ms(w.wall_us[longest]),
+                 median_wall_ms=median)
 
 
 def _apart(summary: Summary, w: Worker) -> list[Finding]:

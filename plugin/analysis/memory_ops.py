@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..answers import MemoryDevice, MemoryEventRow, MemoryOpRow
+from ..answers import MemoryDevice, MemoryEventRow, MemoryEventsAnswer, MemoryOpRow
 from ..reading.events import OP, Trace
 from .model import MemoryEventTable, MemoryOpTable, SpanAnalysis
 from .nesting import Nesting
 from .partition import Partition
+from .worker import Worker
 
 #: Events kept per step and device (the largest by bytes moved when there are more).
 MAX_EVENTS = 20_000
@@ -213,3 +214,37 @@ def memory_devices(span: SpanAnalysis, i: int) -> list[MemoryDevice]:
             peak_ms=events[peak].t_ms if peak >= 0 else None,
             peak_op=name(peak_code) if peak_code != -2 else None))
     return out
+
+
+def run_memory(run: str, w: Worker) -> MemoryEventsAnswer:
+    """Memory by op over every profiled step of ``w`` the summary stands for (`Worker.run_wide`):
+    per device and op, events and bytes summed over those steps, each peak the highest step's."""
+    kept, left_out, why = w.run_wide(w.full().tolist())
+    columns = ("events", "allocated_self", "freed_self", "peak_self", "allocated_total", "freed_total",
+               "peak_total")
+    peaks = {"peak_self", "peak_total"}
+    ops: dict[tuple[str, str], dict[str, int]] = {}
+    top: dict[str, tuple[int, str | None]] = {}  # device -> (peak bytes, the op at it)
+    for span, _, indices in w.by_span(kept):
+        t, e = span.memory_ops, span.memory_events
+        for k in np.flatnonzero(np.isin(t.step, indices)).tolist():
+            code = int(t.name[k])
+            row = ops.setdefault((span.memory_devices[t.device[k]],
+                                  span.names[code] if code >= 0 else NO_OP), dict.fromkeys(columns, 0))
+            for c in columns:  # a peak is one step's: the highest; the rest add up over the steps
+                v = int(getattr(t, c)[k])
+                row[c] = max(row[c], v) if c in peaks else row[c] + v
+        for k in np.flatnonzero(np.isin(e.step, indices)).tolist():
+            device, i = span.memory_devices[e.device[k]], int(e.step[k])
+            code = int(e.peak_op[i, e.device[k]])
+            if int(e.allocated[k]) > top.get(device, (-1, None))[0]:
+                top[device] = (int(e.allocated[k]), span.names[code] if code >= 0 else NO_OP)
+    devices = []
+    for device in sorted({d for d, _ in ops}):
+        rows = [MemoryOpRow(op=op, **v) for (d, op), v in ops.items() if d == device]
+        rows.sort(key=lambda r: (-r.peak_total, -r.allocated_total, r.op))
+        peak, peak_op = top.get(device, (None, None))
+        devices.append(MemoryDevice(device=device, ops=rows, events=[], left_out=0, peak_bytes=peak,
+                                    peak_ms=None, peak_op=peak_op))
+    return MemoryEventsAnswer(run=run, worker=w.name, step=None, devices=devices, steps=len(kept),
+                              left_out=left_out, left_out_why=why)

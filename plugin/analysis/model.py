@@ -318,6 +318,8 @@ class SpanAnalysis(msgspec.Struct):
     #: (steps, kinds of OUT_OF_STEP) device time of the work launched in the time kept out of each step
     apart_gpu_us: np.ndarray
     has_gpu: bool
+    #: (steps,) the trace's last step, when the trace's end cut it (`cut`)
+    cut: np.ndarray
     rank: int | None = None
     world_size: int | None = None
     gpu_names: list[str] = msgspec.field(default_factory=list)  # of the GPUs with activity in the trace

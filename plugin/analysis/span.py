@@ -21,6 +21,7 @@ from ..reading.discovery import display
 from ..reading.events import ANNOTATION, KERNEL, OP, RUNTIME, Trace
 from .blocking import blocking_calls, blocking_mask, launch_queues
 from .collectives import collective_table
+from .cut import cut_steps
 from .kernels import kernel_table
 from .memory import has_baseline, memory_curve, running_allocated
 from .memory_ops import memory_tables
@@ -136,6 +137,7 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
                         end=part.apart_end),
         apart_gpu_us=apart_gpu,
         has_gpu=has_gpu,
+        cut=cut_steps(steps, n, dev.ts + dev.dur),
         rank=trace.rank,
         world_size=trace.world_size,
         gpu_names=[trace.gpu_names[d] for d in np.unique(dev.device).tolist() if 0 <= d < len(trace.gpu_names)],

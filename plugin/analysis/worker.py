@@ -82,9 +82,11 @@ class Worker:
                           else np.zeros(len(refs), dtype=bool))
         #: Host µs of one-off setup calls per step, and the steps whose time went to them (`warmup`).
         self.setup_us = np.concatenate([setup_us(s) for s in spans])[self._span_order()] if refs else np.zeros(0)
+        #: The last step of a trace the trace's end cut (`cut`).
+        self.cut = np.array([bool(r.span.cut[r.index]) for r in refs], dtype=bool)
         full = self.full()
         self.warmup = warmup(self.wall_us, self.setup_us, np.array([r.index == 0 for r in refs], dtype=bool),
-                             full[~self.compiling[full]])
+                             full[~(self.compiling[full] | self.cut[full])])
         self.loader = _loader(spans)
         self.rank = rank_of(name, spans)
         self.world_size = next((s.world_size for s in spans if s.world_size is not None), None)
@@ -144,16 +146,16 @@ class Worker:
 
     def steady(self) -> np.ndarray:
         """The rows a summary, the gate and the rank table stand for: the steps holding work less those
-        that compiled (as the training side's summary leaves them out) and the warm-up steps (`warmup`);
-        all steps holding work when none is left."""
+        that compiled (as the training side's summary leaves them out), the warm-up steps (`warmup`)
+        and a last step the trace's end cut (`cut`); all steps holding work when none is left."""
         full = self.full()
-        steady = full[~(self.compiling[full] | self.warmup[full])]
+        steady = full[~(self.compiling[full] | self.warmup[full] | self.cut[full])]
         return steady if len(steady) else full
 
     def run_wide(self, rows: list[int]) -> tuple[list[int], list[int], str | None]:
-        """``rows`` as a run-wide table (operators, kernels, modules) takes them: less the steps the
-        summary leaves out (`steady`: compiling and warm-up steps), with the numbers of those left
-        out and one sentence saying why (None when none is)."""
+        """``rows`` as a run-wide table (operators, kernels, modules, memory) takes them: less the steps
+        the summary leaves out (`steady`: compiling, warm-up and cut steps), with the numbers of those
+        left out and one sentence saying why (None when none is)."""
         steady = set(self.steady().tolist())
         kept = [k for k in rows if k in steady]
         out = [k for k in rows if k not in steady and not self.empty[k]]
@@ -161,7 +163,10 @@ class Worker:
             return kept, [], None
         parts = [f"{'steps' if len(ks) > 1 else 'step'} {', '.join(str(self.numbers[k]) for k in ks)} {why}"
                  for why, ks in (("compiled", [k for k in out if self.compiling[k]]),
-                                 ("warmed up", [k for k in out if not self.compiling[k]])) if ks]
+                                 ("warmed up", [k for k in out if self.warmup[k] and not self.compiling[k]]),
+                                 ("cut by the trace's end",
+                                  [k for k in out if self.cut[k] and not (self.compiling[k] or self.warmup[k])]))
+                 if ks]
         return kept, [self.numbers[k] for k in out], (
             f"{' and '.join(parts)}: left out, as the summary's means and findings leave them out")
 

@@ -4,7 +4,8 @@ costliest phase, and the findings drawn from them.
 
 Averages leave out empty steps (a loop that ended inside the profiler's active window leaves an
 empty last step), steps in which torch.compile compiled (as the training side's summary does) and
-warm-up steps (one-off setup: `warmup`), see `Worker.steady`; the findings say so. The steps are
+warm-up steps (one-off setup: `warmup`) and a last step the trace's end cut (`cut`), see
+`Worker.steady`; the findings say so. The steps are
 judged against their noise once (`StepNoise`): the outliers, the slowest step and the findings all
 read that judgement. Evaluation passes and ``prof.paused()`` blocks are in no step: the summary only
 totals them, apart.
@@ -44,6 +45,9 @@ def summarize(w: Worker, top: int = TOP_OPS) -> Summary:
     warmup = [w.numbers[k] for k in w.full().tolist() if w.warmup[k]]
     if warmup:
         out.warmup_steps = warmup
+    cut = [w.numbers[k] for k in w.full().tolist() if w.cut[k] and not (w.compiling[k] or w.warmup[k])]
+    if cut and len(full) < len(w.full()):
+        out.cut_steps = cut
     if not len(full):
         out.findings = findings(out, w, full, None, None)
         return out

@@ -249,6 +249,9 @@ def _launch_columns(group: list[Event], args: list, problems: Problems) -> dict[
             if bad.any():
                 problems.degrade_events([group[i] for i in np.flatnonzero(bad).tolist()], f"{what} is out of range")
                 column[bad] = np.nan
+    # a whole block on every SM has some occupancy: 0 there is Kineto's "could not compute it" (its
+    # calculator fails on cutlass's large dynamic shared memory and on NCCL kernels), not 0%
+    occupancy[(occupancy == 0) & (blocks >= 1)] = np.nan
     return {
         "blocks_per_sm": blocks,
         "occupancy": occupancy,

@@ -30,7 +30,7 @@ from ..analysis.collectives import collectives_answer
 from ..analysis.compare import compare
 from ..analysis.kernels import kernels_answer
 from ..analysis.memory import memory_series
-from ..analysis.memory_ops import memory_devices
+from ..analysis.memory_ops import memory_devices, run_memory
 from ..analysis.modules import modules_answer
 from ..analysis.operators import GROUPS, run_ops
 from ..analysis.ranks import ranks
@@ -330,9 +330,11 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _serve_memory_events(self, request):
-        return _json(request, self.memory_events_impl(self._resolve(request.args, worker=True, step="required")))
+        return _json(request, self.memory_events_impl(self._resolve(request.args, worker=True, step="optional")))
 
     def memory_events_impl(self, target: Target) -> MemoryEventsAnswer:
+        if target.rows is None:
+            return run_memory(target.run.name, target.worker)
         ref = target.worker.refs[target.rows[0]]
         return MemoryEventsAnswer(run=target.run.name, worker=target.worker.name, step=target.step,
                                   devices=memory_devices(ref.span, ref.index))

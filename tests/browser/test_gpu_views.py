@@ -442,3 +442,33 @@ def test_the_bar_charts_scale_leaves_compiling_and_warm_up_steps_out(tab, run, s
     # scale it, where a step 7 (compiled) or 28 (warm-up) times as long would leave it a few pixels
     assert forward_rows > 0.15 * height, rows
     tab.screenshot(f"gpu-chart-scale-{run}")
+
+
+# -- a DDP step's phases show their communication --------------------------------------------------------
+
+
+def _headers(tab, card_title: str) -> list[str]:
+    return [h.strip() for h in tab.card(card_title).locator("table").first.locator("thead th").all_inner_texts()]
+
+
+def test_a_ddp_steps_phase_table_has_communication_columns(tab):
+    # hta_nccl_16rank is a rank of a 16-rank NCCL job (all-reduce, all-to-all, all-gather): per phase,
+    # compute, communication and exposed communication, as the step's answer gives them
+    number = tab.api("steps", run="nccl")["summary"]["slowest"]["step"]
+    detail = tab.api("step", run="nccl", step=number)
+    assert detail["gpu_time"]["comm_ms"] > 0
+    tab.open(run="nccl", view="step", step=number)
+    title = f"Phases of step {number}"
+    heads = _headers(tab, title)
+    assert {"Compute ms", "Comm ms", "Exposed comm ms"} <= set(heads), heads
+    comm = heads.index("Comm ms")
+    shown = {row[0].split("\n")[0]: row for row in tab.rows(title)}
+    assert any(float(row[comm].replace(",", "")) > 0 for row in shown.values() if row[comm] not in ("", "—"))
+    for phase, t in detail["phases"].items():
+        row = next((r for name, r in shown.items() if name.lower().startswith(phase.lower())), None)
+        if row is not None and t["comm_ms"]:
+            assert float(row[comm].replace(",", "")) == pytest.approx(t["comm_ms"], abs=0.01), phase
+    # a step without communication keeps the table as it was
+    plain = tab.api("steps", run="resnet_a")["steps"][0]["step"]
+    tab.open(run="resnet_a", view="step", step=plain)
+    assert "Comm ms" not in _headers(tab, f"Phases of step {plain}")

@@ -138,10 +138,19 @@ function phasesCard(d: StepDetail): HTMLElement {
   const rows = Object.entries(d.phases).map(([phase, t]) => ({ phase, ...t }));
   type Row = (typeof rows)[number];
   const busy = d.gpu_time?.busy_ms ?? 0;
+  // a step that communicates (DDP, FSDP…) shows its compute and communication apart, per phase
+  const commColumns = (d.gpu_time?.comm_ms ?? 0) > 0
+    ? [
+        { label: 'Compute ms', value: (r: Row) => r.gpu_compute_ms, cell: (r: Row) => ms(r.gpu_compute_ms), numeric: true, title: 'GPU time with compute running (kernels that are neither communication nor copies)' },
+        { label: 'Comm ms', value: (r: Row) => r.comm_ms, cell: (r: Row) => ms(r.comm_ms), numeric: true, title: 'GPU time with the phase’s communication (collectives) running' },
+        { label: 'Exposed comm ms', value: (r: Row) => r.exposed_comm_ms, cell: (r: Row) => ms(r.exposed_comm_ms), numeric: true, title: 'Communication with no compute on any stream: what overlap would win back' },
+      ]
+    : [];
   const gpuColumns = gpu
     ? [
         { label: 'GPU busy ms', value: (r: Row) => r.gpu_busy_ms, cell: (r: Row) => ms(r.gpu_busy_ms), numeric: true, title: 'GPU busy time of the work the phase launched: over all streams, an instant counted once' },
         { label: 'GPU share', value: (r: Row) => r.gpu_busy_ms, cell: (r: Row) => pct(busy ? r.gpu_busy_ms / busy : null), numeric: true, title: 'Share of the step’s GPU busy time' },
+        ...commColumns,
         { label: 'Kernel ms', value: (r: Row) => r.gpu_ms, cell: (r: Row) => ms(r.gpu_ms), numeric: true, title: 'Kernel time: device time summed over streams' },
         { label: 'GPU idle ms', value: (r: Row) => r.gpu_idle_ms, cell: (r: Row) => ms(r.gpu_idle_ms), numeric: true, title: 'Host time of the phase with no device activity' },
         { label: 'Launches', value: (r: Row) => r.launches, numeric: true },
