@@ -237,9 +237,9 @@ def test_the_rule_from_one_sort_judges_every_step_as_the_median_of_the_others_di
         for shape in ("spread", "ties", "warm", "nan", "int"):
             total = n + int(rng.integers(0, 4))
             wall = rng.lognormal(3.0, 0.3, total)
-            if shape == "ties":  # few distinct values, zeros among them: the middle order statistics tie
+            if shape == "ties":  # few distinct values, zeros among them: the middle ones tie
                 wall = rng.integers(0, 3, total).astype(np.float64) * 10.0
-            elif shape == "warm":  # some steps far beyond the rest, a setup share either side of the line
+            elif shape == "warm":  # steps far beyond the rest, setup shares either side of the line
                 wall[rng.random(total) < 0.2] *= rng.uniform(1.5, 40.0)
             elif shape == "nan":
                 wall[rng.integers(0, total, int(rng.integers(1, 3)))] = np.nan

@@ -78,7 +78,8 @@ def _of_the_others(walls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     low, high = (n - 2) // 2, (n - 1) // 2
     at_low = ordered[low + (rank <= low)]
     at_high = ordered[high + (rank <= high)]
-    median = np.mean(np.stack([at_low, at_high] if high > low else [at_low]), axis=0, dtype=np.float64)
+    middle = [at_low, at_high] if high > low else [at_low]
+    median = np.mean(np.stack(middle), axis=0, dtype=np.float64)
     lost = np.isnan(walls)
     # np.median of values holding a NaN is NaN: the others hold one unless the step was the only one
     median = np.where(lost.sum() - lost > 0, np.nan, median)
