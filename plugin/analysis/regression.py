@@ -62,20 +62,25 @@ def _median_draws_of(ordered: np.ndarray, start: np.ndarray, steps: np.ndarray,
                      rng: np.random.Generator) -> np.ndarray:
     """A bootstrap replicate of the median of each run ``ordered[start:start + steps]`` (sorted;
     ``start`` and ``steps`` of one shape, the draws' shape), drawn exactly (see module doc)."""
-    k = (steps + 1) // 2
-    u = rng.beta(k, steps + 1 - k)
-    # the k-th order statistic of n uniforms is u: the value at rank ceil(u * n) of the sorted steps
-    out = ordered[start + np.clip(np.ceil(u * steps).astype(np.int64) - 1, 0, steps - 1)]
-    even = steps % 2 == 0
-    if not even.any():
-        return out
-    # even n: the mean of the k-th and (k+1)-th order statistics; the next one is the least of the
-    # n - k uniforms above the k-th
-    u, n, k = u[even], steps[even], k[even]
-    u2 = u + (1.0 - u) * rng.beta(1, n - k)
-    upper = ordered[start[even] + np.clip(np.ceil(u2 * n).astype(np.int64) - 1, 0, n - 1)]
-    out[even] = (out[even] + upper) / 2.0
-    return out
+    out = np.empty(steps.size)
+    # the draws grouped by their runs' number of steps: numpy draws a Beta of one (a, b) fast
+    order = np.argsort(steps, axis=None, kind="stable")
+    lengths, counts = np.unique(steps.ravel()[order], return_counts=True)
+    for n, at in zip(lengths.tolist(), np.split(order, np.cumsum(counts)[:-1])):
+        first = start.ravel()[at]
+        k = (n + 1) // 2
+        u = rng.beta(k, n + 1 - k, size=len(at))
+        # the k-th order statistic of n uniforms is u: the value at rank ceil(u * n) of the steps
+        lower = ordered[first + np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)]
+        if n % 2:
+            out[at] = lower
+            continue
+        # even n: the mean of the k-th and (k+1)-th order statistics; the next one is the least of
+        # the n - k uniforms above the k-th
+        u2 = u + (1.0 - u) * rng.beta(1, n - k, size=len(at))
+        upper = ordered[first + np.clip(np.ceil(u2 * n).astype(np.int64) - 1, 0, n - 1)]
+        out[at] = (lower + upper) / 2.0
+    return out.reshape(steps.shape)
 
 
 def _sorted_runs(runs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
