@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import tracemalloc
 import warnings
 
 import msgspec
@@ -15,6 +16,7 @@ import pytest
 
 from phaseprof.cli.compare_table import _said
 from phaseprof.contract import COMPILE, STEP_TAG, host_tag
+from phaseprof.plugin.analysis import regression
 from phaseprof.plugin.analysis.regression import compare_figures, median_draws, quantiles
 from phaseprof.plugin.answers import Change
 from tests.conftest import ROOT
@@ -263,6 +265,45 @@ def test_the_bootstrap_median_of_four_steps_has_the_exact_resampling_distributio
     drawn = np.array([(draws == v).mean() for v in values])
     assert set(np.unique(draws)) <= set(values)
     assert drawn == pytest.approx(counts / counts.sum(), abs=0.005)
+
+
+def _two_stage_draws(runs, rng, draws):
+    """The two-stage bootstrap of a side in full: every run's medians drawn, all runs resampled."""
+    within = np.stack([median_draws(r, rng, draws) for r in runs])
+    weights = np.array([len(r) for r in runs], dtype=np.float64)
+    pick = rng.integers(0, len(runs), size=(draws, len(runs)))
+    picked = within[pick, np.arange(draws)[:, None]]
+    return (picked * weights[pick]).sum(axis=1) / weights[pick].sum(axis=1)
+
+
+@pytest.mark.parametrize("runs, steps",
+                         [(regression.RUNS_DRAWN + 1, 2), (400, 2), (300, 7), (1_000, 3)])
+def test_the_bootstrap_of_many_runs_draws_as_resampling_all_of_them_does(runs, steps):
+    rng = np.random.default_rng(runs + steps)
+    levels = rng.lognormal(1, 0.2, runs)
+    sides = [level * (1 + 0.05 * rng.standard_normal(steps)) for level in levels]
+    full = _two_stage_draws(sides, np.random.default_rng(1), 4_000)
+    drawn = regression.side_draws(sides, np.random.default_rng(2), 4_000)
+    q = [0.005, 0.025, 0.25, 0.5, 0.75, 0.975, 0.995]
+    width = np.quantile(full, 0.975) - np.quantile(full, 0.025)
+    apart = np.abs(np.quantile(drawn, q) - np.quantile(full, q))
+    assert apart == pytest.approx(0, abs=0.06 * width)
+
+
+def _peak_bytes(runs: int) -> int:
+    """Peak memory allocated while drawing a side of ``runs`` runs of 3 steps."""
+    sides = list(np.random.default_rng(runs).lognormal(size=(runs, 3)))
+    tracemalloc.start()
+    try:
+        regression.side_draws(sides, np.random.default_rng(0), 2_000)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_bootstrap_of_a_side_takes_no_more_memory_for_more_runs():
+    # 10,000 runs a side once took 6.6 GB: runs x draws arrays
+    assert _peak_bytes(4_000) < 1.5 * _peak_bytes(400)
 
 
 def test_runs_whose_medians_cannot_be_logged_give_no_welch_interval():

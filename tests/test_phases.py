@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import msgspec
 import numpy as np
 import pytest
 
-from phaseprof.plugin.analysis.span import analyze_trace
+from phaseprof.plugin.analysis.span import _all_busy_bands, _busy_bands, analyze_trace
 from phaseprof.plugin.analysis.steps import gpu_time, step_detail, step_rows
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.decode import read_trace
@@ -427,3 +429,49 @@ def test_a_trace_without_marks_is_the_loop_of_its_busiest_thread_nested_time_cou
                               op("aten::conv2d", 0, 1_500, tid=AUTOGRAD)])
     assert detail_of(span, 0)["lanes"]["labels"][0] == "thread 101 (pt_autograd_0)"
     assert phase_ms(span, 0, "forward") == pytest.approx(1.5)
+
+
+def _bands_lane_by_lane(step, lane, start, end, phase, pixel):
+    """The bands as first cut: `_busy_bands` called on each lane of each step in turn."""
+    new = np.flatnonzero(np.r_[True, (step[1:] != step[:-1]) | (lane[1:] != lane[:-1])])
+    return np.concatenate([a + _busy_bands(start[a:b], end[a:b], phase[a:b], pixel[step[a]])
+                           for a, b in zip(new.tolist(), [*new[1:].tolist(), len(step)])])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_bands_of_all_lanes_at_once_are_those_cut_lane_by_lane(seed):
+    # overlapping, touching and nested intervals, a few phases, gaps either side of a pixel, whole
+    # lanes of short gaps (where the busy-time slack decides) and lanes of one interval
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    step = np.sort(rng.integers(0, 1 + n // 20, n))
+    lane = rng.integers(0, 3, n)
+    start = rng.integers(0, 200, n).astype(np.float64) * rng.choice([1.0, 0.5])
+    end = start + rng.integers(0, 30, n) * rng.choice([1.0, 0.1, 5.0], n)
+    phase = rng.integers(0, int(rng.integers(1, 4)), n)
+    order = np.lexsort((start, lane, step))
+    step, lane, start, end, phase = step[order], lane[order], start[order], end[order], phase[order]
+    pixel = rng.choice([0.0, 0.5, 3.0, 40.0], step.max() + 1)
+    expected = _bands_lane_by_lane(step, lane, start, end, phase, pixel)
+    assert np.array_equal(_all_busy_bands(step, lane, start, end, phase, pixel), expected)
+
+
+def test_the_lanes_of_many_steps_are_cut_in_whole_array_steps(tmp_path):
+    # no gap short enough to join: no lane is judged on its own (once, a few numpy calls per lane)
+    events = []
+    for s in range(300):
+        t = s * 1_000.0
+        events += [step(s, t, 900), annotation("## forward ##", t + 100, 300),
+                   op("aten::mm", t + 120, 200), annotation("## backward ##", t + 500, 300)]
+    calls = 0
+
+    def tally(frame, event, arg):
+        nonlocal calls
+        calls += event == "call" and frame.f_code is _busy_bands.__code__
+
+    sys.setprofile(tally)
+    try:
+        span = analyse(tmp_path, events)
+    finally:
+        sys.setprofile(None)
+    assert len(span.steps) == 300 and calls == 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from phaseprof.plugin.analysis.kernels import kernels_answer
 from phaseprof.plugin.analysis.modules import modules_answer
 from phaseprof.plugin.analysis.operators import run_ops
 from phaseprof.plugin.analysis.ranks import ranks
+from phaseprof.plugin.analysis.warmup import FAR, SETUP_SHARE, warmup
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
 from phaseprof.plugin.spans import analyze_file
@@ -208,3 +210,70 @@ def test_the_run_wide_tables_leave_the_warmup_step_out_and_say_so(traces, warm):
     # one step asked for by number is that step, warm-up or not
     one = kernels_answer("r", w, [w.row_of(4)], 4, None)
     assert one.steps == 1 and one.left_out == []
+
+
+def _warmup_step_by_step(wall_us, setup, first_of_trace, rows):
+    """The rule as first written: the median and the largest of the others taken afresh per step."""
+    out = np.zeros(len(wall_us), dtype=bool)
+    if len(rows) < 2:
+        return out
+    walls = wall_us[rows]
+    for k, row in enumerate(rows.tolist()):
+        others = float(np.median(np.delete(walls, k)))
+        excess = float(wall_us[row]) - others
+        if others <= 0 or wall_us[row] < FAR * others:
+            continue
+        first = bool(first_of_trace[row]) and wall_us[row] > np.delete(walls, k).max()
+        out[row] = first or setup[row] >= SETUP_SHARE * excess
+    if out[rows].all():
+        out[:] = False
+    return out
+
+
+def test_the_rule_from_one_sort_judges_every_step_as_the_median_of_the_others_did():
+    rng = np.random.default_rng(7)
+    cases = 0
+    for n in [*range(2, 40), 101, 256, 1001]:
+        for shape in ("spread", "ties", "warm", "nan", "int"):
+            total = n + int(rng.integers(0, 4))
+            wall = rng.lognormal(3.0, 0.3, total)
+            if shape == "ties":  # few distinct values, zeros among them: the middle ones tie
+                wall = rng.integers(0, 3, total).astype(np.float64) * 10.0
+            elif shape == "warm":  # steps far beyond the rest, setup shares either side of the line
+                wall[rng.random(total) < 0.2] *= rng.uniform(1.5, 40.0)
+            elif shape == "nan":
+                wall[rng.integers(0, total, int(rng.integers(1, 3)))] = np.nan
+            elif shape == "int":
+                wall = rng.integers(0, 50, total)
+            setup = rng.uniform(0.0, 1.0, total) * np.nan_to_num(wall.astype(np.float64))
+            first = rng.random(total) < 0.3
+            rows = np.sort(rng.choice(total, n, replace=False))
+            expected = _warmup_step_by_step(wall, setup, first, rows)
+            assert np.array_equal(warmup(wall, setup, first, rows), expected), (n, shape)
+            cases += int(expected.any())
+    assert cases > 50  # the cases reach the steps judged warm-up, not only the ones ruled out
+
+
+def _calls(n: int) -> int:
+    """Python and C function calls made by judging ``n`` steps."""
+    rng = np.random.default_rng(n)
+    wall = rng.lognormal(3.0, 0.3, n)
+    wall[0] *= 30
+    count = 0
+
+    def tally(frame, event, arg):
+        nonlocal count
+        count += event in ("call", "c_call")
+
+    sys.setprofile(tally)
+    try:
+        warmup(wall, np.zeros(n), np.arange(n) == 0, np.arange(n))
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def test_judging_more_steps_makes_no_more_calls():
+    # whole-array work over all steps: the number of calls does not grow with the steps (it did by
+    # two numpy calls of all the others per step, n^2 work in all)
+    assert _calls(4_000) == _calls(250)

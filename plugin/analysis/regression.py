@@ -10,6 +10,13 @@ of a resample of n values is the empirical quantile at the k-th order statistic 
 which is Beta(k, n + 1 - k) distributed, so each draw costs O(1) for any number of steps (100,000
 steps cost what 10 do). The seed is fixed: the same inputs always give the same verdict.
 
+A side of more than ``RUNS_DRAWN`` runs (the ranks of a large job count as runs) would need runs x
+draws numbers, gigabytes at 10,000 runs: each draw then resamples ``RUNS_DRAWN`` of its runs, each
+picked run's steps drawn on their own, and the draws' spread about their mean is narrowed by
+sqrt(RUNS_DRAWN / runs), to the spread of a mean of all the runs (the m-out-of-n bootstrap, Bickel,
+Götze and van Zwet 1997). Memory and time then stay those of ``RUNS_DRAWN`` runs; the intervals
+agree with the full bootstrap's to a few hundredths of their width (tests/test_compare.py).
+
 With two runs or more on each side the interval is also never narrower than a Welch *t* interval
 on the logarithms of the runs' figures. The bootstrap of a few runs cannot reach past the runs it
 was given (its most extreme draw repeats the most extreme run), so with four runs a side it claims
@@ -41,32 +48,79 @@ DRAWS = 20_000
 SEED = 0
 #: Fewer steps than this on a side give no interval (the figure is shown, never gated).
 MIN_STEPS = 5
+#: A side of more runs than this resamples this many of them per draw (see `_many_runs_draws`).
+RUNS_DRAWN = 100
 
 
 def median_draws(values: np.ndarray, rng: np.random.Generator, draws: int = DRAWS) -> np.ndarray:
     """``draws`` bootstrap replicates of the median of ``values``, drawn exactly (see module doc)."""
     x = np.sort(np.asarray(values, dtype=np.float64))
-    n = len(x)
-    k = (n + 1) // 2
-    u = rng.beta(k, n + 1 - k, size=draws)
-    lower = x[np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)]
-    if n % 2:
-        return lower
-    # even n: the mean of the k-th and (k+1)-th order statistics; the next one is the least of the
-    # n - k uniforms above the k-th
-    u2 = u + (1.0 - u) * rng.beta(1, n - k, size=draws)
-    upper = x[np.clip(np.ceil(u2 * n).astype(np.int64) - 1, 0, n - 1)]
-    return (lower + upper) / 2.0
+    return _median_draws_of(x, np.zeros(draws, dtype=np.int64), np.full(draws, len(x)), rng)
+
+
+def _median_draws_of(ordered: np.ndarray, start: np.ndarray, steps: np.ndarray,
+                     rng: np.random.Generator) -> np.ndarray:
+    """A bootstrap replicate of the median of each run ``ordered[start:start + steps]`` (sorted;
+    ``start`` and ``steps`` of one shape, the draws' shape), drawn exactly (see module doc)."""
+    out = np.empty(steps.size)
+    # the draws grouped by their runs' number of steps: numpy draws a Beta of one (a, b) fast
+    order = np.argsort(steps, axis=None, kind="stable")
+    lengths, counts = np.unique(steps.ravel()[order], return_counts=True)
+    for n, at in zip(lengths.tolist(), np.split(order, np.cumsum(counts)[:-1])):
+        first = start.ravel()[at]
+        k = (n + 1) // 2
+        u = rng.beta(k, n + 1 - k, size=len(at))
+        # the k-th order statistic of n uniforms is u: the value at rank ceil(u * n) of the steps
+        lower = ordered[first + np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)]
+        if n % 2:
+            out[at] = lower
+            continue
+        # even n: the mean of the k-th and (k+1)-th order statistics; the next one is the least of
+        # the n - k uniforms above the k-th
+        u2 = u + (1.0 - u) * rng.beta(1, n - k, size=len(at))
+        upper = ordered[first + np.clip(np.ceil(u2 * n).astype(np.int64) - 1, 0, n - 1)]
+        out[at] = (lower + upper) / 2.0
+    return out.reshape(steps.shape)
+
+
+def _sorted_runs(runs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All ``runs``' steps in one array, each run's sorted: (steps, each run's start, its steps)."""
+    steps = np.array([len(r) for r in runs], dtype=np.int64)
+    start = np.cumsum(steps) - steps
+    flat = np.concatenate(runs).astype(np.float64) if runs else np.zeros(0)
+    return flat[np.lexsort((flat, np.repeat(np.arange(len(runs)), steps)))], start, steps
+
+
+def run_medians(runs: list[np.ndarray]) -> np.ndarray:
+    """Each (non-empty) run's median, as ``np.median`` gives it, in whole-array steps."""
+    ordered, start, steps = _sorted_runs(runs)
+    return (ordered[start + (steps - 1) // 2] + ordered[start + steps // 2]) / 2.0
 
 
 def side_draws(runs: list[np.ndarray], rng: np.random.Generator, draws: int = DRAWS) -> np.ndarray:
     """Bootstrap replicates of a side's figure: runs resampled, then each run's steps."""
+    if len(runs) > RUNS_DRAWN:
+        return _many_runs_draws(runs, rng, draws)
     within = np.stack([median_draws(r, rng, draws) for r in runs])  # (runs, draws)
     if len(runs) == 1:
         return within[0]
     weights = np.array([len(r) for r in runs], dtype=np.float64)
     pick = rng.integers(0, len(runs), size=(draws, len(runs)))
     return (within[pick, np.arange(draws)[:, None]] * weights[pick]).sum(axis=1) / weights[pick].sum(axis=1)
+
+
+def _many_runs_draws(runs: list[np.ndarray], rng: np.random.Generator, draws: int) -> np.ndarray:
+    """`side_draws` of more than `RUNS_DRAWN` runs, in memory and time that do not grow with them:
+    each draw resamples `RUNS_DRAWN` runs and each picked run's steps, and the draws' spread about
+    their mean is narrowed by sqrt(RUNS_DRAWN / runs), the spread of a mean of all the runs (the
+    m-out-of-n bootstrap)."""
+    ordered, start, steps = _sorted_runs(runs)
+    pick = rng.integers(0, len(runs), size=(draws, RUNS_DRAWN))
+    weights = steps[pick].astype(np.float64)
+    within = _median_draws_of(ordered, start[pick], steps[pick], rng)
+    figure = (within * weights).sum(axis=1) / weights.sum(axis=1)
+    centre = figure.mean()
+    return centre + (figure - centre) * np.sqrt(RUNS_DRAWN / len(runs))
 
 
 def quantiles(draws: np.ndarray, ps: list[float]) -> np.ndarray:
@@ -84,8 +138,10 @@ def quantiles(draws: np.ndarray, ps: list[float]) -> np.ndarray:
 
 def side_figure(runs: list[np.ndarray]) -> float:
     """The median time per step of each run, averaged over the runs weighted by their steps."""
+    runs = [r for r in runs if len(r)]
     steps = sum(len(r) for r in runs)
-    return sum(float(np.median(r)) * len(r) for r in runs) / steps if steps else 0.0
+    # summed one run after the other, as Python sums floats
+    return sum((run_medians(runs) * [len(r) for r in runs]).tolist()) / steps if steps else 0.0
 
 
 def run_interval(base: list[np.ndarray], new: list[np.ndarray], alpha: float) -> tuple[float, float] | None:
@@ -93,8 +149,7 @@ def run_interval(base: list[np.ndarray], new: list[np.ndarray], alpha: float) ->
     None with fewer than two runs a side or a run whose median is not positive."""
     if len(base) < 2 or len(new) < 2:
         return None
-    a = np.array([np.median(r) for r in base])
-    b = np.array([np.median(r) for r in new])
+    a, b = run_medians(base), run_medians(new)
     if (a <= 0).any() or (b <= 0).any():
         return None
     la, lb = np.log(a), np.log(b)

@@ -540,14 +540,38 @@ def _lanes(trace: Trace, n: Nesting, part: Partition, launch: Launch, dev_step: 
     order = np.lexsort((start, lane, step))
     step, lane, start, end, phase = step[order], lane[order], start[order], end[order], phase[order]
     wall = np.array([s.end - s.start for s in part.steps])
-    keep = []
-    group = np.flatnonzero(np.r_[True, (step[1:] != step[:-1]) | (lane[1:] != lane[:-1])]) if len(step) else []
-    for a, b in zip(list(group), [*list(group)[1:], len(step)]):
-        keep.append(a + _busy_bands(start[a:b], end[a:b], phase[a:b], wall[step[a]] * _LANE_MERGE_SHARE))
-    first = np.concatenate(keep) if keep else np.zeros(0, np.int64)
+    first = _all_busy_bands(step, lane, start, end, phase, wall * _LANE_MERGE_SHARE)
     band_end = np.maximum.reduceat(end, first) if len(first) else end[:0]
     return Lanes(labels=labels, step=step[first], lane=lane[first], start=start[first], end=band_end,
                  phase=phase[first])
+
+
+def _all_busy_bands(step: np.ndarray, lane: np.ndarray, start: np.ndarray, end: np.ndarray,
+                    phase: np.ndarray, pixel: np.ndarray) -> np.ndarray:
+    """Where each band of every lane of every step begins (indices into intervals ordered by step,
+    lane and start; ``pixel`` per step): `_busy_bands` of all lanes at once, in whole-array steps,
+    but for the lanes with gaps short enough to join: each has its own slack, judged on its own."""
+    if not len(step):
+        return np.zeros(0, np.int64)
+    new = np.r_[True, (step[1:] != step[:-1]) | (lane[1:] != lane[:-1])]
+    group = np.cumsum(new) - 1
+    # each lane's running maximum of the ends, exactly: on the ends' ranks (integers), each lane's
+    # lifted above every lane before it, so that one running maximum restarts at every lane
+    ends, rank = np.unique(end, return_inverse=True)
+    lift = group * len(ends)
+    reach = ends[np.maximum.accumulate(rank.astype(np.int64) + lift) - lift]
+    gap = start[1:] - reach[:-1]
+    same = ~new[1:] & (phase[1:] == phase[:-1])
+    first = np.flatnonzero(np.r_[True, ~(same & (gap <= 0))])
+    short = np.unique(group[1:][same & (gap > 0) & (gap < pixel[step[1:]])])
+    if not len(short):
+        return first
+    begins = np.flatnonzero(new)
+    stops = np.r_[begins[1:], len(step)]
+    bands = [first[~np.isin(group[first], short)]]
+    for a, b in zip(begins[short].tolist(), stops[short].tolist()):
+        bands.append(a + _busy_bands(start[a:b], end[a:b], phase[a:b], pixel[step[a]]))
+    return np.sort(np.concatenate(bands))
 
 
 def _busy_bands(start: np.ndarray, end: np.ndarray, phase: np.ndarray, pixel: float) -> np.ndarray:

@@ -55,13 +55,33 @@ def warmup(wall_us: np.ndarray, setup: np.ndarray, first_of_trace: np.ndarray, r
     if len(rows) < 2:
         return out
     walls = wall_us[rows]
-    for k, row in enumerate(rows.tolist()):
-        others = float(np.median(np.delete(walls, k)))
-        excess = float(wall_us[row]) - others
-        if others <= 0 or wall_us[row] < FAR * others:
-            continue
-        first = bool(first_of_trace[row]) and wall_us[row] > np.delete(walls, k).max()
-        out[row] = first or setup[row] >= SETUP_SHARE * excess
+    others, most = _of_the_others(walls)
+    slow = ~((others <= 0) | (walls < FAR * others))  # (NaN: a median that cannot rule a step out)
+    first = first_of_trace[rows] & (walls > most)
+    out[rows] = slow & (first | (setup[rows] >= SETUP_SHARE * (walls.astype(np.float64) - others)))
     if out[rows].all():  # nothing left to stand for the run: judge none
         out[:] = False
     return out
+
+
+def _of_the_others(walls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per step, the median and the largest of all the other steps' ``walls`` (n >= 2), as
+    ``np.median`` and ``max`` of the others would give them, from one sort rather than n."""
+    n = len(walls)
+    order = np.argsort(walls, kind="stable")  # NaN sorts last
+    ordered = walls[order]
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    # the others, in order, are ``ordered`` without position rank: their i-th is ordered[i] below
+    # the step's rank and ordered[i + 1] from it on; their median is their (n - 2) // 2-th, with
+    # the (n - 1) // 2-th averaged in when n - 1 is even
+    low, high = (n - 2) // 2, (n - 1) // 2
+    at_low = ordered[low + (rank <= low)]
+    at_high = ordered[high + (rank <= high)]
+    middle = [at_low, at_high] if high > low else [at_low]
+    median = np.mean(np.stack(middle), axis=0, dtype=np.float64)
+    lost = np.isnan(walls)
+    # np.median of values holding a NaN is NaN: the others hold one unless the step was the only one
+    median = np.where(lost.sum() - lost > 0, np.nan, median)
+    most = np.where(rank == n - 1, ordered[n - 2], ordered[n - 1])
+    return median, most
