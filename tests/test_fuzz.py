@@ -275,6 +275,8 @@ def _forge_array(owner, field: str, at: int, value: float) -> None:
         return
     if array.dtype.kind == "f":
         array.flat[at % array.size] = value
+    elif array.dtype.kind == "b":  # a flag per row (a step cut by the trace's end, say): flipped
+        array.flat[at % array.size] = not array.flat[at % array.size]
     elif np.isfinite(value):
         info = np.iinfo(array.dtype)
         array.flat[at % array.size] = min(max(int(value), info.min), info.max)
