@@ -69,7 +69,7 @@ from .source_analysis import SourceAnalysis
 from .summary import print_summary
 from .traces import TraceWriter, worker_name
 from .tracker import PhaseError, PhaseTracker, phase_ns
-from .upload import CLOSE_WAIT_S, Uploader, staging_root
+from .upload import Uploader, close_wait_s, staging_root
 
 __all__ = ["PhaseProfiler", "PhaseError"]
 
@@ -270,7 +270,7 @@ class PhaseProfiler:
         traces = self._traces.written
         staging = None
         if self._uploader is not None:  # and in the store: the analyses too, if they come in time
-            self._traces.background.wait_for_analyses(CLOSE_WAIT_S)
+            self._traces.background.wait_for_analyses(close_wait_s())
             if not self._uploader.close():  # kept where they were staged; the summary says so
                 staging = self._uploader.root
             else:

@@ -23,7 +23,7 @@ of the run's prefix, each object at its file's size. Otherwise it is kept, and t
 with the command that uploads it: nothing is lost. Every call to the store is bounded (connect and
 read timeouts, few tries, a total limit: `storage.call_limit`), and the training process stops the
 uploader when its time on close is up, so a store that accepts connections and never answers holds
-close()'s uploads no longer than `CLOSE_WAIT_S`.
+close()'s uploads no longer than `close_wait_s`.
 
 The two processes speak in lines: the uploader writes ``down <kind> <error>`` when an outage
 begins (kind: a key of `WHY`), ``up`` when it ends, and ``done`` or ``left <n>`` when it exits; the
@@ -56,7 +56,8 @@ from .faults import Faults
 
 #: Seconds between two passes of the uploader while the run goes on.
 INTERVAL_S = 2.0
-#: How long close() waits for the last uploads at most: then the staging folder is kept.
+#: How long close() waits for the last uploads at most: then the staging folder is kept
+#: (``PHASEPROF_UPLOAD_WAIT_S`` sets another bound: `close_wait_s`).
 CLOSE_WAIT_S = 60.0
 #: Of that time, what the uploader leaves itself to answer before the training process stops it.
 GRACE_S = 5.0
@@ -66,6 +67,16 @@ WHY = {"missing": "the bucket does not exist", "denied": "the store denies writi
        "unreachable": "the store does not answer",
        "unfinished": "a file was still being written (a trace's export or compression not done)"}
 STAGING_PREFIX = "phaseprof-staging-"
+
+
+def close_wait_s() -> float:
+    """close()'s bound on the last uploads: ``PHASEPROF_UPLOAD_WAIT_S`` seconds if it is a positive
+    number, else `CLOSE_WAIT_S` (a job that must end sooner, or one that can wait longer)."""
+    try:
+        wait_s = float(os.environ.get("PHASEPROF_UPLOAD_WAIT_S", CLOSE_WAIT_S))
+    except ValueError:
+        return CLOSE_WAIT_S
+    return wait_s if 0 < wait_s < float("inf") else CLOSE_WAIT_S
 
 
 def staging_root() -> str:
@@ -270,7 +281,7 @@ def _serve(root: str, local: str, remote: str, interval_s: float) -> int:
         mirror.sync()
     while not closed.wait(interval_s):
         mirror.sync()
-    wait_s = float(told[1]) if len(told) == 2 and told[0] == "close" else CLOSE_WAIT_S
+    wait_s = float(told[1]) if len(told) == 2 and told[0] == "close" else close_wait_s()
     if mirror.finish(wait_s - (time.monotonic() - heard[0]), interval_s):
         say("done")
         return 0
@@ -340,10 +351,11 @@ class Uploader:
         while not self._stop.wait(self._interval_s):
             self._mirror.sync()
 
-    def close(self, wait_s: float = CLOSE_WAIT_S) -> bool:
-        """Have what is left uploaded (trying for ``wait_s`` at most), and the staging folder
-        removed if all of it is confirmed in the store; True if so. Otherwise the folder is kept,
+    def close(self, wait_s: float | None = None) -> bool:
+        """Have what is left uploaded (trying for ``wait_s`` at most: `close_wait_s`), and the staging
+        folder removed if all of it is confirmed in the store; True if so. Otherwise the folder is kept,
         and the summary's line says why and where."""
+        wait_s = close_wait_s() if wait_s is None else wait_s
         if self._process is not None:
             with contextlib.suppress(OSError, ValueError):
                 self._process.stdin.write(f"close {max(0.0, wait_s - GRACE_S)}\n")
