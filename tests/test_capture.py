@@ -248,7 +248,7 @@ def test_a_request_for_steps_the_schedule_profiles_is_refused(tmp_path):
 
 def test_the_lightning_callback_answers_a_request(tmp_path):
     """The callback's profiler watches for requests like a plain loop's (and takes capture_on_slowdown)."""
-    L = pytest.importorskip("lightning.pytorch")  # an extra of the package; the test extra installs it
+    import lightning.pytorch as L  # the test extra installs it
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -301,8 +301,8 @@ def test_the_lightning_callback_answers_a_request(tmp_path):
 
 
 def test_the_transformers_callback_answers_a_request(tmp_path):
-    transformers = pytest.importorskip("transformers")  # an extra of the package; the test extra installs it
     import torch
+    import transformers  # the test extra installs it
 
     from phaseprof.capture_channel import FINAL, plan_request, write_request
     from phaseprof.transformers import PhaseProfilerCallback

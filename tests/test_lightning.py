@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import lightning.pytorch as L  # the test extra installs it
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,8 +18,6 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from phaseprof.contract import BACKWARD, DATA, EVAL_TAG, FORWARD, OPTIMIZER, OTHER, STEP_TAG, host_tag
 from tests.timing import TimedGradScaler, Timers, assert_two_ranks, busy, scalars, time_forward, time_optimizer
-
-L = pytest.importorskip("lightning.pytorch")  # an extra of the package; the test extra installs it
 
 
 class Module(L.LightningModule):

@@ -93,7 +93,7 @@ def test_resnet_ops_add_up_to_the_curve_and_the_peak_op_is_the_raw_one(traces, i
 def recorded(tmp_path_factory):
     """Four profiled steps of a small CPU loop profiled with profile_memory=True; each step makes a 16 MiB
     tensor in ``torch.ones`` that lives to the step's end."""
-    torch = pytest.importorskip("torch")
+    import torch
     folder = tmp_path_factory.mktemp("memory")
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

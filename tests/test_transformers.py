@@ -11,11 +11,10 @@ import sys
 
 import pytest
 import torch
+import transformers  # the test extra installs it
 
 from phaseprof.contract import BACKWARD, DATA, EVAL_TAG, FORWARD, OPTIMIZER, STEP_TAG, host_tag
 from tests.timing import Timers, assert_two_ranks, busy, scalars, time_forward, time_optimizer
-
-transformers = pytest.importorskip("transformers")  # an extra of the package; the test extra installs it
 
 
 class OptimizerClock(transformers.TrainerCallback):
