@@ -20,6 +20,7 @@ Kept per span at load time: the per-op table, and the events of each step and de
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 
 from ..answers import MemoryDevice, MemoryEventRow, MemoryEventsAnswer, MemoryOpRow
@@ -74,6 +75,75 @@ def _peaks(key: np.ndarray, order_ts: np.ndarray, nbytes: np.ndarray, size: int)
     return out
 
 
+class _RowKey(msgspec.Struct, frozen=True):
+    """Packs (step, device, op name) into one int64 so that rows of the op table sort and group by
+    one key: ``(step * devices + device) * (names + 1) + name + 1``, where name -1 is "(no op)"
+    (an event outside every op) and so packs to the 0 remainder."""
+
+    devices: int
+    names: int
+
+    def pack(self, step: np.ndarray, device: np.ndarray, name: np.ndarray) -> np.ndarray:
+        return (step * self.devices + device) * (self.names + 1) + (name + 1)
+
+    def step(self, key: np.ndarray) -> np.ndarray:
+        return key // (self.names + 1) // self.devices
+
+    def device(self, key: np.ndarray) -> np.ndarray:
+        return key // (self.names + 1) % self.devices
+
+    def name(self, key: np.ndarray) -> np.ndarray:
+        """The op name code of each key: -1 for "(no op)"."""
+        return key % (self.names + 1) - 1
+
+
+class _Events(msgspec.Struct):
+    """The memory events inside a step: step index, device, time, bytes (+ allocated, − freed) and
+    the innermost op holding each (index into the nesting; -1: none)."""
+
+    step: np.ndarray
+    device: np.ndarray
+    ts: np.ndarray
+    nbytes: np.ndarray
+    op: np.ndarray
+
+
+def _holders(events: _Events, n: Nesting, is_op: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(event, op) pairs: each event with every op holding it, its own and each op above it on its
+    thread (what the total figures count)."""
+    pairs_event, pairs_op = [], []
+    holder = events.op.copy()
+    for _ in range(int(n.depth.max(initial=0)) + 1):
+        ok = holder >= 0
+        if not ok.any():
+            break
+        idx = np.flatnonzero(ok)
+        keep = is_op[holder[idx]]
+        pairs_event.append(idx[keep])
+        pairs_op.append(holder[idx[keep]])
+        holder = np.where(ok, n.parent[np.maximum(holder, 0)], -1)
+    if not pairs_event:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(pairs_event), np.concatenate(pairs_op)
+
+
+def _self_peaks(events: _Events, row: np.ndarray, rows: int, calls: int, devices: int,
+                steps: int) -> np.ndarray:
+    """Per self row, the largest call's peak delta over the events it made itself. Events outside
+    every op ("(no op)") run on their own, one running sum per (step, device), in no op's sum."""
+    peak = np.zeros(rows, np.int64)
+    has_op = events.op >= 0
+    call = events.op[has_op] * devices + events.device[has_op]  # one running sum per (call, device)
+    per_call = _peaks(call, events.ts[has_op], events.nbytes[has_op], calls * devices)
+    np.maximum.at(peak, row[has_op], per_call[call])
+    loose = np.flatnonzero(~has_op)
+    if len(loose):
+        at = events.step[loose] * devices + events.device[loose]
+        per_step = _peaks(at, events.ts[loose], events.nbytes[loose], steps * devices)
+        np.maximum.at(peak, row[loose], per_step[at])
+    return peak
+
+
 def memory_tables(trace: Trace, n: Nesting, part: Partition,
                   allocated: np.ndarray) -> tuple[MemoryOpTable, MemoryEventTable]:
     """The per-op memory table and the kept events of each step (see the module's docstring);
@@ -83,78 +153,58 @@ def memory_tables(trace: Trace, n: Nesting, part: Partition,
     inside = np.flatnonzero(step >= 0)
     # operators, not the step markers and phase ranges the 2021 schema writes as operators too
     is_op = (n.kind == OP) & ~part.marker_names[n.name] if len(n.name) else np.zeros(0, dtype=bool)
-    op = event_ops(trace, n, is_op)[inside]
-    s, dev, ts, nbytes = step[inside].astype(np.int64), mem.device[inside].astype(np.int64), mem.ts[inside], \
-        mem.nbytes[inside]
-    devices = max(len(trace.memory_devices), 1)
-    names = max(len(trace.names), 1)
-    op_name = np.where(op >= 0, n.name[np.maximum(op, 0)] if len(n.name) else -1, -1).astype(np.int64)
+    e = _Events(step=step[inside].astype(np.int64), device=mem.device[inside].astype(np.int64),
+                ts=mem.ts[inside], nbytes=mem.nbytes[inside], op=event_ops(trace, n, is_op)[inside])
+    key = _RowKey(devices=max(len(trace.memory_devices), 1), names=max(len(trace.names), 1))
+    op_name = (np.where(e.op >= 0, n.name[np.maximum(e.op, 0)], -1) if len(n.name)
+               else np.full(len(e.op), -1)).astype(np.int64)
+    calls, devices = max(len(n.ts), 1), key.devices
+    grown, shrunk = np.maximum(e.nbytes, 0), np.maximum(-e.nbytes, 0)
 
-    # self: each event in its innermost op
-    row_key = (s * devices + dev) * (names + 1) + (op_name + 1)
-    keys, row = np.unique(row_key, return_inverse=True)
+    # self rows: each event in its innermost op, one row per (step, device, op name)
+    self_keys, row = np.unique(key.pack(e.step, e.device, op_name), return_inverse=True)
     row = row.ravel()
-    rows = len(keys)
-    alloc_self = np.bincount(row, weights=np.maximum(nbytes, 0), minlength=rows)
-    freed_self = np.bincount(row, weights=np.maximum(-nbytes, 0), minlength=rows)
-    count = np.bincount(row, minlength=rows)
-    has_op = op >= 0  # events outside every op run on their own ("(no op)", below), in no op's sum
-    call_peak_self = _peaks(op[has_op] * devices + dev[has_op], ts[has_op], nbytes[has_op],
-                            max(len(n.ts), 1) * devices)
-    peak_self = np.zeros(rows, np.int64)
-    np.maximum.at(peak_self, row[has_op], call_peak_self[op[has_op] * devices + dev[has_op]])
-    no_op = np.flatnonzero(~has_op)  # "(no op)": one running sum per (step, device)
-    if len(no_op):
-        loose = _peaks(s[no_op] * devices + dev[no_op], ts[no_op], nbytes[no_op], max(len(part.steps), 1) * devices)
-        np.maximum.at(peak_self, row[no_op], loose[s[no_op] * devices + dev[no_op]])
+    rows = len(self_keys)
+    alloc_self = np.bincount(row, weights=grown, minlength=rows).astype(np.int64)
+    freed_self = np.bincount(row, weights=shrunk, minlength=rows).astype(np.int64)
+    count = np.bincount(row, minlength=rows).astype(np.int64)
+    peak_self = _self_peaks(e, row, rows, calls, devices, max(len(part.steps), 1))
 
-    # total: each event in every op holding it
-    pairs_event, pairs_op = [], []
-    holder = op.copy()
-    depth = int(n.depth.max(initial=0)) + 1
-    for _ in range(depth):
-        ok = holder >= 0
-        if not ok.any():
-            break
-        idx = np.flatnonzero(ok)
-        keep = is_op[holder[idx]]
-        pairs_event.append(idx[keep])
-        pairs_op.append(holder[idx[keep]])
-        holder = np.where(ok, n.parent[np.maximum(holder, 0)], -1)
-    pe = np.concatenate(pairs_event) if pairs_event else np.zeros(0, np.int64)
-    po = np.concatenate(pairs_op) if pairs_op else np.zeros(0, np.int64)
-    # an op's total row: (step, device, its name); events of ops with no self row still count
-    total_key = (s[pe] * devices + dev[pe]) * (names + 1) + (n.name[po].astype(np.int64) + 1 if len(po) else 0)
-    all_keys = np.union1d(keys, total_key)
-    at_self = np.searchsorted(all_keys, keys)
-    at_total = np.searchsorted(all_keys, total_key)
+    # total rows: each event in every op holding it; an op with no event of its own still has one
+    ev, holder = _holders(e, n, is_op)
+    holder_name = n.name[holder].astype(np.int64) if len(holder) else np.zeros(0, np.int64)
+    total_keys = key.pack(e.step[ev], e.device[ev], holder_name)
+    all_keys = np.union1d(self_keys, total_keys)
+    at_self, at_total = np.searchsorted(all_keys, self_keys), np.searchsorted(all_keys, total_keys)
     size = len(all_keys)
 
     def spread(values: np.ndarray) -> np.ndarray:
+        """A self column on the rows of the whole table (0 where an op has no event of its own)."""
         out = np.zeros(size, values.dtype)
         out[at_self] = values
         return out
 
-    alloc_total = np.bincount(at_total, weights=np.maximum(nbytes[pe], 0), minlength=size)
-    freed_total = np.bincount(at_total, weights=np.maximum(-nbytes[pe], 0), minlength=size)
-    call_peak_total = _peaks(po * devices + dev[pe], ts[pe], nbytes[pe], max(len(n.ts), 1) * devices)
+    alloc_total = np.bincount(at_total, weights=grown[ev], minlength=size).astype(np.int64)
+    freed_total = np.bincount(at_total, weights=shrunk[ev], minlength=size).astype(np.int64)
+    call = holder * devices + e.device[ev]
+    per_call = _peaks(call, e.ts[ev], e.nbytes[ev], calls * devices)
     peak_total = np.zeros(size, np.int64)
-    np.maximum.at(peak_total, at_total, call_peak_total[po * devices + dev[pe]])
-    no_op_rows = (all_keys % (names + 1)) == 0  # "(no op)": total is self
+    np.maximum.at(peak_total, at_total, per_call[call])
+    no_op = key.name(all_keys) == -1  # "(no op)" holds nothing else: its total is its self
     ops = MemoryOpTable(
-        step=(all_keys // (names + 1) // devices).astype(np.int32),
-        device=(all_keys // (names + 1) % devices).astype(np.int32),
-        name=(all_keys % (names + 1) - 1).astype(np.int32),
-        events=spread(count.astype(np.int64)),
-        allocated_self=spread(alloc_self.astype(np.int64)),
-        freed_self=spread(freed_self.astype(np.int64)),
+        step=key.step(all_keys).astype(np.int32),
+        device=key.device(all_keys).astype(np.int32),
+        name=key.name(all_keys).astype(np.int32),
+        events=spread(count),
+        allocated_self=spread(alloc_self),
+        freed_self=spread(freed_self),
         peak_self=spread(peak_self),
-        allocated_total=np.where(no_op_rows, spread(alloc_self.astype(np.int64)), alloc_total.astype(np.int64)),
-        freed_total=np.where(no_op_rows, spread(freed_self.astype(np.int64)), freed_total.astype(np.int64)),
-        peak_total=np.where(no_op_rows, spread(peak_self), peak_total),
+        allocated_total=np.where(no_op, spread(alloc_self), alloc_total),
+        freed_total=np.where(no_op, spread(freed_self), freed_total),
+        peak_total=np.where(no_op, spread(peak_self), peak_total),
     )
-    return ops, _kept_events(s, dev, ts, nbytes, mem.addr[inside], op_name, allocated[inside], len(part.steps),
-                             devices)
+    return ops, _kept_events(e.step, e.device, e.ts, e.nbytes, mem.addr[inside], op_name,
+                             allocated[inside], len(part.steps), devices)
 
 
 def _kept_events(s, dev, ts, nbytes, addr, op_name, allocated, steps: int, devices: int) -> MemoryEventTable:
