@@ -95,87 +95,121 @@ def message_bytes(dtype: str, in_nelems: int, out_nelems: int) -> int:
     return count * size if size is not None and count >= 0 else -1
 
 
+def _outermost_calls(n: Nesting, is_call: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(owner, calls): per event of ``n``, its outermost call holding it (itself if it is one; -1:
+    under no call); and the calls that no call holds, in nesting order (one row each)."""
+    owner = np.where(is_call, np.arange(len(n.name)), -1)
+    for d in range(1, int(n.depth.max(initial=0)) + 1):  # depth by depth: a parent's owner is known
+        at = np.flatnonzero(n.depth == d)
+        up = owner[n.parent[at]]
+        owner[at] = np.where(up >= 0, up, owner[at])
+    return owner, np.flatnonzero(is_call & (owner == np.arange(len(owner))))
+
+
+def _backend_names(names: list[str], n: Nesting, is_backend: np.ndarray, owner: np.ndarray,
+                   row_of: np.ndarray, calls: int) -> list[str]:
+    """Per call row, the collective its first backend op names (``nccl:all_reduce``: "all_reduce");
+    "" where it holds none."""
+    backend = [""] * calls
+    for i in np.flatnonzero(is_backend & (owner >= 0))[::-1].tolist():  # last write: the first op
+        backend[row_of[owner[i]]] = _BACKEND_OP.match(names[n.name[i]]).group(1)
+    return backend
+
+
+def _call_of_device(owner: np.ndarray, row_of: np.ndarray, launch_runtime: np.ndarray,
+                    devices: int) -> np.ndarray:
+    """Per device event, the call row whose range holds the runtime call that launched it; -1 for
+    work launched under no call, or by no known runtime call."""
+    out = np.full(devices, -1, np.int64)
+    known = launch_runtime >= 0
+    if len(owner):
+        under = owner[launch_runtime[known]]  # -1 (no call) must not index: it would read the last
+        out[known] = np.where(under >= 0, row_of[np.maximum(under, 0)], -1)
+    return out
+
+
+def _device_times(call_of_dev: np.ndarray, ts: np.ndarray, dur: np.ndarray,
+                  rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per call row: its device work's first start and last end (NaN: none), and its kernel time
+    (device time summed)."""
+    on = np.flatnonzero(call_of_dev >= 0)
+    start, end = np.full(rows, np.inf), np.full(rows, -np.inf)
+    np.minimum.at(start, call_of_dev[on], ts[on])
+    np.maximum.at(end, call_of_dev[on], ts[on] + dur[on])
+    kernel = np.bincount(call_of_dev[on], weights=dur[on], minlength=rows).astype(np.float64)
+    start[~np.isfinite(start)] = np.nan
+    end[~np.isfinite(end)] = np.nan
+    return start, end, kernel
+
+
+def _place_in_group(step: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Each call's place among the calls of its step and process group (0, 1, …), for calls given
+    in host order: how calls are matched across ranks when the trace records no sequence numbers."""
+    by = np.lexsort((np.arange(len(step)), group, step))  # by step, then group, then host order
+    if not len(by):
+        return np.zeros(0, np.int64)
+    first = np.r_[True, (step[by][1:] != step[by][:-1]) | (group[by][1:] != group[by][:-1])]
+    run_start = np.maximum.accumulate(np.where(first, np.arange(len(by)), 0))
+    order = np.empty(len(step), np.int64)
+    order[by] = np.arange(len(by)) - run_start
+    return order
+
+
 def collective_table(trace: Trace, n: Nesting, part: Partition, launch_runtime: np.ndarray,
                      launch_ts: np.ndarray, comm: np.ndarray) -> CollectiveTable:
     """Each collective call of the span's steps (see the module's docstring); ``launch_runtime`` and
     ``launch_ts``: each device event's launching runtime call (index into ``n``, -1 unknown) and its
     start; ``comm``: which device events are communication (`span.communication`)."""
-    names = trace.names
+    names, dev = trace.names, trace.device
     rpc = {name: k for k, name in enumerate(names)}.get(COMM_OP, -1)
     backend_name = np.array([bool(_BACKEND_OP.match(name)) for name in names] or [False])
     is_backend = backend_name[n.name] if len(n.name) else np.zeros(0, dtype=bool)
     # a call: a record_param_comms op, or a backend op outside one (older PyTorch records no
     # record_param_comms around some collectives)
-    is_call = (n.name == rpc) | is_backend
-    owner = np.where(is_call, np.arange(len(n.name)), -1)
-    for d in range(1, int(n.depth.max(initial=0)) + 1):  # the outermost call above each event
-        at = np.flatnonzero(n.depth == d)
-        up = owner[n.parent[at]]
-        owner[at] = np.where(up >= 0, up, owner[at])
-    calls = np.flatnonzero(is_call & (owner == np.arange(len(owner))))
-    row_of = np.full(len(owner), -1, np.int64)
+    owner, calls = _outermost_calls(n, (n.name == rpc) | is_backend)
+    row_of = np.full(len(owner), -1, np.int64)  # per event: its row if it is a call (-1: not one)
     row_of[calls] = np.arange(len(calls))
 
+    # rows: the calls, then each collective kernel launched under no call, a call of its own
     kinds: dict[str, int] = {}
     groups: dict[str, int] = {}
     args = [trace.comms[c] for c in trace.host.comm[n.order[calls]].tolist()]
-    backend = [""] * len(calls)
-    for i in np.flatnonzero(is_backend & (owner >= 0))[::-1].tolist():  # the first backend op in a call names it
-        backend[row_of[owner[i]]] = _BACKEND_OP.match(names[n.name[i]]).group(1)
-    kind = [kinds.setdefault(kind_of(a.kind or b or "collective"), len(kinds)) for a, b in zip(args, backend)]
+    backend = _backend_names(names, n, is_backend, owner, row_of, len(calls))
+    kind = [kinds.setdefault(kind_of(a.kind or b or "collective"), len(kinds))
+            for a, b in zip(args, backend)]
     group = [groups.setdefault(a.group, len(groups)) for a in args]
-
-    # device work: under a call, or a collective kernel of its own
-    dev = trace.device
-    known = launch_runtime >= 0
-    call_of_dev = np.full(len(dev), -1, np.int64)
-    if len(owner):  # work launched under no call is none's (-1 must not index the last event)
-        under = owner[launch_runtime[known]]
-        call_of_dev[known] = np.where(under >= 0, row_of[np.maximum(under, 0)], -1)
+    call_of_dev = _call_of_device(owner, row_of, launch_runtime, len(dev))
     alone = np.flatnonzero(comm & (call_of_dev < 0) & np.isfinite(launch_ts))
-    m = len(calls) + len(alone)
     call_of_dev[alone] = len(calls) + np.arange(len(alone))
     for i in alone.tolist():
         match = _KERNEL_KIND.match(names[dev.name[i]])
         kind.append(kinds.setdefault(kind_of(match.group(1)) if match else "collective", len(kinds)))
         group.append(groups.setdefault("", len(groups)))
-        args.append(trace.comms[0])
+        args.append(trace.comms[0])  # no recorded arguments: sizes unknown
+    rows = len(calls) + len(alone)
 
     host_ts = np.r_[n.ts[calls], launch_ts[alone]]
     host_us = np.r_[n.dur[calls], np.zeros(len(alone))]
-    on = np.flatnonzero(call_of_dev >= 0)
-    start = np.full(m, np.inf)
-    end = np.full(m, -np.inf)
-    np.minimum.at(start, call_of_dev[on], dev.ts[on])
-    np.maximum.at(end, call_of_dev[on], dev.ts[on] + dev.dur[on])
-    kernel = np.bincount(call_of_dev[on], weights=dev.dur[on], minlength=m).astype(np.float64)
-    start[~np.isfinite(start)] = np.nan
-    end[~np.isfinite(end)] = np.nan
+    start, end, kernel = _device_times(call_of_dev, dev.ts, dev.dur, rows)
 
+    # the calls inside a step, in (step, host time) order
     step, phase = part.locate(host_ts)
-    group_arr = np.array(group, np.int64)
     keep = np.flatnonzero(step >= 0)
     keep = keep[np.lexsort((host_ts[keep], step[keep]))]
-    # place among the step's calls of its group, in host order
-    s, g = step[keep].astype(np.int64), group_arr[keep]
-    by = np.lexsort((np.arange(len(keep)), g, s))
-    first = np.r_[True, (s[by][1:] != s[by][:-1]) | (g[by][1:] != g[by][:-1])] if len(by) else np.zeros(0, bool)
-    run_start = np.maximum.accumulate(np.where(first, np.arange(len(by)), 0)) if len(by) else by
-    order = np.empty(len(keep), np.int64)
-    order[by] = np.arange(len(by)) - run_start
-
+    s, g = step[keep].astype(np.int64), np.array(group, np.int64)[keep]
     kept_args = [args[i] for i in keep.tolist()]
     return CollectiveTable(
         kinds=list(kinds),
         groups=list(groups),
         step=s.astype(np.int32),
         phase=phase[keep].astype(np.int32),
-        kind=np.array(kind, np.int32)[keep] if m else np.zeros(0, np.int32),
+        kind=np.array(kind, np.int32)[keep] if rows else np.zeros(0, np.int32),
         group=g.astype(np.int32),
         group_size=np.array([a.group_size for a in kept_args], np.int64),
         seq=np.array([a.seq for a in kept_args], np.int64),
-        order=order,
-        nbytes=np.array([message_bytes(a.dtype, a.in_nelems, a.out_nelems) for a in kept_args], np.int64),
+        order=_place_in_group(s, g),
+        nbytes=np.array([message_bytes(a.dtype, a.in_nelems, a.out_nelems) for a in kept_args],
+                        np.int64),
         host_ts=host_ts[keep],
         host_us=host_us[keep],
         device_start=start[keep],
