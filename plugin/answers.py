@@ -11,7 +11,7 @@ inside a step). Time the training hook keeps out of the steps — evaluation pas
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -29,7 +29,24 @@ class Answer(msgspec.Struct, forbid_unknown_fields=True):
     """Base of every answer. Answers declared ``omit_defaults`` leave a field whose default is
     ``None`` out of the JSON while it has nothing to say (e.g. a summary without any step holding
     work); those fields are optional in the generated TypeScript. Decoding an answer (the examples
-    of http_api.md, in a test) refuses fields it does not define."""
+    of http_api.md, in a test) refuses fields it does not define.
+
+    ``to_dict()``: the answer as plain data, as its JSON has it; ``to_pandas()``: its table (the
+    list field named by ``table``: one row per item, nested answers as dicts) as a pandas
+    DataFrame, for answers that have one (pandas is not a dependency: install it to use this)."""
+
+    #: The field holding the answer's table, for `to_pandas` (None: the answer is not a table).
+    table: ClassVar[str | None] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+    def to_pandas(self):
+        if self.table is None:
+            raise TypeError(f"{type(self).__name__} is not a table: use to_dict()")
+        import pandas as pd  # an optional dependency, for notebooks
+
+        return pd.DataFrame(msgspec.to_builtins(getattr(self, self.table)))
 
 
 # --- errors and loading ---------------------------------------------------------------------------
@@ -91,6 +108,8 @@ class RunsAnswer(Answer):
     """``GET /runs``: what is under the logdir, loading progress, unreadable files, and how to draw
     phases (canonical ones in order with their colours; a user's phase takes a colour from
     ``user_phase_colours`` by a hash of its name)."""
+
+    table = "runs"
 
     runs: list[RunInfo]
     loading: Loading
@@ -338,6 +357,8 @@ class ChangedOp(Answer):
 class CompareAnswer(Answer):
     """``GET /compare``: two sides, the per-phase deltas, the ops whose self time changed most."""
 
+    table = "ops"
+
     a: CompareSide
     b: CompareSide
     delta: Delta
@@ -514,6 +535,8 @@ class Summary(Answer, omit_defaults=True):
 class StepsAnswer(Answer):
     """``GET /steps``: every step of one worker, and its summary."""
 
+    table = "steps"
+
     run: str
     worker: str
     workers: list[str]
@@ -634,6 +657,8 @@ class RanksAnswer(Answer):
     run exported several ways). ``whole_run``: every timed step of each rank that wrote per-step
     scalars."""
 
+    table = "ranks"
+
     run: str
     phases: list[str]
     ranks: list[RankRow]
@@ -707,6 +732,8 @@ class ModulesAnswer(Answer):
     """Modules over one step or every profiled step (``/modules``), most forward plus backward host time
     first. ``source``: where the module calls came from (phaseprof's ranges with
     ``PhaseProfiler(modules=True)``, or torch's ``with_modules`` records), "" when none was recorded."""
+
+    table = "modules"
 
     run: str
     worker: str
@@ -878,6 +905,8 @@ class KernelRow(Answer):
 class KernelsAnswer(Answer):
     """Device work by name over one step or every profiled step (``/kernels``)."""
 
+    table = "kernels"
+
     run: str
     worker: str
     step: int | None  # None: every profiled step
@@ -914,6 +943,8 @@ class RunOpRow(Answer, omit_defaults=True):
 
 class OpsAnswer(Answer):
     """Every op of a worker over its profiled steps (``/ops``), most self host time first."""
+
+    table = "ops"
 
     run: str
     worker: str
@@ -1105,6 +1136,8 @@ class CollectivesAnswer(Answer):
     rank everyone waits for. ``matched_by`` says how collectives were matched across ranks: ``seq`` (the
     traces' sequence numbers in each process group), ``order`` (step number, process group, and place
     among that step's collectives of the group), or ``none`` (fewer than two ranks)."""
+
+    table = "collectives"
 
     run: str
     step: int | None

@@ -14,23 +14,17 @@ files are still analysed.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import msgspec
 
-from phaseprof.plugin.analysis.collectives import collectives_answer
-from phaseprof.plugin.analysis.kernels import kernels_answer
-from phaseprof.plugin.analysis.modules import modules_answer
-from phaseprof.plugin.analysis.steps import step_detail, step_rows
-from phaseprof.plugin.analysis.worker import Worker
-from phaseprof.plugin.analysis.worker_summary import summarize
-from phaseprof.plugin.answers import FileError, Report, RunReport, WholeRun, WorkerReport
-from phaseprof.plugin.cache import read_only
+from phaseprof.plugin.answers import FileError, Report, RunReport, WorkerReport
+from phaseprof.plugin.facade import Analysis, Files, NotFound
 from phaseprof.plugin.reading import storage
-from phaseprof.plugin.reading.discovery import Run, TraceFile, discover, display
-from phaseprof.plugin.reading.errors import TraceError
-from phaseprof.plugin.spans import analyze_file, problems_of
+from phaseprof.plugin.reading.discovery import Run, TraceFile, display
+from phaseprof.plugin.spans import problems_of
 
 
 class Progress(Protocol):
@@ -53,7 +47,7 @@ def analyze(path: str, run: str | None = None, step: int | None = None, *, kerne
 def report(path: str, run: str | None = None, step: int | None = None, *, kernels: bool = False,
            modules: bool = False, collectives: bool = False, progress: Progress | None = None) -> Report:
     """The report on ``path``: runs, workers (ranks), their steps and summaries, every timed step of
-    each run from its scalars (``whole_run``), and errors.
+    each run from its scalars (``whole_run``), and errors, each asked of one `facade.Analysis`.
 
     ``run`` keeps one run (its name relative to ``path``); ``step`` keeps one step and adds its
     detail (ops per phase, memory, swimlanes) as the worker's ``detail``. ``kernels`` adds each
@@ -69,9 +63,11 @@ def report(path: str, run: str | None = None, step: int | None = None, *, kernel
         return Report(runs=[], errors=[FileError(path=display(path), error=str(e).removeprefix(f"{path}: "))])
     if not found:
         return Report(runs=[], errors=[FileError(path=display(path), error="no such file or directory")])
-    unreadable: list[tuple[str, str]] = []
-    runs = discover(path, unreadable)
-    errors += [FileError(path=_display_path(path, directory), error=why) for directory, why in unreadable]
+    files = Files(path, shapes=step is not None, on_read=progress.reading if progress else None,
+                  on_done=progress.read if progress else None)
+    analysis = Analysis(source=files)
+    errors += [FileError(path=_display_path(path, directory), error=why) for directory, why in files.unlisted]
+    runs = files.runs()
     if run is not None:
         runs = [r for r in runs if r.name == run]
         if not runs:
@@ -79,75 +75,53 @@ def report(path: str, run: str | None = None, step: int | None = None, *, kernel
                                     error=f"no run named {display(run)!r} under {display(path)}"))
     if progress:
         progress.start([f for r in runs for f in r.files])
-    out_runs = [_run_report(path, r, step, errors, progress, kernels, modules, collectives) for r in runs]
+    asked = _Asked(step, kernels, modules, collectives)
+    out_runs = [_run_report(path, analysis, r, asked, errors) for r in runs]
     if not any(r.workers or r.whole_run for r in out_runs) and not errors:
         errors.append(FileError(path=display(path), error="no trace files found (*.pt.trace.json[.gz])"))
     return Report(runs=out_runs, errors=errors)
 
 
-def _run_report(root: str, run: Run, step: int | None, errors: list[FileError],
-                progress: Progress | None, kernels: bool, modules: bool, collectives: bool) -> RunReport:
-    workers, analysed = [], []
+class _Asked(NamedTuple):
+    """What the report holds beside each worker's steps and summary."""
+
+    step: int | None
+    kernels: bool
+    modules: bool
+    collectives: bool
+
+
+def _run_report(root: str, analysis: Analysis, run: Run, asked: _Asked, errors: list[FileError]) -> RunReport:
+    workers = []
     for worker, files in run.workers.items():
-        spans = []
-        for f in files:
-            if progress:
-                progress.reading(f)
-            shown = _display_path(root, f.path)
-            try:
-                span = analyze_file(f, shapes=step is not None, beside=not read_only())
-            except TraceError as e:
-                errors.append(FileError(path=shown, error=e.reason))
-                continue
-            except Exception as e:  # noqa: BLE001 - one file must never hide the others
-                errors.append(FileError(path=shown, error=f"internal error while analysing: {type(e).__name__}: {e}"))
-                continue
-            finally:
-                if progress:
-                    progress.read(f)
-            problem = problems_of(span)
+        spans = [analysis.source.span(f) for f in files]
+        for s in spans:
+            problem = s.error or problems_of(s.analysis)
             if problem:
-                errors.append(FileError(path=shown, error=problem))
-            spans.append(span)
-        if not spans:
+                errors.append(FileError(path=_display_path(root, s.file.path), error=problem))
+        if not any(s.analysis for s in spans):
             continue
-        w = Worker(worker, spans)
-        analysed.append(w)
-        rows = None if step is None else [k for k, n in enumerate(w.numbers) if n == step]
+        w = analysis.source.worker(run, worker)
+        answer = analysis.steps(run.name, worker)
+        steps = [r for r in answer.steps if asked.step is None or r.step == asked.step]
         entry = WorkerReport(worker=worker, rank=w.rank, world_size=w.world_size, gpu=w.has_gpu,
-                             gpu_names=w.gpu_names, spans=[s.file for s in spans], steps=step_rows(w, rows),
-                             summary=summarize(w))
-        if step is not None:
-            row = w.row_of(step)
-            if row is None:
-                errors.append(FileError(path=run.name, error=f"worker {worker} has no step {step}"))
-            else:
-                entry.detail = step_detail(w, row, run.name)
-        if kernels and (step is None or row is not None):
-            entry.kernels = kernels_answer(run.name, w, w.full().tolist() if step is None else [row], step, None)
-        if modules and (step is None or row is not None):
-            entry.modules = modules_answer(run.name, w, w.full().tolist() if step is None else [row], step)
+                             gpu_names=w.gpu_names, spans=[s.file for s in w.spans], steps=steps,
+                             summary=answer.summary)
+        if asked.step is not None and w.row_of(asked.step) is None:
+            errors.append(FileError(path=run.name, error=f"worker {worker} has no step {asked.step}"))
+            workers.append(entry)
+            continue
+        if asked.step is not None:
+            entry.detail = analysis.step(run.name, asked.step, worker)
+        if asked.kernels:
+            entry.kernels = analysis.kernels(run.name, worker, asked.step)
+        if asked.modules:
+            entry.modules = analysis.modules(run.name, worker, asked.step)
         workers.append(entry)
-    out = RunReport(run=run.name, workers=workers, whole_run=_whole_run(run))
-    if collectives and analysed:
-        out.collectives = collectives_answer(run.name, analysed, None, step)
-    return out
-
-
-def _whole_run(run: Run) -> list[WholeRun]:
-    """Every timed step of the run from its scalars: the run's own, or one entry per rank."""
-    dirs = run.scalar_dirs()
-    if not dirs:
-        return []
-    from phaseprof.plugin.analysis.whole_run import whole_run
-    from phaseprof.plugin.reading.scalars import read_scalars
-
-    out = []
-    for rank, directory in dirs:
-        scalars = read_scalars(directory)
-        figures = whole_run(scalars, rank) if scalars is not None else None
-        if figures is not None:
-            out.append(figures)
+    out = RunReport(run=run.name, workers=workers, whole_run=analysis.whole_run(run.name))
+    if asked.collectives and workers:
+        with contextlib.suppress(NotFound):  # no worker has the step: each said so above
+            out.collectives = analysis.collectives(run.name, None, asked.step)
     return out
 
 

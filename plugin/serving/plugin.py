@@ -1,22 +1,22 @@
 """The Step Phases tab's backend: TensorBoard plugin routes over the trace store and the scalars.
 
 Each route is a ``_serve_<route>`` handler that parses the request and responds (through
-``http_util.Respond``, which sets content type, nosniff and the security policy) over a
-``<route>_impl`` that returns an answer Struct (`phaseprof.plugin.answers`) or raises TensorBoard's
-typed errors (404 `errors.NotFoundError`, 400 `errors.InvalidArgumentError`), as TensorBoard's own
-plugins do. One resolver, `_resolve`, turns ``run`` / ``worker`` / ``step`` parameters into what was
-discovered under the logdir (they are never used to build a path); it also rescans the logdir, so
-every route starts the loading it needs. The routes are documented in ``plugin/http_api.md``.
+``http_util.Respond``, which sets content type, nosniff and the security policy) with what
+`facade.Analysis` answers, as the CLI and `phaseprof.analyze` do: an answer Struct
+(`phaseprof.plugin.answers`). Its errors become TensorBoard's typed ones (`_route`: 404
+`errors.NotFoundError`, 400 `errors.InvalidArgumentError`), as TensorBoard's own plugins raise.
+``run`` / ``worker`` / ``step`` parameters are names looked up among what was discovered under the
+logdir (never used to build a path); each lookup also rescans the logdir, so every route starts the
+loading it needs. The routes are documented in ``plugin/http_api.md``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from typing import NamedTuple
 
 import msgspec
-import numpy as np
 from tensorboard import context as tb_context
 from tensorboard import errors, plugin_util
 from tensorboard.backend import http_util
@@ -24,46 +24,13 @@ from tensorboard.data import provider
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from phaseprof.contract import PHASE_REGISTRY, SCALAR_PREFIX, USER_PHASE_COLOURS
+from phaseprof.contract import SCALAR_PREFIX
 
-from ..analysis.collectives import collectives_answer
-from ..analysis.compare import compare
-from ..analysis.kernels import kernels_answer
-from ..analysis.memory import memory_series
-from ..analysis.memory_ops import memory_devices, run_memory
-from ..analysis.modules import modules_answer
-from ..analysis.operators import GROUPS, run_ops
-from ..analysis.ranks import ranks
-from ..analysis.steps import apart_bands, ms, step_detail, step_rows
-from ..analysis.timeline import timeline
-from ..analysis.whole_run import scalars_of, whole_run
-from ..analysis.worker import Worker, phase_names, rank_of, rank_order
-from ..analysis.worker_summary import summarize
-from ..answers import (
-    CollectivesAnswer,
-    CompareAnswer,
-    FileError,
-    KernelsAnswer,
-    MemoryAnswer,
-    MemoryEventsAnswer,
-    ModulesAnswer,
-    OpsAnswer,
-    PhaseStyle,
-    RanksAnswer,
-    RunInfo,
-    RunsAnswer,
-    SpanInfo,
-    StepDetail,
-    StepsAnswer,
-    TimelineAnswer,
-    WorkerInfo,
-)
+from ..facade import Analysis, BadArgument, NotFound, Series, Side
 from ..reading import storage
-from ..reading.decode import TraceError
-from ..reading.discovery import Run
 from .capture import ASK_HEADER, capture_impl, read_only
 from .origin import Served
-from .store import LOADING, PENDING, READY, TraceStore
+from .store import TraceStore
 
 PLUGIN_NAME = "phaseprof"
 _STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "static")
@@ -78,13 +45,34 @@ _INTEGER = re.compile(r"-?[0-9]+")
 _MAX_DIGITS = 19
 
 
-class Target(NamedTuple):
-    """What a request's ``run`` / ``worker`` / ``step`` parameters name."""
+def _route(handler):
+    """A route: a WSGI application over ``handler(self, request)``, whose `facade` errors become
+    TensorBoard's (a name the logdir does not hold: 404; an argument no answer fits: 400)."""
 
-    run: Run
-    worker: Worker | None = None
-    step: int | None = None  # the step number asked for
-    rows: list[int] | None = None  # the worker's rows of that step
+    @wrappers.Request.application
+    @functools.wraps(handler)
+    def serve(self, request):
+        try:
+            return handler(self, request)
+        except NotFound as e:
+            raise errors.NotFoundError(str(e)) from None
+        except BadArgument as e:
+            raise errors.InvalidArgumentError(str(e)) from None
+
+    return serve
+
+
+def _names(args, *, step: str | None = None, side: str = "") -> tuple[str, str | None, int | None]:
+    """The ``run``, ``worker`` and ``step`` parameters (``run_a``, … for ``side="a"``): the run is
+    required; the step is parsed when ``step`` is ``"required"`` or ``"optional"``, else None.
+    Malformed or missing parameters are a 400; the names are looked up by `facade.Analysis`
+    (never used to build a path)."""
+    suffix = f"_{side}" if side else ""
+    number = _int_arg(args, "step" + suffix, required=step == "required") if step else None
+    run = args.get("run" + suffix)
+    if not run:
+        raise errors.InvalidArgumentError(f"missing parameter {'run' + suffix!r}")
+    return run, args.get("worker" + suffix) or None, number
 
 
 class PhaseprofPlugin(base_plugin.TBPlugin):
@@ -146,215 +134,83 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         content_type = _CONTENT_TYPES.get(os.path.splitext(name)[1], "application/octet-stream")
         return http_util.Respond(request, body, content_type)
 
-    # --- data routes ------------------------------------------------------------------------------
+    # --- data routes: each parses its parameters and asks `facade.Analysis` ---------------------
 
-    @wrappers.Request.application
+    def _analysis(self, environ=None) -> Analysis:
+        """The logdir's analyses, over the trace store; scalars from TensorBoard's data provider
+        for the request ``environ`` (none without one)."""
+        return Analysis(source=self._store,
+                        scalars=lambda dirs: self._dir_scalars(environ, dirs) if environ is not None else {})
+
+    @_route
     def _serve_runs(self, request):
         self._store.refresh()
-        return _json(request, self.runs_impl())
+        return _json(request, self._analysis().runs())
 
-    def runs_impl(self) -> RunsAnswer:
-        out, problems = [], []
-        for run in self._store.runs():
-            workers = []
-            for worker, files in run.workers.items():
-                spans = [self._store.span(f) for f in files]
-                problems += [FileError(path=os.path.join(run.name, s.file.name), error=s.error)
-                             for s in spans if s.error]
-                workers.append(WorkerInfo(
-                    worker=worker,
-                    rank=rank_of(worker, [s.analysis for s in spans if s.analysis is not None]),
-                    state=LOADING if any(s.state in (PENDING, LOADING) for s in spans) else READY,
-                    spans=[SpanInfo(file=s.file.name, size=s.file.size, state=s.state,
-                                    steps=len(s.analysis.steps) if s.analysis else None, error=s.error,
-                                    gpu=s.analysis.has_gpu if s.analysis else None)
-                           for s in spans],
-                ))
-            out.append(RunInfo(run=run.name, has_scalars=bool(run.scalar_dirs()), workers=workers))
-        problems += [FileError(path=path, error=why) for path, why in self._store.unreadable()]
-        return RunsAnswer(runs=out, loading=self._store.progress(), errors=problems,
-                          phases=[PhaseStyle(name=p.name, colour=p.colour) for p in PHASE_REGISTRY],
-                          user_phase_colours=list(USER_PHASE_COLOURS))
-
-    @wrappers.Request.application
+    @_route
     def _serve_steps(self, request):
-        return _json(request, self.steps_impl(self._resolve(request.args, worker=True)))
+        run, worker, _ = _names(request.args)
+        return _json(request, self._analysis().steps(run, worker))
 
-    def steps_impl(self, target: Target) -> StepsAnswer:
-        run, w = target.run, target.worker
-        return StepsAnswer(
-            run=run.name,
-            worker=w.name,
-            workers=list(run.workers),
-            phases=w.phases,
-            gpu=w.has_gpu,
-            steps=self._store.derived(run, w.name, step_rows),
-            summary=self._store.derived(run, w.name, summarize),
-        )
-
-    @wrappers.Request.application
+    @_route
     def _serve_step(self, request):
-        return _json(request, self.step_impl(self._resolve(request.args, worker=True, step="required")))
+        run, worker, step = _names(request.args, step="required")
+        return _json(request, self._analysis().step(run, step, worker))
 
-    def step_impl(self, target: Target) -> StepDetail:
-        return step_detail(target.worker, target.rows[0], target.run.name)
-
-    @wrappers.Request.application
+    @_route
     def _serve_timeline(self, request):
-        return _json(request, self.timeline_impl(request.environ, self._resolve(request.args)))
+        run, _, _ = _names(request.args)
+        return _json(request, self._analysis(request.environ).timeline(run))
 
-    def timeline_impl(self, environ, target: Target) -> TimelineAnswer:
-        run = target.run
-        series = {}
-        for _, directory in run.scalar_dirs():  # the run's own scalars, else its lowest rank's
-            series = self._phase_scalars(environ, [self._tb_run(directory)]).get(self._tb_run(directory), {})
-            if series:
-                break
-        if not series:
-            raise errors.NotFoundError(f"run {run.name!r} has no phaseprof scalars (yet)")
-        dense = max(series.values(), key=len)
-        kept_all = not dense or len(dense) >= dense[-1][0] - dense[0][0] + 1
-        profiled = []
-        for name in run.workers:
-            w = self._store.worker(run, name)
-            profiled += [w.numbers[k] for k in w.full().tolist()]
-        return timeline(run.name, series, profiled, kept_all)
-
-    @wrappers.Request.application
+    @_route
     def _serve_compare(self, request):
-        a = self._resolve(request.args, worker=True, step="optional", side="a")
-        b = self._resolve(request.args, worker=True, step="optional", side="b")
-        by = request.args.get("device") or "cpu"
-        if by not in ("cpu", "gpu"):
-            raise errors.InvalidArgumentError(f"device must be cpu or gpu, not {by!r}")
-        return _json(request, self.compare_impl(a, b, request.args.get("op") or None, by))
+        a, b = (Side(*_names(request.args, step="optional", side=side)) for side in ("a", "b"))
+        device = request.args.get("device") or "cpu"
+        return _json(request, self._analysis().compare(a, b, request.args.get("op") or None, device))
 
-    def compare_impl(self, a: Target, b: Target, op: str | None = None, device: str = "cpu") -> CompareAnswer:
-        phases = phase_names(a.worker.spans + b.worker.spans)
-        return compare(_side(a), _side(b), phases, labels=(_label(a), _label(b)), op=op,
-                       by="gpu" if device == "gpu" else "both")
-
-    @wrappers.Request.application
+    @_route
     def _serve_ranks(self, request):
-        return _json(request, self.ranks_impl(request.environ, self._resolve(request.args)))
+        run, _, _ = _names(request.args)
+        return _json(request, self._analysis(request.environ).ranks(run))
 
-    def ranks_impl(self, environ, target: Target) -> RanksAnswer:
-        run = target.run
-        workers = [self._store.worker(run, name) for name in run.workers]
-        answer = ranks(run.name, [w for w in workers if w.spans])
-        dirs = run.rank_scalars
-        if dirs:
-            series = self._phase_scalars(environ, [self._tb_run(d) for d in dirs.values()])
-            for rank, directory in sorted(dirs.items()):
-                points = series.get(self._tb_run(directory))
-                figures = whole_run(scalars_of(points), rank) if points else None
-                if figures is not None:
-                    answer.whole_run.append(figures)
-        return answer
-
-    def _tb_run(self, directory: str) -> str:
-        """TensorBoard's name of the run in ``directory``: its path relative to the logdir."""
-        if storage.is_remote(directory):
-            return storage.relpath(directory, self._store.logdir)
-        rel = os.path.relpath(directory, os.path.realpath(self._store.logdir))
-        return rel.replace(os.sep, "/")
-
-    @wrappers.Request.application
+    @_route
     def _serve_trace(self, request):
-        target = self._resolve(request.args, worker=True, step="required")
-        return http_util.Respond(request, self.trace_impl(target), "application/json")
+        run, worker, step = _names(request.args, step="required")
+        return http_util.Respond(request, self._analysis().trace(run, step, worker), "application/json")
 
-    def trace_impl(self, target: Target) -> bytes:
-        """The step as a `StepTrace`, already encoded: it is cut out of its file as JSON bytes."""
-        ref = target.worker.refs[target.rows[0]]
-        f = next(f for f in target.run.workers[target.worker.name] if f.name == ref.span.file)
-        try:
-            body = self._store.step_trace(f, target.step)
-        except TraceError as e:
-            raise errors.NotFoundError(f"the trace of step {target.step} cannot be read again: {e.reason}") from None
-        if body is None:
-            raise errors.NotFoundError(f"{f.name} no longer holds step {target.step}")
-        return body
-
-    @wrappers.Request.application
+    @_route
     def _serve_kernels(self, request):
-        target = self._resolve(request.args, worker=True, step="optional")
-        return _json(request, self.kernels_impl(target, _phase_arg(request.args, target.worker)))
+        run, worker, step = _names(request.args, step="optional")
+        phase = request.args.get("phase") or None
+        return _json(request, self._analysis().kernels(run, worker, step, phase))
 
-    def kernels_impl(self, target: Target, phase: str | None) -> KernelsAnswer:
-        w = target.worker
-        rows = target.rows[:1] if target.rows is not None else w.full().tolist()
-        return kernels_answer(target.run.name, w, rows, target.step, phase)
-
-    @wrappers.Request.application
+    @_route
     def _serve_modules(self, request):
-        return _json(request, self.modules_impl(self._resolve(request.args, worker=True, step="optional")))
+        run, worker, step = _names(request.args, step="optional")
+        return _json(request, self._analysis().modules(run, worker, step))
 
-    def modules_impl(self, target: Target) -> ModulesAnswer:
-        w = target.worker
-        rows = target.rows[:1] if target.rows is not None else w.full().tolist()
-        return modules_answer(target.run.name, w, rows, target.step)
-
-    @wrappers.Request.application
+    @_route
     def _serve_ops(self, request):
-        target = self._resolve(request.args, worker=True)
-        group = request.args.get("group") or "name"
-        if group not in GROUPS:
-            raise errors.InvalidArgumentError(f"parameter 'group' must be one of {', '.join(GROUPS)}, not {group!r}")
-        return _json(request, self.ops_impl(target, _phase_arg(request.args, target.worker), group))
+        run, worker, _ = _names(request.args)
+        phase, group = request.args.get("phase") or None, request.args.get("group") or "name"
+        return _json(request, self._analysis().ops(run, worker, phase, group))
 
-    def ops_impl(self, target: Target, phase: str | None, group: str) -> OpsAnswer:
-        """Every op over all profiled steps; kept per worker version, so asking again is free."""
-        answer = self._store.derived(target.run, target.worker.name, run_ops, phase, group)
-        answer.run = target.run.name
-        return answer
-
-    @wrappers.Request.application
+    @_route
     def _serve_memory(self, request):
-        return _json(request, self.memory_impl(self._resolve(request.args, worker=True, step="required")))
+        run, worker, step = _names(request.args, step="required")
+        return _json(request, self._analysis().memory(run, step, worker))
 
-    def memory_impl(self, target: Target) -> MemoryAnswer:
-        w = target.worker
-        ref = w.refs[target.rows[0]]
-        span, i = ref.span, ref.index
-        step = span.steps[i]
-        lanes = span.lanes
-        rows = lanes.rows(i)
-        main = lanes.lane[rows] == 0  # the loop's thread: its phase segments
-        bands = [(round((a - step.start) / 1000.0, 4), round((b - step.start) / 1000.0, 4), span.phases[p])
-                 for a, b, p in zip(lanes.start[rows][main].tolist(), lanes.end[rows][main].tolist(),
-                                    lanes.phase[rows][main].tolist())]
-        return MemoryAnswer(run=target.run.name, worker=w.name, step=target.step, wall_ms=ms(step.wall),
-                            recorded=any(len(s.memory_curve.step) for s in w.spans),
-                            devices=memory_series(span, i), bands=bands, apart=apart_bands(span, i))
-
-    @wrappers.Request.application
+    @_route
     def _serve_memory_events(self, request):
-        return _json(request, self.memory_events_impl(self._resolve(request.args, worker=True, step="optional")))
+        run, worker, step = _names(request.args, step="optional")
+        return _json(request, self._analysis().memory_events(run, worker, step))
 
-    def memory_events_impl(self, target: Target) -> MemoryEventsAnswer:
-        if target.rows is None:
-            return run_memory(target.run.name, target.worker)
-        ref = target.worker.refs[target.rows[0]]
-        return MemoryEventsAnswer(run=target.run.name, worker=target.worker.name, step=target.step,
-                                  devices=memory_devices(ref.span, ref.index))
-
-    @wrappers.Request.application
+    @_route
     def _serve_collectives(self, request):
-        target = self._resolve(request.args, step="optional")
-        worker = request.args.get("worker") or None
-        if worker is not None and worker not in target.run.workers:
-            raise errors.NotFoundError(f"run {target.run.name!r} has no worker {worker!r}")
-        return _json(request, self.collectives_impl(target, worker))
+        run, worker, step = _names(request.args, step="optional")
+        return _json(request, self._analysis().collectives(run, worker, step))
 
-    def collectives_impl(self, target: Target, worker: str | None) -> CollectivesAnswer:
-        run = target.run
-        workers = [w for w in (self._store.worker(run, name) for name in run.workers) if w.spans]
-        if target.step is not None and not any(target.step in w.numbers for w in workers):
-            raise errors.NotFoundError(f"no worker of run {run.name!r} has step {target.step}")
-        return collectives_answer(run.name, workers, worker, target.step)
-
-    @wrappers.Request.application
+    @_route
     def _serve_capture(self, request):
         """GET: the run's captures; POST (with the `ASK_HEADER` header, sent to the address
         TensorBoard serves on from its own origin: `origin.Served`): ask for one first."""
@@ -366,48 +222,25 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         steps = _int_arg(request.args, "steps")
         if steps is not None and steps < 1:
             raise errors.InvalidArgumentError(f"parameter 'steps' must be at least 1, not {steps}")
-        target = self._resolve(request.args)
+        run, _, _ = _names(request.args)
+        target = self._analysis().target(run, with_worker=False)
         return _json(request, capture_impl(self._store.logdir, target.run, ask=ask, steps=steps,
                                            locked=self._read_only))
 
-    # --- arguments --------------------------------------------------------------------------------
-
-    def _resolve(self, args, *, worker: bool = False, step: str | None = None, side: str = "") -> Target:
-        """The run (always), worker (``worker``) and step (``step``: ``"required"`` or ``"optional"``)
-        that the parameters ``run``, ``worker``, ``step`` name, or ``run_a``, … for ``side="a"``.
-
-        The worker defaults to the run's lowest rank, else its first worker. Malformed or missing
-        parameters are a 400, names not discovered under the logdir a 404. The logdir is rescanned
-        first (at most every half second), so that any route sees new files and starts loading them.
-        """
-        suffix = f"_{side}" if side else ""
-        number = _int_arg(args, "step" + suffix, required=step == "required") if step else None
-        self._store.refresh()
-        run_name = args.get("run" + suffix)
-        if not run_name:
-            raise errors.InvalidArgumentError(f"missing parameter {'run' + suffix!r}")
-        run = self._store.run(run_name)
-        if run is None:
-            raise errors.NotFoundError(f"no run named {run_name!r}")
-        if not worker:
-            return Target(run, step=number)
-        workers = run.workers
-        if not workers:
-            raise errors.NotFoundError(f"run {run.name!r} has no trace files (yet)")
-        name = args.get("worker" + suffix)
-        if not name:
-            name = min(workers, key=lambda w: rank_order(rank_of(w, self._store.analyses(run, w)), w))
-        elif name not in workers:
-            raise errors.NotFoundError(f"run {run.name!r} has no worker {name!r}")
-        w = self._store.worker(run, name)
-        if number is None:
-            return Target(run, w)
-        rows = [k for k, n in enumerate(w.numbers) if n == number]
-        if not rows:
-            raise errors.NotFoundError(f"worker {name!r} of run {run.name!r} has no step {number}")
-        return Target(run, w, number, rows)
+    def _tb_run(self, directory: str) -> str:
+        """TensorBoard's name of the run in ``directory``: its path relative to the logdir."""
+        if storage.is_remote(directory):
+            return storage.relpath(directory, self._store.logdir)
+        rel = os.path.relpath(directory, os.path.realpath(self._store.logdir))
+        return rel.replace(os.sep, "/")
 
     # --- scalars ----------------------------------------------------------------------------------
+
+    def _dir_scalars(self, environ, directories: list[str]) -> dict[str, Series]:
+        """Each folder's phaseprof scalars as TensorBoard's data provider holds them."""
+        names = {directory: self._tb_run(directory) for directory in directories}
+        series = self._phase_scalars(environ, list(names.values()))
+        return {directory: series[name] for directory, name in names.items() if series.get(name)}
 
     def _phase_scalars(self, environ, runs: list[str]) -> dict[str, dict[str, list[tuple[int, float]]]]:
         """TensorBoard run -> phaseprof tag -> its (step, value) points, for ``runs`` in one request."""
@@ -455,26 +288,6 @@ def _int_arg(args, name: str, required: bool = False) -> int | None:
     if len(value.lstrip("-").lstrip("0")) > _MAX_DIGITS or not -(2**63) <= int(value) < 2**63:
         raise errors.InvalidArgumentError(f"parameter {name!r} is out of range (step numbers are 64-bit integers)")
     return int(value)
-
-
-def _phase_arg(args, w: Worker) -> str | None:
-    """The optional ``phase`` parameter: one of the worker's phases (404 otherwise), or None."""
-    phase = args.get("phase") or None
-    if phase is not None and phase not in w.phases:
-        raise errors.NotFoundError(f"worker {w.name!r} has no phase named {phase!r}")
-    return phase
-
-
-def _side(target: Target) -> tuple[Worker, np.ndarray]:
-    """One side of a comparison: the worker and its rows (the step asked for, else the steps its summary
-    stands for: no compiling or warm-up step)."""
-    rows = target.rows if target.rows is not None else target.worker.steady()
-    return target.worker, np.array(rows, dtype=np.int64)
-
-
-def _label(target: Target) -> str:
-    label = f"{target.run.name} · {target.worker.name}"
-    return label if target.step is None else f"{label} · step {target.step}"
 
 
 def _static_files() -> dict[str, str]:
