@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
+import zlib
 from pathlib import Path
 
 import msgspec
@@ -155,6 +157,30 @@ def test_a_damaged_index_is_not_used_and_the_step_is_cut_from_the_trace(cached, 
         store.close()
     assert msgspec.json.decode(body)["traceEvents"] == full_read(f, number)
     assert step_index.step_trace(f, number) == body  # and the index written again meanwhile
+
+
+def test_a_step_replaced_by_another_valid_deflate_stream_of_its_length_is_not_used(cached):
+    """Damage that deflate's own check cannot see (another valid stream, of another step's events, in
+    the step's bytes): only the step's checksum tells, and the step is cut from the trace."""
+    f, path = indexed(cached)
+    data = bytearray(Path(path).read_bytes())
+    at = len(step_index._HEAD) + step_index._CHECKSUM_BYTES
+    (size,) = struct.unpack_from("<Q", data, at)
+    header = step_index._header_decoder.decode(bytes(data[at + 8:at + 8 + size]))
+    entry = header.steps[-1]
+    begin = at + 8 + size + entry.offset
+    cutter = StepCutter(read_trace(f.path))
+    cut = cutter.cut(len(cutter.part.steps) - 1)
+    # the same events a little later, deflated at some level until a stream of the same length
+    forged = (zlib.compress(step_index._encoder.encode(msgspec.structs.replace(
+        cut, host_ts=cut.host_ts + shift, dev_ts=cut.dev_ts + shift)), level)
+        for shift in range(1, 200) for level in range(1, 10))
+    blob = next((b for b in forged if len(b) == entry.length), None)
+    assert blob is not None, "no forged stream of the step's length"
+    data[begin:begin + entry.length] = blob
+    Path(path).write_bytes(bytes(data))
+    with pytest.raises(step_index.Unusable):
+        step_index.step_trace(f, entry.number)
 
 
 def test_an_index_whose_columns_do_not_hold_together_is_not_used(cached):
