@@ -73,12 +73,61 @@ MODULES: dict[str, tuple[str, list[str]]] = {
 
 #: Where each folder of the tree lies in the package as imported.
 LAYOUT = {"phaseprof": "phaseprof", "plugin": "phaseprof/plugin", "training_hooks": "phaseprof/training_hooks"}
+#: Beside `MODULES`, every module of these (tree paths: a folder's own files, or one file) can be
+#: mutated, against the fast tests of every test file that imports it (`_importers`).
+REACH = ("plugin/analysis", "plugin/reading", "plugin/cache.py", "plugin/step_index.py", "training_hooks",
+         "training_hooks/integrations", "phaseprof/capture_channel.py")
+
+
+def accepted() -> dict[str, tuple[str, list[str]]]:
+    """Every module this script mutates: name -> (its file as imported, its tests). `MODULES` as
+    written; each other module of `REACH` by its file's stem (``folder.stem`` where two share one),
+    tested by the test files that import it."""
+    files = []
+    for entry in REACH:
+        path = ROOT / entry
+        files += [path] if path.is_file() else sorted(p for p in path.glob("*.py") if p.name != "__init__.py")
+    imported = {_imported_path(f) for f in files}
+    known = {path for path, _ in MODULES.values()}
+    stems = [Path(p).stem for p in imported]
+    out = dict(MODULES)
+    for path in sorted(imported - known):
+        stem = Path(path).stem
+        name = stem if stems.count(stem) == 1 and stem not in out else f"{Path(path).parent.name}.{stem}"
+        out[name] = (path, _importers(path))
+    return out
+
+
+def _imported_path(file: Path) -> str:
+    """A tree file's path as imported (``plugin/cache.py`` -> ``phaseprof/plugin/cache.py``)."""
+    rel = file.relative_to(ROOT).as_posix()
+    for folder, target in sorted(LAYOUT.items(), key=lambda kv: -len(kv[0])):
+        if rel.startswith(folder + "/"):
+            return target + rel[len(folder):]
+    raise ValueError(rel)
+
+
+def _importers(path: str) -> list[str]:
+    """The test files that import the module of ``path`` (by its dotted name, or ``from <package>
+    import <module>``); where none does, those that import from its package (a module reached only
+    through others, like most of the analysis). Sorted; none at all is an error the run reports."""
+    dotted = path[:-3].replace("/", ".")
+    package, _, module = dotted.rpartition(".")
+    tests = {p: p.read_text(encoding="utf-8") for p in (ROOT / "tests").glob("test_*.py")}
+    for pattern in (rf"\b{re.escape(dotted)}\b|from {re.escape(package)} import [^\n]*\b{module}\b",
+                    rf"\b{re.escape(package)}\b"):
+        found = sorted(f"tests/{p.name}" for p, text in tests.items() if re.search(pattern, text))
+        if found:
+            return found
+    return []
 _SKIP = shutil.ignore_patterns("__pycache__", ".phaseprof", "*.pyc")
 
 
 def stage(module: str, fresh: bool) -> Path:
     """The package laid out as imported, with the module's mutmut settings, in ``.mutation/<module>/``."""
-    path, tests = MODULES[module]
+    path, tests = accepted()[module]
+    if not tests:
+        raise SystemExit(f"mutation: no test file imports {path}: nothing can kill its mutants")
     where = STAGE / module
     if fresh and where.exists():
         shutil.rmtree(where)
@@ -158,7 +207,7 @@ def mutmut(where: Path, *args: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("module", choices=sorted(MODULES), help="the module to mutate")
+    parser.add_argument("module", choices=sorted(accepted()), help="the module to mutate")
     parser.add_argument("--fresh", action="store_true", help="forget mutmut's results of earlier runs")
     parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
     parser.add_argument("--show", action="store_true", help="print the diff of every survivor not listed as equivalent")
@@ -166,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, metavar="N",
                         help="test N of the module's mutants, drawn with a fixed seed (a module of thousands)")
     args = parser.parse_args(argv)
-    path, _ = MODULES[args.module]
+    path, _ = accepted()[args.module]
     where = STAGE / args.module
     if not args.report_only:
         before = {} if args.fresh else results(where, path)  # --fresh: no earlier verdict counts
