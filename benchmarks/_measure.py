@@ -12,6 +12,7 @@ does on a user's machine, rather than compiling the project's modules on every s
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -127,6 +128,31 @@ def peak_mib(cmd: list[str], cwd: str | None = None, every: float = 0.01, env: d
     done.set()
     sampler.join()
     return peak / 1024
+
+
+#: Debian's chromium, headless, as the browser tests drive it.
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+
+
+def in_browser(url: str, measure, times: int) -> list[dict]:
+    """``measure(browser, url)`` ``times`` times in one headless Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            return [measure(browser, url) for _ in range(times)]
+        finally:
+            browser.close()
+
+
+def print_medians(results: list[dict], labels: list[tuple[str, str]]) -> None:
+    """For each (key, label): the median of the results' values in seconds, and every value."""
+    for name, label in labels:
+        values = [r[name] for r in results]
+        print(f"{label:34s} median {statistics.median(values):.3f} s  (runs: {', '.join(f'{v:.3f}' for v in values)})")
 
 
 def median(values: list[float]) -> float:

@@ -20,18 +20,14 @@ import argparse
 import gzip
 import json
 import random
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _measure import TensorBoardServer, draw_in_tab  # noqa: E402
+from _measure import TensorBoardServer, draw_in_tab, in_browser, print_medians  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
 RUN = "big_step"
 STEP = 7
 DRAW_MEASURE = "phaseprof:trace-draw"
@@ -97,8 +93,6 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    from playwright.sync_api import sync_playwright
-
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / RUN
         run.mkdir()
@@ -111,20 +105,15 @@ def main() -> int:
             tb.poll("/data/plugin/phaseprof/runs",
                     lambda body: (lambda d: d["loading"]["files"] and d["loading"]["done"] == d["loading"]["files"])(
                         json.loads(body)))
-            with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-                results = [measure(browser, tb.url) for _ in range(args.repeat + 1)]
-                browser.close()
+            results = in_browser(tb.url, measure, args.repeat + 1)
         finally:
             tb.close()
     print(f"the tab says: {results[0]['shown'].strip()}")
     first = results[0]["fetch"]
     print(f"{'/trace answered, first ask':34s} {first:.3f} s (from the step index, else cut out of its file)")
     results = results[1:]  # the first warms up
-    for name, label in (("draw", "trace drawn, from data in hand"), ("fetch", "/trace answered (kept)"),
-                        ("whole", "page opened to trace drawn")):
-        values = [r[name] for r in results]
-        print(f"{label:34s} median {statistics.median(values):.3f} s  (runs: {', '.join(f'{v:.3f}' for v in values)})")
+    print_medians(results, [("draw", "trace drawn, from data in hand"), ("fetch", "/trace answered (kept)"),
+                            ("whole", "page opened to trace drawn")])
     return 0
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -23,11 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _measure import TensorBoardServer, draw_in_tab  # noqa: E402
+from _measure import TensorBoardServer, draw_in_tab, in_browser, print_medians  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
 RUN = "long_run"
 DRAW_MEASURE = "phaseprof:timeline-draw"
 
@@ -67,8 +63,6 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    from playwright.sync_api import sync_playwright
-
     with tempfile.TemporaryDirectory() as tmp:
         logdir = Path(tmp)
         t = time.perf_counter()
@@ -76,17 +70,12 @@ def main() -> int:
         print(f"wrote {args.steps:,} steps of scalars in {time.perf_counter() - t:.1f} s")
         tb = TensorBoardServer(sys.executable, str(logdir), ("--samples_per_plugin", "scalars=0"))
         try:
-            with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-                results = [measure(browser, tb.url) for _ in range(args.repeat + 1)][1:]  # the first warms up
-                browser.close()
+            results = in_browser(tb.url, measure, args.repeat + 1)[1:]  # the first warms up
         finally:
             tb.close()
     assert all(r["steps"] == args.steps for r in results), results
-    for name, label in (("draw", "chart drawn, from data in hand"), ("fetch", "/timeline answered (browser)"),
-                        ("whole", "page opened to chart drawn")):
-        values = [r[name] for r in results]
-        print(f"{label:34s} median {statistics.median(values):.3f} s  (runs: {', '.join(f'{v:.3f}' for v in values)})")
+    print_medians(results, [("draw", "chart drawn, from data in hand"), ("fetch", "/timeline answered (browser)"),
+                            ("whole", "page opened to chart drawn")])
     return 0
 
 
