@@ -234,12 +234,18 @@ def test_the_what_if_bound_of_a_real_host_blocked_step_holds_against_the_raw_eve
     # rank 0 of HTA's 16-rank job, steps 550..554 (all kept): ProfilerStep durations 209.748,
     # 216.483, 216.119, 215.467, 216.216 ms, a mean of 214.8066 ms. Its first finding is the host
     # blocked in `other`; with those waits gone the host's own chain (its work in program order) is
-    # the step less them. The calls holding the host in `other`: from each step's long aten::to copy
-    # (a cudaMemcpyAsync of 138.788, 146.934, 145.633, 146.630, 146.638 ms) on, every
-    # cudaMemcpyAsync to pageable memory and cudaStreamSynchronize of the loop's thread (tid 4515):
-    # 144.351, 152.343, 151.656, 152.097, 152.232 ms per step, a mean of 150.5358 ms... less the
-    # copies that returned before their copy ended (they held nothing); the analysis's mean is
-    # 150.3358 ms. 214.8066 - 150.3358 = 64.4708 ms: the bound, and the saving is the rest, 150.336.
+    # the step less them. The calls holding the host in `other`, on the loop's thread (tid 4515),
+    # from each step's long aten::to copy on (the calls before it are in forward):
+    #   step 550: cudaMemcpyAsync held to their copy's end (DtoH, or pageable) 138.788 + 0.252 +
+    #             0.023 + 4.905 ms, cudaStreamSynchronize 0.392 ms: 144.360 ms
+    #   step 551: 146.934 + 0.308 + 0.024 + 4.819, syncs 0.230: 152.315 ms
+    #   step 552: 145.633 + 0.237 + 0.024 + 4.823, syncs 0.626: 151.343 ms
+    #   step 553: 146.630 + 0.276 + 0.025 + 4.876, syncs 0.245: 152.052 ms
+    #   step 554: 146.638 + 0.022 + 0.030 + 0.026 + 4.386, syncs 0.507: 151.609 ms
+    # (the pageable host-to-device copies, 4-25 µs calls that return before their copy ends, held
+    # nothing): a mean of 751.679 / 5 = 150.3358 ms. The bound: 214.8066 - 150.3358 = 64.4708 ms;
+    # the saving, never more than the mean step less it, 150.336 ms (the phase's cost, 184.72 ms,
+    # would be more: the host's work in `other` that is not waiting stays).
     summary = report(str(NCCL)).runs[0].workers[0].summary
     first = summary.findings[0]
     assert (first.kind, first.phase) == ("host-blocked", "other")
