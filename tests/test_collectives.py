@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from phaseprof import cli
-from phaseprof.plugin.analysis.collectives import collectives_answer
-from phaseprof.plugin.analysis.span import analyze_trace
+from phaseprof.plugin.analysis.collectives import bus_factor, collectives_answer
+from phaseprof.plugin.analysis.span import COLLECTIVE_OP, analyze_trace
 from phaseprof.plugin.analysis.worker import Worker, ms
 from phaseprof.plugin.answers import CollectivesAnswer
 from phaseprof.plugin.reading.decode import read_trace
@@ -335,3 +335,49 @@ def test_a_childless_collective_is_charged_with_no_work_but_its_own(tmp_path):
     assert t.kinds[t.kind[row]] == "barrier"
     assert t.kernel_us[row] == 0.0 and np.isnan(t.device_start[row]) and np.isnan(t.device_end[row])
     assert t.host_ts[row] == 10_900.0
+
+
+@pytest.mark.parametrize("kind, ranks, factor", [
+    ("all_reduce", 4, 1.5), ("all_gather", 4, 0.75), ("reduce_scatter", 8, 0.875), ("all_to_all", 2, 0.5),
+    ("broadcast", 8, 1.0), ("reduce", 8, 1.0), ("send_recv", 2, 1.0), ("send", 2, 1.0), ("recv", 2, 1.0),
+    ("barrier", 8, None), ("all_reduce", 0, None),
+])
+def test_bus_factors_are_nccl_tests_for_each_kind(kind, ranks, factor):
+    assert bus_factor(kind, ranks) == factor
+
+
+def test_a_collective_kernel_launched_outside_any_call_is_a_call_of_its_own(tmp_path):
+    # no record_param_comms and no backend op around it: the kernel's name says what it is; its rank
+    # and time are the row's, and the call before it (a recorded all_gather) keeps its own row
+    events = thread_names() + [
+        step(1, 1_000, 10_000), annotation("phaseprof::backward", 1_000, 8_000),
+        op("record_param_comms", 1_100, 50, **{"Collective name": "all_gather", "Group size": 2,
+                                               "dtype": "Float", "In msg nelems": 10, "Out msg nelems": 20}),
+        launch(1_110, 1), kernel("ncclDevKernel_AllGather_RING_LL", 1_200, 300, 1, stream=20),
+        launch(2_000, 2), kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 2_100, 700, 2, stream=20),
+    ]
+    path = write_trace(tmp_path / "w.1.pt.trace.json", events, distributedInfo={"rank": 1, "world_size": 2})
+    w = _analyse(path, "w")
+    rows = {r.kind: r for r in collectives_answer("run", [w], None, None).collectives}
+    assert sorted(rows) == ["all_gather", "all_reduce"]
+    alone = rows["all_reduce"]
+    assert (alone.calls, alone.time_ms, alone.kernel_ms, alone.on_gpu, alone.rank) == (1, 0.7, 0.7, True, 1)
+    assert alone.bytes is None and alone.group_size is None  # no recorded arguments
+    recorded = rows["all_gather"]
+    assert (recorded.calls, recorded.kernel_ms, recorded.rank, recorded.group_size) == (1, 0.3, 1, 2)
+
+
+def test_a_cpu_ranks_communication_is_its_collective_ops_time(traces):
+    # gloo on the CPU: no device time, so a rank's communication is the time in its collective ops
+    # (host self time, at most the phase's), compute the rest of the phase's host time
+    path = traces.files("cpu", "dist")[0]
+    w = _analyse(path, "rank0")
+    answer = collectives_answer("run", [w], None, None)
+    (rank,) = answer.ranks
+    assert rank.measure == "host" and not w.has_gpu
+    rows = np.array(w.full().tolist(), np.int64)
+    expected = np.minimum(w.collective_us(rows, w.phases, COLLECTIVE_OP.match), w.host_us[rows])
+    assert expected.sum() > 0  # the run communicates
+    for k, s in enumerate(rank.steps):
+        assert s.total.comm_ms == ms(expected[k].sum())
+        assert s.total.compute_ms == ms(w.host_us[rows[k]].sum() - expected[k].sum())
