@@ -106,8 +106,8 @@ DIMENSIONS = {
     "steps": (steps, 1000, 100),
     "empty steps": (empty_steps, 1000, 200),
     "events per step": (events_per_step, 1000, 100),
-    "nesting depth": (depth, 100, 400),
+    "nesting depth": (depth, 160, 400),
     "streams": (streams, 16, 8),
     "ranks": (ranks, 4, 2),
-    "phase ranges in a step": (ranges, 1000, 200),
+    "phase ranges in a step": (ranges, 1250, 200),
 }
