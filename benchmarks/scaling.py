@@ -39,8 +39,8 @@ def measure(path: Path) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MiB) of ``phaseprof report --json --modules`` on ``path``."""
     cmd = [sys.executable, "-m", "phaseprof.cli", "report", "--json", "--modules", str(path)]
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", _WRAP, *cmd], check=True, capture_output=True, text=True,
-                         env={**os.environ, "PHASEPROF_CACHE": "off"})
+    out = subprocess.run([sys.executable, "-c", _WRAP, *cmd], check=True, capture_output=True,
+                         text=True, env={**os.environ, "PHASEPROF_CACHE": "off"})
     wall = time.perf_counter() - start
     figures = json.loads(out.stdout)
     return wall, figures["cpu"], figures["rss_mib"]
@@ -48,7 +48,8 @@ def measure(path: Path) -> tuple[float, float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dimensions", nargs="+", default=list(DIMENSIONS), choices=list(DIMENSIONS))
+    parser.add_argument("--dimensions", nargs="+", default=list(DIMENSIONS),
+                        choices=list(DIMENSIONS))
     parser.add_argument("--factors", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--top", type=int, default=None, help="the largest size built")
     args = parser.parse_args()
@@ -68,7 +69,8 @@ def main() -> None:
                 size = sum(f.stat().st_size for f in Path(d).rglob("*") if f.is_file()) / 1e6
                 wall, cpu, rss = measure(path)
             ratio = f"{cpu / previous:.2f}" if previous else ""
-            print(f"| {name} | {n:,} | {size:.1f} | {wall:.2f} | {cpu:.2f} | {rss:.0f} | {ratio} |", flush=True)
+            print(f"| {name} | {n:,} | {size:.1f} | {wall:.2f} | {cpu:.2f} | {rss:.0f} | {ratio} |",
+                  flush=True)
             previous = cpu
     with open("/proc/loadavg") as f:
         print(f"load after: {f.read().split()[:3]}")

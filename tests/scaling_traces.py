@@ -14,13 +14,15 @@ from tests.tracebuilder import AUTOGRAD, annotation, kernel, launch, op, step, t
 
 def steps(n: int, folder: Path) -> Path:
     """``n`` steps of a small training loop with GPU work (data, forward, backward, optimizer)."""
-    events = [e for i in range(n) for e in training_step(i + 1, 1000.0 + 100 * i, 10 * i + 1)]
+    events = [e for i in range(n)
+              for e in training_step(i + 1, 1000.0 + 100 * i, 10 * i + 1)]
     return write_trace(folder / "w.1.pt.trace.json", thread_names() + events)
 
 
 def empty_steps(n: int, folder: Path) -> Path:
     """``n`` steps holding one 10 µs op each (`benchmarks/empty_steps.py`'s shape)."""
-    events = [e for s in range(n) for e in (step(s, s * 100.0, 90.0), op("aten::add", s * 100.0 + 5, 10))]
+    events = [e for s in range(n)
+              for e in (step(s, s * 100.0, 90.0), op("aten::add", s * 100.0 + 5, 10))]
     return write_trace(folder / "w.1.pt.trace.json", thread_names() + events)
 
 
@@ -32,7 +34,8 @@ def events_per_step(n: int, folder: Path, steps: int = 8) -> Path:
         events.append(annotation("## forward ##", t, 3.0 * n))
         for _ in range(n):
             corr += 1
-            events += [op("aten::mm", t, 2.0), launch(t + 0.5, corr), kernel("gemm", t + 1.0, 2.0, corr)]
+            events += [op("aten::mm", t, 2.0), launch(t + 0.5, corr),
+                       kernel("gemm", t + 1.0, 2.0, corr)]
             t += 3.0
         events.append(annotation("## optimizer ##", t, 10.0))
         t += 10.0
@@ -56,10 +59,11 @@ def depth(n: int, folder: Path, steps: int = 2) -> Path:
             seq += 1
             events.append(op("aten::mm", t, 1.0, **{"Sequence number": seq}))
             t += 2.0
-            events.append(op(f"nn.Module: Linear_{level % 3}", began, t - began, cat="python_function"))
+            events.append(op(f"nn.Module: Linear_{level % 3}", began, t - began,
+                             cat="python_function"))
         for k in range(seq - n + 1, seq + 1):
-            events.append(op("autograd::engine::evaluate_function: MmBackward0", t, 1.0, tid=AUTOGRAD,
-                             **{"Sequence number": k}))
+            events.append(op("autograd::engine::evaluate_function: MmBackward0", t, 1.0,
+                             tid=AUTOGRAD, **{"Sequence number": k}))
             t += 2.0
         events.append(step(s, start, t - start))
         t += 5.0
@@ -84,7 +88,8 @@ def streams(n: int, folder: Path, steps: int = 8) -> Path:
 def ranks(n: int, folder: Path, steps: int = 3) -> Path:
     """A distributed run of ``n`` ranks, one trace each of ``steps`` training steps."""
     for rank in range(n):
-        events = [e for i in range(steps) for e in training_step(i + 1, 1000.0 + 100 * i + rank, 10 * i + 1)]
+        events = [e for i in range(steps)
+                  for e in training_step(i + 1, 1000.0 + 100 * i + rank, 10 * i + 1)]
         write_trace(folder / f"rank{rank}.1.pt.trace.json", thread_names() + events,
                     distributedInfo={"backend": "nccl", "rank": rank, "world_size": n})
     return folder
@@ -95,7 +100,8 @@ def ranges(n: int, folder: Path) -> Path:
     events = thread_names()
     for k in range(n):
         t = 10.0 + 10.0 * k
-        events += [annotation("## forward ##" if k % 2 == 0 else "## backward ##", t, 10.0), op("aten::add", t + 1, 5)]
+        name = "## forward ##" if k % 2 == 0 else "## backward ##"
+        events += [annotation(name, t, 10.0), op("aten::add", t + 1, 5)]
     events.append(step(0, 0.0, 20.0 + 10.0 * n))
     return write_trace(folder / "w.1.pt.trace.json", events)
 

@@ -25,14 +25,15 @@ def routes(run: str, worker: str, numbers: list[int]) -> list[str]:
     q = urllib.parse.quote
     rw = f"run={q(run)}&worker={q(worker)}"
     out = [f"{route}?run={q(run)}" for route in ("ranks", "collectives", "capture")]
-    out += [f"steps?{rw}", f"ops?{rw}&group=name", f"ops?{rw}&group=shapes", f"kernels?{rw}", f"modules?{rw}",
-            f"collectives?{rw}", f"compare?run_a={q(run)}&run_b={q(run)}"]
+    out += [f"steps?{rw}", f"ops?{rw}&group=name", f"ops?{rw}&group=shapes", f"kernels?{rw}",
+            f"modules?{rw}", f"collectives?{rw}", f"compare?run_a={q(run)}&run_b={q(run)}"]
     for device in ("cpu", "gpu"):
-        sides = f"run_a={q(run)}&worker_a={q(worker)}&run_b={q(run)}&worker_b={q(worker)}&device={device}"
+        sides = (f"run_a={q(run)}&worker_a={q(worker)}&run_b={q(run)}&worker_b={q(worker)}"
+                 f"&device={device}")
         out += [f"compare?{sides}", f"compare?{sides}&step_a={numbers[0]}&step_b={numbers[-1]}"]
     for n in {numbers[0], numbers[-1]}:
-        out += [f"{route}?{rw}&step={n}" for route in ("step", "trace", "memory", "memory_events", "kernels",
-                                                        "modules", "collectives")]
+        out += [f"{route}?{rw}&step={n}" for route in ("step", "trace", "memory", "memory_events",
+                                                        "kernels", "modules", "collectives")]
     return out
 
 
@@ -54,7 +55,8 @@ def test_a_hostile_shape_is_answered_by_the_report_and_every_route(shape, tmp_pa
         assert len(steps) == n and all(s["inferred_phases"] == ["forward"] for s in steps)
     elif shape == "phase ranges in a step":
         (only,) = steps
-        assert only["phases"]["forward"]["host_ms"] == only["phases"]["backward"]["host_ms"] == n // 2 * 0.01
+        phases = only["phases"]
+        assert phases["forward"]["host_ms"] == phases["backward"]["host_ms"] == n // 2 * 0.01
     else:  # one module per level, each level's path one record longer, cut past 32 records
         assert len(modules) == n and max(m["depth"] for m in modules) == min(n - 1, 256)
         paths = [m["path"] for m in modules]

@@ -56,7 +56,9 @@ def call_paths(python: HostEvents) -> tuple[CallPaths, Nesting, np.ndarray]:
     count = 0
     width = max(int(n.name.max()) + 1, 1) if len(n.name) else 1
     by_depth = np.argsort(n.depth, kind="stable")  # one sort, then a slice per depth (was a scan)
-    for at in np.split(by_depth, np.flatnonzero(np.diff(n.depth[by_depth])) + 1) if len(by_depth) else []:
+    levels = (np.split(by_depth, np.flatnonzero(np.diff(n.depth[by_depth])) + 1) if len(by_depth)
+              else [])
+    for at in levels:
         up = np.where(n.parent[at] >= 0, node[np.maximum(n.parent[at], 0)], -1)
         keys, inverse = np.unique((up + 1) * width + n.name[at], return_inverse=True)
         node[at] = count + inverse.ravel()
