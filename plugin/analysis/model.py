@@ -87,7 +87,10 @@ class KernelTable(msgspec.Struct):
 
 class ModuleTable(msgspec.Struct):
     """Per (step, module): its calls' figures (µs); per (step, module, op, forward or backward): its ops.
-    ``paths[m]`` names module m, ``parent[m]`` its enclosing module (-1: top level)."""
+    ``paths[m]`` names module m, ``parent[m]`` its enclosing module (-1: top level). From
+    phaseprof's ranges the name is the module's path; from the trace's module records it is the
+    record's own name, the path being the parent's path and it joined by a dot
+    (`modules.module_paths`): whole paths of records nested n deep take n² names."""
 
     source: str  # `modules.FROM_RANGES`, `modules.FROM_RECORDS`, or "" (none recorded)
     paths: list[str]

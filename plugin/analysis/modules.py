@@ -93,8 +93,10 @@ def module_table(trace: Trace, n: Nesting, part: Partition, launch_runtime: np.n
 
     # a call's figures hold its children's: add each depth into the one above, deepest first
     child_us = np.bincount(m.parent[m.parent >= 0], weights=m.dur[m.parent >= 0], minlength=len(m.ts))
-    for d in range(int(m.depth.max()), 0, -1):
-        at = np.flatnonzero(m.depth == d)
+    by_depth = np.argsort(-m.depth, kind="stable")  # one sort, then a slice per depth
+    for at in np.split(by_depth, np.flatnonzero(np.diff(m.depth[by_depth])) + 1):
+        if m.depth[at[0]] == 0:
+            break
         for column in (fwd_gpu, bwd, bwd_gpu):
             np.add.at(column, m.parent[at], column[at])
 
@@ -138,24 +140,64 @@ def module_table(trace: Trace, n: Nesting, part: Partition, launch_runtime: np.n
 
 
 def _paths(m: Nesting, names: list[str], prefix: str, chained: bool) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Each call's module path (its own name, or with ``chained`` the names of the calls around it
-    joined by dots), the paths in order of first call, each call's path index, and each path's parent
-    (the path of the call around its first call)."""
-    label = [names[int(c)][len(prefix):] for c in m.name.tolist()]
-    path: list[str] = [""] * len(label)
-    for i in np.argsort(m.depth, kind="stable").tolist():  # parents before children
-        up = int(m.parent[i])
-        path[i] = f"{path[up]}.{label[i]}" if chained and up >= 0 else label[i]
-    index: dict[str, int] = {}
+    """Each module's own name (with ``chained``, its record's name: its path is its parent's path
+    and this name joined by a dot, `module_paths`), the modules in order of first call, each call's
+    module, and each module's parent (the module of the call around its first call).
+
+    A module is its parent module and its own name, so no path is built here: built for every call,
+    the paths of records nested 10,000 deep held 50 million names."""
+    label_of: dict[int, str] = {}
+    up = m.parent.tolist()
+    call_module = [0] * len(up)
+    index: dict[tuple[int, str] | str, int] = {}
+    labels: list[str] = []
     parents: list[int] = []
-    call_module = np.zeros(len(path), np.int32)
-    for i in np.argsort(m.ts, kind="stable").tolist():
-        if path[i] not in index:
-            index[path[i]] = len(index)
-            up = int(m.parent[i])
-            parents.append(index.get(path[up], -1) if up >= 0 else -1)
-        call_module[i] = index[path[i]]
-    return list(index), call_module, np.array(parents, np.int32)
+    for i in np.argsort(m.ts, kind="stable").tolist():  # a call's parent sorts before it
+        code = int(m.name[i])
+        label = label_of.get(code)
+        if label is None:
+            label = label_of[code] = names[code][len(prefix):]
+        parent = call_module[up[i]] if up[i] >= 0 else -1
+        key = (parent, label) if chained else label
+        k = index.get(key)
+        if k is None:
+            k = index[key] = len(labels)
+            labels.append(label)
+            parents.append(parent)
+        call_module[i] = k
+    return labels, np.array(call_module, np.int32), np.array(parents, np.int32)
+
+
+#: A module path of more records than this is shown by its first and last `_KEPT` records.
+_LONGEST = 32
+_KEPT = 8
+
+
+def module_paths(t: ModuleTable) -> list[str]:
+    """Each module's path: its name for phaseprof's ranges; for the trace's module records, the
+    record names from the outermost down joined by dots, paths deeper than `_LONGEST` records cut
+    to their first and last `_KEPT` with the count left out between (``A_0.….…40 more….Z_0``), so
+    that records nested thousands deep keep answers linear in the depth."""
+    if t.source != FROM_RECORDS:
+        return list(t.paths)
+    out: list[str] = []
+    count: list[int] = []  # records in each module's path
+    head: list[str] = []  # its first _KEPT records
+    tail: list[tuple[str, ...]] = []  # its last _KEPT records
+    for label, up in zip(t.paths, t.parent.tolist()):
+        if up < 0 or up >= len(out):  # parents come first; a forged table's are cut off
+            n, first, last, path = 1, label, (label,), label
+        else:
+            n = count[up] + 1
+            first = f"{head[up]}.{label}" if n <= _KEPT else head[up]
+            last = (tail[up] + (label,))[-_KEPT:]
+            path = (f"{out[up]}.{label}" if n <= _LONGEST
+                    else f"{first}.…{n - 2 * _KEPT} more….{'.'.join(last)}")
+        out.append(path)
+        count.append(n)
+        head.append(first)
+        tail.append(last)
+    return out
 
 
 def modules_answer(run: str, w: Worker, rows: list[int], step: int | None) -> ModulesAnswer:
@@ -173,17 +215,18 @@ def modules_answer(run: str, w: Worker, rows: list[int], step: int | None) -> Mo
             forward_us += float(span.host_us[indices, j].sum())
         if t.source:
             sources.add(t.source)
+        paths = module_paths(t)
         for k in np.flatnonzero(np.isin(t.step, indices)).tolist():
             m = int(t.module[k])
-            path = t.paths[m]
-            parent = t.paths[int(t.parent[m])] if t.parent[m] >= 0 else None
+            path = paths[m]
+            parent = paths[int(t.parent[m])] if t.parent[m] >= 0 else None
             e = acc.setdefault(path, {"parent": parent, "calls": 0, "figures": [0.0] * 5, "ops": {}})
             e["calls"] += int(t.calls[k])
             for f, column in enumerate((t.forward_us, t.forward_self_us, t.forward_gpu_us, t.backward_us,
                                         t.backward_gpu_us)):
                 e["figures"][f] += float(column[k])
         for k in np.flatnonzero(np.isin(t.op_step, indices)).tolist():
-            e = acc.get(t.paths[int(t.op_module[k])])
+            e = acc.get(paths[int(t.op_module[k])])
             if e is None:
                 continue
             op = e["ops"].setdefault((span.names[int(t.op_name[k])], bool(t.op_backward[k])), [0, 0.0, 0.0])
@@ -191,12 +234,11 @@ def modules_answer(run: str, w: Worker, rows: list[int], step: int | None) -> Mo
             op[1] += float(t.op_us[k])
             op[2] += float(t.op_gpu_us[k])
     n = max(len(rows), 1)
+    depths = _depths(acc)
     out = []
     for path, e in acc.items():
         fwd, fwd_self, fwd_gpu, bwd, bwd_gpu = e["figures"]
-        depth, up = 0, e["parent"]
-        while up is not None and up in acc and depth < 256:
-            depth, up = depth + 1, acc[up]["parent"]
+        depth = depths[path]
         ops = [ModuleOp(name=name, backward=back, calls=calls, host_ms=ms(us), gpu_ms=ms(gpu))
                for (name, back), (calls, us, gpu) in e["ops"].items()]
         ops.sort(key=lambda o: (-(o.host_ms + o.gpu_ms), o.name))
@@ -208,3 +250,22 @@ def modules_answer(run: str, w: Worker, rows: list[int], step: int | None) -> Mo
     return ModulesAnswer(run=run, worker=w.name, step=step, steps=len(rows), source=" and ".join(sorted(sources)),
                          forward_phase_ms=ms(forward_us), has_gpu=w.has_gpu, modules=out, left_out=left_out,
                          left_out_why=why)
+
+
+def _depths(acc: dict[str, dict]) -> dict[str, int]:
+    """Each path's depth: how many parents up its chain are listed, at most 256 (parents merged
+    from several spans may form a loop). Each chain is walked once: depths are kept as found."""
+    depths: dict[str, int] = {}
+    for path in acc:
+        chain: list[str] = []
+        seen: set[str] = set()
+        up: str | None = path
+        while up is not None and up in acc and up not in depths and up not in seen:
+            chain.append(up)
+            seen.add(up)
+            up = acc[up]["parent"]
+        # the chain ends above the listed paths, at a path of known depth, or in a loop
+        base = -1 if up is None or up not in acc else depths.get(up, 256)
+        for k, p in enumerate(reversed(chain)):
+            depths[p] = min(base + 1 + k, 256)
+    return depths

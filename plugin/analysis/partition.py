@@ -176,11 +176,18 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
     seg_start, seg_end, seg_phase, seg_step = [], [], [], []
     out_start, out_end, out_kind, out_step = [], [], [], []
     work = {code_of[FORWARD], code_of[BACKWARD], code_of[OPTIMIZER]}
-    windows = zip(ctx.ranges.per_step(steps), ctx.autograd.per_step(steps), ctx.main_top.per_step(steps))
+    plain = _plain_steps(steps, ctx, code_of)
     # Phase ranges begun in an earlier step, or before the first (the window began inside one), still open.
     running_on = np.arange(int(np.searchsorted(ctx.ranges.start, steps[0].start, "left")) if steps else 0)
-    for index, (step, (ranges, autograd, top)) in enumerate(zip(steps, windows)):
-        running_on = running_on[ctx.ranges.end[running_on] > step.start]
+    step_start = np.array([s.start for s in steps], dtype=np.float64)
+    opened = np.maximum.accumulate(step_start) if steps else step_start
+    split = np.flatnonzero(~plain.is_plain).tolist()
+    windows = zip(ctx.ranges.per_step(steps, split), ctx.autograd.per_step(steps, split),
+                  ctx.main_top.per_step(steps, split))
+    for index, (ranges, autograd, top) in zip(split, windows):
+        step = steps[index]
+        # the plain steps skipped since hold no phase range: only their starts close ranges
+        running_on = running_on[ctx.ranges.end[running_on] > opened[index]]
         segments = _split_step(step, ctx, code_of, np.concatenate([running_on, np.arange(ranges.start, ranges.stop)]),
                                 autograd, top)
         running_on = np.concatenate([running_on, ranges.start + np.flatnonzero(ctx.ranges.end[ranges] > step.end)])
@@ -197,15 +204,20 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
             seg_end.append(e)
             seg_phase.append(p)
             seg_step.append(index)
+    for k in np.flatnonzero(plain.forward).tolist():
+        steps[k].inferred.add(FORWARD)
+    # both kinds of step in step order, each step's segments in time order
+    seg_step = np.concatenate([np.array(seg_step, dtype=np.int32), plain.step])
+    order = np.argsort(seg_step, kind="stable")
     if out_start:
         _uncount_apart(steps, nest.ts[in_process], out_start, out_end, out_step)
     return Partition(
         steps=steps,
         phases=phases,
-        start=np.array(seg_start, dtype=np.float64),
-        end=np.array(seg_end, dtype=np.float64),
-        phase=np.array(seg_phase, dtype=np.int32),
-        step=np.array(seg_step, dtype=np.int32),
+        start=np.concatenate([np.array(seg_start, dtype=np.float64), plain.start])[order],
+        end=np.concatenate([np.array(seg_end, dtype=np.float64), plain.end])[order],
+        phase=np.concatenate([np.array(seg_phase, dtype=np.int32), plain.phase])[order],
+        step=seg_step[order],
         main_thread=main_thread,
         process_threads=process_threads,
         marker_names=(name_phase != NO_PHASE) | (name_step >= 0),
@@ -424,11 +436,22 @@ class _Events:
     def window(self, start: float, end: float) -> slice:
         return slice(int(np.searchsorted(self.start, start, "left")), int(np.searchsorted(self.start, end, "left")))
 
-    def per_step(self, steps: list[Step]) -> list[slice]:
-        """The events starting within each step (one vectorised search for all steps)."""
-        lo = np.searchsorted(self.start, [s.start for s in steps], "left").tolist()
-        hi = np.searchsorted(self.start, [s.end for s in steps], "left").tolist()
+    def per_step(self, steps: list[Step], which: list[int]) -> list[slice]:
+        """The events starting within each step of ``which`` (one vectorised search for all)."""
+        lo = np.searchsorted(self.start, [steps[k].start for k in which], "left").tolist()
+        hi = np.searchsorted(self.start, [steps[k].end for k in which], "left").tolist()
         return [slice(a, b) for a, b in zip(lo, hi)]
+
+
+class _Plain(msgspec.Struct):
+    """The segments of the plain steps, found for all of them at once (see `_plain_steps`)."""
+
+    is_plain: np.ndarray  # bool per step
+    forward: np.ndarray  # bool per step: a plain step whose forward was inferred
+    start: np.ndarray  # the segments: float64 µs
+    end: np.ndarray
+    phase: np.ndarray  # int32
+    step: np.ndarray  # int32 index into the steps
 
 
 class _Context(msgspec.Struct):
@@ -438,6 +461,57 @@ class _Context(msgspec.Struct):
     side_top: _Events  # top-level events of the process's other threads
     seed_code: int
     name_autograd: np.ndarray
+
+
+def _plain_steps(steps: list[Step], ctx: _Context, code_of: dict[str, int]) -> _Plain:
+    """The steps that no phase range overlaps and no autograd op starts in, split all at once.
+
+    `_split_step` makes a few numpy calls per step, far above the work of a step with almost
+    nothing in it (50,000 of them took seconds). A plain step's split needs none of its rules but
+    one: its forward is the top-level work of the loop's thread, from the first work's start to
+    the last work's end (or the step's end), the rest ``other`` — what `_split_step` gives it."""
+    n = len(steps)
+    a = np.array([s.start for s in steps], dtype=np.float64)
+    b = np.array([s.end for s in steps], dtype=np.float64)
+    # a range overlaps [a, b) if it starts before b and one begun so far ends after a
+    reach = np.maximum.accumulate(ctx.ranges.end) if len(ctx.ranges.end) else np.zeros(0)
+    before_end = np.searchsorted(ctx.ranges.start, b, "left")
+    ranged = ((before_end > 0) & (reach[np.maximum(before_end - 1, 0)] > a) if len(reach)
+              else np.zeros(n, bool))
+    ag = ctx.autograd.start
+    is_plain = ~ranged & (np.searchsorted(ag, b, "left") == np.searchsorted(ag, a, "left"))
+    top = ctx.main_top
+    top_autograd = ctx.name_autograd[top.name] if len(top.name) else np.zeros(0, bool)
+    work = np.flatnonzero(~top_autograd & (top.phase == NO_PHASE) & (top.name != ctx.seed_code))
+    work_start, work_end = top.start[work], top.end[work]
+    lo = np.searchsorted(work_start, a, "left")
+    hi = np.searchsorted(work_start, b, "left")
+    # the work of each step: [lo, hi), disjoint and in order while the steps are; else none plain
+    has = is_plain & (hi > lo)
+    bounds = np.stack([lo[has], hi[has]], axis=1).ravel()
+    if len(bounds) and np.any(np.diff(bounds) < 0):
+        is_plain[:] = False
+        has[:] = False
+        bounds = bounds[:0]
+    fs = np.full(n, np.inf)
+    fe = np.full(n, -np.inf)
+    if len(bounds):
+        fs[has] = work_start[lo[has]]
+        fe[has] = np.maximum.reduceat(np.r_[work_end, -np.inf], bounds)[::2]
+    fe_in = np.minimum(fe, b)
+    forward = has & (fe_in > fs)  # zero-length work marks a forward but holds no time
+    # up to three segments a step: other before the forward, the forward, other after it
+    seg_start = np.stack([a, fs, fe], axis=1)
+    seg_end = np.stack([fs, fe_in, b], axis=1)
+    codes = np.array([code_of[OTHER], code_of[FORWARD], code_of[OTHER]], np.int32)
+    seg_phase = np.tile(codes, (n, 1))
+    keep = np.stack([forward & (fs > a), forward, forward & (fe < b)], axis=1)
+    whole = is_plain & ~forward & (b > a)  # one ``other`` segment over the whole step
+    seg_start[whole, 0], seg_end[whole, 0], keep[whole, 0] = a[whole], b[whole], True
+    keep &= is_plain[:, None]
+    seg_step = np.broadcast_to(np.arange(n, dtype=np.int32)[:, None], (n, 3))
+    return _Plain(is_plain=is_plain, forward=has, start=seg_start[keep], end=seg_end[keep],
+                  phase=seg_phase[keep], step=seg_step[keep])
 
 
 def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], w: np.ndarray, autograd: slice,

@@ -59,6 +59,7 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
     apart, apart_gpu = _ms_list(w.apart_us[rows]), _ms_list(w.apart_gpu_us[rows])
     ev, pa = OUT_OF_STEP.index(EVAL), OUT_OF_STEP.index(PAUSED)
     phases = w.phases
+    cpu_us, idle_us = cpu.tolist(), idle.tolist()  # Python floats: a numpy scalar per cell is slow
     out = []
     for k, row in enumerate(rows):
         ref = w.refs[row]
@@ -87,7 +88,7 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
                     gpu_ms=gpu_ms[k][j],
                     gpu_idle_ms=idle_ms[k][j],
                     launches=launches[k][j],
-                    verdict=verdict(cpu[k, j], idle[k, j], has_gpu),
+                    verdict=verdict(cpu_us[k][j], idle_us[k][j], has_gpu),
                     inferred=name in step.inferred,
                     gpu_busy_ms=busy_ms[k][j],
                     gpu_compute_ms=compute_ms[k][j],

@@ -43,6 +43,11 @@ class Worker:
         refs = [StepRef(span, i) for span in spans for i in range(len(span.steps))]
         refs.sort(key=lambda r: (r.span.steps[r.index].number, r.span.steps[r.index].start))
         self.refs = refs
+        first = {}  # a span listed twice is one span
+        for k, span in enumerate(spans):
+            first.setdefault(id(span), k)
+        self._span_of = np.array([first[id(r.span)] for r in refs], dtype=np.int64)
+        self._index = np.array([r.index for r in refs], dtype=np.int64)
         steps = [r.span.steps[r.index] for r in refs]
         self.numbers = [s.number for s in steps]
         self.wall_us = np.array([s.wall for s in steps], dtype=np.float64)
@@ -134,14 +139,17 @@ class Worker:
         return {k: float(v) for k, v in zip(g.memory_kinds, us) if v > 0}
 
     def by_span(self, rows) -> list[tuple[SpanAnalysis, list[int], list[int]]]:
-        """``rows`` grouped by span: (span, the rows, their step indices in the span)."""
-        groups: dict[int, tuple[SpanAnalysis, list[int], list[int]]] = {}
-        for k in rows:
-            ref = self.refs[k]
-            entry = groups.setdefault(id(ref.span), (ref.span, [], []))
-            entry[1].append(k)
-            entry[2].append(ref.index)
-        return list(groups.values())
+        """``rows`` grouped by span, in order of each span's first row: (span, the rows, their step
+        indices in the span). One sort for all rows: callers pass every step of the worker."""
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        if not len(rows):
+            return []
+        which = self._span_of[rows]
+        order = np.argsort(which, kind="stable")
+        groups = np.split(order, np.flatnonzero(np.diff(which[order])) + 1)
+        groups.sort(key=lambda g: int(g[0]))
+        return [(self.spans[int(which[g[0]])], rows[g].tolist(), self._index[rows[g]].tolist())
+                for g in groups]
 
     def row_of(self, number: int) -> int | None:
         """The row of step ``number``, or None."""
