@@ -132,6 +132,7 @@ def gpu_time(w: Worker, rows: np.ndarray) -> GpuTime | None:
         idle_ms=ms(max(float(w.gpu_window_us[rows].sum()) / n - busy, 0.0)),
         memory_kinds={name: ms(us / n)
                       for name, us in sorted(kinds.items(), key=lambda kv: -kv[1])},
+        idle_split={},
     )
 
 
@@ -236,6 +237,7 @@ def step_detail(w: Worker, row: int, run: str, op_limit: int | None = None) -> S
         gpu_names=span.gpu_names,
         apart=apart_bands(span, i),
         blocking=blocking_calls(span, i),
+        critical_path=None,
     )
 
 
