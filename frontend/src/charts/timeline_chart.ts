@@ -93,7 +93,8 @@ export function drawTimeline(chart: Chart, input: TimelineChart): void {
     dataset: { source, dimensions: Object.keys(source) },
     xAxis: xAxes,
     yAxis: [
-      { type: 'value', gridIndex: 0, name: input.valueName, nameGap: 8, ...axis },
+      { type: 'value', gridIndex: 0, name: input.valueName, nameGap: 8, ...axis,
+        nameTextStyle: { ...axis.nameTextStyle, align: 'left' } }, // starts at the axis line, never cut
       ...(apart ? [{ type: 'value' as const, gridIndex: 1, name: 'ms outside the steps', nameGap: 8, ...axis }] : []),
     ],
     tooltip: {
