@@ -142,11 +142,23 @@ def test_the_step_view_shows_the_steps_gpu_measures_syncs_and_path(tab, run):
     tab.screenshot(f"gpu-time-step-{run}")
 
 
-@pytest.mark.parametrize("run", ["nccl", "v100"])
+@pytest.mark.parametrize("run", ["nccl", "v100", "warmup"])
 def test_the_overview_shows_the_mean_steps_gpu_measures_and_path(tab, run):
     s = tab.api("steps", run=run)["summary"]
     tab.open(view="overview", run=run, device="gpu")
-    check_measures(tab, tab.card("GPU time of the mean step"), s["gpu_time"])
+    card = tab.card("GPU time of the mean step")
+    check_measures(tab, card, s["gpu_time"])
+    # the steps its means leave out, named (the warm-up run's setup step)
+    apart = [f"{n} (warm-up)" for n in s.get("warmup_steps") or []] + \
+        [f"{n} (compiled)" for n in s.get("compiling_steps") or []] + \
+        [f"{n} (cut by the trace’s end)" for n in s.get("cut_steps") or []]
+    assert bool(apart) == (run == "warmup")
+    note = card.locator(".left-out")
+    if apart:
+        assert note.inner_text() == (f"Means over the steps kept: step{'s' if len(apart) > 1 else ''} "
+                                     f"{', '.join(apart)} left out, as from every mean and finding.")
+    else:
+        assert note.count() == 0
     check_streams(tab, "GPU streams of the mean step", s["gpu_time"])
     if s.get("critical_path"):
         check_path(tab, "Critical path of the mean step", s["critical_path"])
@@ -197,3 +209,55 @@ def test_the_memory_view_over_every_step_names_the_steps_it_leaves_out(tab):
     assert tab.selections()["step"] == str(number)
     assert tab.frame.locator(".left-out").count() == 0
     assert tab.frame.locator("h3", has_text="Memory events on").count() == len(answer["devices"])
+
+
+def _with(tab, route: str, change) -> None:
+    """Serve ``route``'s real answer to the page with ``change(answer)`` applied."""
+    def handle(r):
+        response = r.fetch()
+        answer = response.json()
+        change(answer)
+        r.fulfill(response=response, json=answer)
+    tab.page.route(re.compile(rf"/data/plugin/phaseprof/{route}\?"), handle)
+
+
+def _path_of(d: dict) -> dict:
+    """A critical path through the step's own lanes: the loop's phases, then a stream's busy bands,
+    one stretch on a lane the step does not have (the tab leaves it out)."""
+    labels, bands = d["lanes"]["labels"], d["lanes"]["bands"]
+    stream = next(k for k, label in enumerate(labels) if label.startswith("GPU"))
+    segments = [{"start_ms": a, "end_ms": b, "lane": "host" if lane == 0 else labels[lane],
+                 "kind": "phase" if lane == 0 else "kernel", "name": phase}
+                for lane, a, b, phase in bands if lane in (0, stream)][:40]
+    segments.append({"start_ms": 0.0, "end_ms": 0.001, "lane": "GPU 9 stream 9", "kind": "kernel", "name": "x"})
+    phases: dict[str, float] = {}
+    for s in segments[:-1]:
+        phases[s["name"]] = phases.get(s["name"], 0.0) + s["end_ms"] - s["start_ms"]
+    length = sum(phases.values())
+    items = [{"name": p, "kind": "phase", "ms": t, "share": t / length} for p, t in phases.items()]
+    return {"length_ms": length, "bound": "host-blocked", "phases": phases, "items": items, "segments": segments}
+
+
+def test_the_critical_path_and_what_if_bounds_are_drawn_as_the_answer_gives_them(tab):
+    """The answers' critical path and what-if fields, set here on real answers (the tab computes
+    none of them): the path's card, its stretches on the lanes, each finding's bound."""
+    number = tab.api("steps", run="nccl")["steps"][2]["step"]
+    d = tab.api("step", run="nccl", step=number)
+    path = _path_of(d)
+    _with(tab, "step", lambda a: a.update(critical_path=path))
+    _with(tab, "steps", lambda a: [f.update(what_if_ms=100.0 + k / 3) for k, f in enumerate(a["summary"]["findings"])])
+    tab.open(view="step", run="nccl", step=number)
+    check_path(tab, f"Critical path of step {number}", path)
+    box = tab.card("Timeline of the step").locator(".chart")
+    assert box.get_attribute("data-path-drawn") == str(len(path["segments"]) - 1)
+    assert "critical path" in tab.card("Timeline of the step").locator(".legend").inner_text()
+    # hovering a stretch of the path on the loop's lane names it
+    chart = ".card:has(h3:text('Timeline of the step')) .chart"
+    height, lanes = tab.chart_box(chart)["height"], len(d["lanes"]["labels"])
+    # the middle of the loop's lane: the grid's top (24 px) and half a lane of the grid (40 px below)
+    middle = (24 + (height - 64) / lanes / 2) / height
+    tab.hover_until(chart, f"Critical path: {path['segments'][0]['name']}", y_fraction=middle)
+    tab.screenshot("gpu-time-critical-path")
+    tab.open(view="overview", run="nccl", device="gpu")
+    marks = tab.frame.locator(".findings li .what-if").all_inner_texts()
+    assert marks == [f"step ≥ {ms(100.0 + k / 3)} ms without it" for k in range(len(marks))] and marks

@@ -238,13 +238,12 @@ function gpuSummary(data: StepsAnswer): HTMLElement | null {
     ? el('p', { class: 'hint left-out' }, `Means over the steps kept: step${apart.length > 1 ? 's' : ''} `,
         apart.map(([n, why]) => `${n} (${why})`).join(', '), ' left out, as from every mean and finding.')
     : null;
-  return el(
-    'div',
-    { class: 'columns gpu-summary' },
-    measuresCard(g, 'GPU time of the mean step', kept),
-    s.critical_path ? pathCard(s.critical_path, 'Critical path of the mean step') : null,
-    streamsCard(g, 'GPU streams of the mean step'),
-  );
+  const measures = measuresCard(g, 'GPU time of the mean step', kept);
+  const streams = streamsCard(g, 'GPU streams of the mean step');
+  return s.critical_path
+    ? el('div', { class: 'columns gpu-summary' }, el('div', { class: 'stack' }, measures, streams),
+        pathCard(s.critical_path, 'Critical path of the mean step'))
+    : el('div', { class: 'columns gpu-summary' }, measures, streams);
 }
 
 /** A phase's figure in the chosen measure: host time, or GPU busy time. */

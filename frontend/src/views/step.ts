@@ -72,13 +72,13 @@ function gpuCards(ctx: ViewContext, d: StepDetail): HTMLElement[] {
   const syncs = syncsCard(d.step, d.blocking, (name) => opLink(ctx, name));
   const streams = streamsCard(g, `GPU streams in step ${d.step}`);
   const measures = measuresCard(g, `GPU time of step ${d.step}`);
-  return path
-    ? [
-        el('div', { class: 'columns' }, measures,
-          pathCard(path, `Critical path of step ${d.step}`, el('p', { class: 'hint' }, 'Drawn over the timeline of the step below.'))),
-        el('div', { class: 'columns' }, streams, syncs),
-      ]
-    : [el('div', { class: 'columns' }, measures, streams), syncs];
+  const drawn = el('p', { class: 'hint' }, 'Drawn over the timeline of the step below.');
+  return [
+    path
+      ? el('div', { class: 'columns' }, el('div', { class: 'stack' }, measures, streams), pathCard(path, `Critical path of step ${d.step}`, drawn))
+      : el('div', { class: 'columns' }, measures, streams),
+    syncs,
+  ];
 }
 
 function navigation(ctx: ViewContext, steps: StepsAnswer, number: number): HTMLElement {
@@ -114,7 +114,7 @@ function headline(d: StepDetail): HTMLElement {
           figure('GPU busy', `${ms(d.gpu_time.busy_ms)} ms`, 'Device activity of the work the step launched, over all streams: an instant counted once'),
           figure('Kernel time', `${ms(d.gpu_time.kernel_ms)} ms`, 'Device time of the work the step launched, summed over streams'),
           figure('GPU window', `${ms(d.gpu_time.window_ms)} ms`, 'First to last device activity of the work the step launched'),
-          figure('GPU idle', `${ms(d.gpu_idle_ms)} ms`, 'Time in the step’s host window with no device activity'),
+          figure('GPU idle in host window', `${ms(d.gpu_idle_ms)} ms`, 'Time in the step’s host window with no device activity; the GPU time card’s idle is of the GPU window (first to last device activity), which the host’s need not match'),
         ]
       : []),
     figure('Worker', d.worker),
