@@ -10,6 +10,7 @@ import { el, type Child } from '../dom';
 import { ms, pct } from '../format';
 import type { BlockingCall, CriticalPath, GpuTime } from '../types';
 import { badge, card, figure, figures, phaseName } from './layout';
+import { kernelLabels } from './kernel_names';
 import { opName } from './ops_table';
 import { table, type Column } from './table';
 
@@ -185,9 +186,14 @@ export function syncsCard(step: number, calls: BlockingCall[], opLink: (name: st
   );
 }
 
+/** Kinds of path items that run on the GPU: their names are kernel names. */
+const DEVICE_KINDS = new Set(['kernel', 'copy', 'collective']);
+
 /** The critical path: its length and bound, its share per phase, and what is on it most. */
 export function pathCard(p: CriticalPath, title: Child, extra?: Child): HTMLElement {
   const phases = Object.entries(p.phases).map(([phase, t]) => ({ phase, ms: t }));
+  // kernel names shortened as the kernel tables shorten them (the full name on hover, in the CSV)
+  const shown = kernelLabels(p.items.filter((i) => DEVICE_KINDS.has(i.kind)).map((i) => i.name));
   return card(
     title,
     figures(
@@ -212,7 +218,7 @@ export function pathCard(p: CriticalPath, title: Child, extra?: Child): HTMLElem
       rows: p.items,
       limit: 10,
       columns: [
-        { label: 'Name', value: (r) => r.name, cell: (r) => opName(r.name) },
+        { label: 'Name', value: (r) => r.name, cell: (r) => opName(r.name, shown.get(r.name)) },
         { label: 'Kind', value: (r) => r.kind, cell: (r) => badge(r.kind, 'muted') },
         { label: 'On path ms', value: (r) => r.ms, cell: (r) => ms(r.ms), numeric: true },
         { label: 'Share', value: (r) => r.share, cell: (r) => pct(r.share), numeric: true, title: 'Of the path’s length' },
