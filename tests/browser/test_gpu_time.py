@@ -1,13 +1,13 @@
-"""The GPU measures in the tab: the four measures, each stream's queue and idle split, the host calls
-that waited for the GPU and the critical path, in the Step view and for the mean step in the
+"""The GPU measures in the tab: the four measures, each stream's queue and idle split, the host
+calls that waited for the GPU and the critical path, in the Step view and for the mean step in the
 Overview, each figure read off the page and checked against the answer the same server gives; the
 Memory view over every profiled step, naming the steps it leaves out.
 
-A logdir of its own: one rank of the 16-rank NCCL job (``nccl``: communication, copies of five kinds,
-21 blocking calls a step, a queue of hundreds of kernels), the three-stream event-sync trace
+A logdir of its own: one rank of the 16-rank NCCL job (``nccl``: communication, copies of five
+kinds, 21 blocking calls a step, a queue of hundreds of kernels), the three-stream event-sync trace
 (``event_sync``: one cudaDeviceSynchronize made by no op), the V100 trace (``v100``: no blocking
-call), the first ResNet-50 trace with a step of one-off setup put before its steps (``warmup``: memory
-events) and a CPU-only run (``cpu``: none of the GPU cards).
+call), the first ResNet-50 trace with a step of one-off setup put before its steps (``warmup``:
+memory events) and a CPU-only run (``cpu``: none of the GPU cards).
 """
 
 from __future__ import annotations
@@ -31,8 +31,12 @@ MEASURES = ("compute", "communication", "memory", "idle")
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory, traces) -> Path:
     root = tmp_path_factory.mktemp("logdir")
-    for run, source in {"nccl": ("gpu", "hta_nccl_16rank"), "event_sync": ("gpu", "hta_event_sync_3stream"),
-                        "v100": ("gpu", "hta_ns_resolution"), "cpu": ("cpu", "base")}.items():
+    for run, source in {
+        "nccl": ("gpu", "hta_nccl_16rank"),
+        "event_sync": ("gpu", "hta_event_sync_3stream"),
+        "v100": ("gpu", "hta_ns_resolution"),
+        "cpu": ("cpu", "base"),
+    }.items():
         (root / run).mkdir()
         for f in traces.files(*source):
             shutil.copy(f, root / run / f.name)
@@ -49,19 +53,28 @@ def squeeze(text: str) -> str:
 
 def check_measures(tab, card, g: dict) -> None:
     """The four measures' figures, the memory kinds on hover, and the bar's parts in proportion."""
-    value = {m: card.locator(f".figure.measure[data-measure={m}] .figure-value").inner_text() for m in MEASURES}
+    value = {
+        m: card.locator(f".figure.measure[data-measure={m}] .figure-value").inner_text()
+        for m in MEASURES
+    }
     assert value == {
         "compute": f"{ms(g['compute_ms'])} ms",
         "communication": f"{ms(g['comm_ms'])} ms {ms(g['exposed_comm_ms'])} exposed",
         "memory": f"{ms(g['memory_ms'])} ms {ms(g['exposed_memory_ms'])} exposed",
         "idle": f"{ms(g['idle_ms'])} ms",
     }
-    hover = card.locator(".figure.measure[data-measure=memory]").get_attribute("title").splitlines()[1:]
+    hover = (
+        card.locator(".figure.measure[data-measure=memory]").get_attribute("title").splitlines()[1:]
+    )
     assert hover == [f"{kind}: {ms(t)} ms" for kind, t in g["memory_kinds"].items()]
     assert f"The GPU window ({ms(g['window_ms'])} ms" in card.inner_text()
     # the bar splits the window: compute, exposed communication, exposed memory, idle
-    parts = {"compute": g["compute_ms"], "communication": g["exposed_comm_ms"],
-             "memory": g["exposed_memory_ms"], "idle": g["idle_ms"]}
+    parts = {
+        "compute": g["compute_ms"],
+        "communication": g["exposed_comm_ms"],
+        "memory": g["exposed_memory_ms"],
+        "idle": g["idle_ms"],
+    }
     whole = sum(parts.values())
     bar = card.locator(".measure-bar").bounding_box()
     for m, t in parts.items():
@@ -70,7 +83,13 @@ def check_measures(tab, card, g: dict) -> None:
             assert part.count() == 0
             continue
         width = part.bounding_box()["width"]
-        assert abs(width - (bar["width"] - 2) * t / whole) <= 1.5, (m, width, bar["width"], t, whole)
+        assert abs(width - (bar["width"] - 2) * t / whole) <= 1.5, (
+            m,
+            width,
+            bar["width"],
+            t,
+            whole,
+        )
 
 
 def check_streams(tab, title: str, g: dict) -> None:
@@ -79,10 +98,19 @@ def check_streams(tab, title: str, g: dict) -> None:
     assert [r[0] for r in rows] == list(g["streams"])
     for row in rows:
         q, idle = g["queues"][row[0]], split.get(row[0])
-        assert row[1:6] == [ms(g["streams"][row[0]]), fixed(q["mean"], 2), str(q["max"]),
-                            ms(q["delay_p50_ms"]), ms(q["delay_p90_ms"])]
+        assert row[1:6] == [
+            ms(g["streams"][row[0]]),
+            fixed(q["mean"], 2),
+            str(q["max"]),
+            ms(q["delay_p50_ms"]),
+            ms(q["delay_p90_ms"]),
+        ]
         if split:
-            assert row[6:9] == [ms(idle["host_wait_ms"]), ms(idle["kernel_wait_ms"]), ms(idle["other_ms"])]
+            assert row[6:9] == [
+                ms(idle["host_wait_ms"]),
+                ms(idle["kernel_wait_ms"]),
+                ms(idle["other_ms"]),
+            ]
         else:
             assert len(row) == 6
 
@@ -97,12 +125,17 @@ def check_path(tab, title: str, path: dict) -> None:
     assert card.locator(".path-bound").inner_text() == path["bound"]
     assert f"{ms(path['length_ms'])} ms" in card.locator(".figure").first.inner_text()
     phases = {squeeze(r[0]): r[1:] for r in table_rows(card, 0)}
-    assert phases == {squeeze(p): [ms(t), pct(t / path["length_ms"])] for p, t in path["phases"].items()}
+    assert phases == {
+        squeeze(p): [ms(t), pct(t / path["length_ms"])] for p, t in path["phases"].items()
+    }
     rows = table_rows(card, 1)
     cells = card.locator("table").nth(1).locator("tbody tr")
-    names = [cells.nth(k).locator(".op").get_attribute("title") for k in range(len(rows))]  # in full
-    assert [[name, *r[1:]] for name, r in zip(names, rows)] == \
-        [[i["name"], i["kind"], ms(i["ms"]), pct(i["share"])] for i in path["items"][:10]]
+    names = [
+        cells.nth(k).locator(".op").get_attribute("title") for k in range(len(rows))
+    ]  # in full
+    assert [[name, *r[1:]] for name, r in zip(names, rows)] == [
+        [i["name"], i["kind"], ms(i["ms"]), pct(i["share"])] for i in path["items"][:10]
+    ]
 
 
 @pytest.mark.parametrize("run", ["nccl", "event_sync", "v100"])
@@ -118,12 +151,17 @@ def test_the_step_view_shows_the_steps_gpu_measures_syncs_and_path(tab, run):
     title = f"Host calls waiting for the GPU in step {number}"
     calls = sorted(d["blocking"], key=lambda c: -c["blocked_ms"])
     if not calls:
-        assert tab.card(title).inner_text().endswith(
-            "None: no synchronize and no blocking copy to the host in this step.")
+        assert (
+            tab.card(title)
+            .inner_text()
+            .endswith("None: no synchronize and no blocking copy to the host in this step.")
+        )
     else:
         total = sum(c["blocked_ms"] for c in calls)
-        assert f"{len(calls)} call{'s' if len(calls) > 1 else ''}, {ms(total)} ms of host time blocked." in \
-            tab.card(title).inner_text()
+        assert (
+            f"{len(calls)} call{'s' if len(calls) > 1 else ''}, "
+            f"{ms(total)} ms of host time blocked." in tab.card(title).inner_text()
+        )
         rows = tab.rows(title)
         assert len(rows) == min(10, len(calls))
         code = any(c["frame"] for c in calls)
@@ -131,7 +169,11 @@ def test_the_step_view_shows_the_steps_gpu_measures_syncs_and_path(tab, run):
             call, op, *rest = row
             assert squeeze(call) == squeeze(c["call"] + (c["copy"] or ""))
             assert squeeze(op) == (squeeze((c["op"] or "") + (c["inputs"] or "")) or "–")
-            assert rest[(1 if code else 0) + 1:] == [ms(c["start_ms"]), ms(c["blocked_ms"]), str(c["queued"])]
+            assert rest[(1 if code else 0) + 1 :] == [
+                ms(c["start_ms"]),
+                ms(c["blocked_ms"]),
+                str(c["queued"]),
+            ]
     # the critical path: its figures and tables, and drawn on the step's lanes stretch by stretch
     path = d["critical_path"]
     if path is not None:
@@ -139,7 +181,9 @@ def test_the_step_view_shows_the_steps_gpu_measures_syncs_and_path(tab, run):
         lanes = d["lanes"]["labels"]
         on_lanes = [s for s in path["segments"] if s["lane"] == "host" or s["lane"] in lanes]
         assert on_lanes, "a step's critical path runs on its lanes"
-        box = tab.frame.locator(".card", has=tab.frame.locator("h3", has_text="Timeline of the step")).locator(".chart")
+        box = tab.frame.locator(
+            ".card", has=tab.frame.locator("h3", has_text="Timeline of the step")
+        ).locator(".chart")
         assert box.get_attribute("data-path-drawn") == str(len(on_lanes))
     else:
         assert tab.card(f"Critical path of step {number}").count() == 0
@@ -153,14 +197,18 @@ def test_the_overview_shows_the_mean_steps_gpu_measures_and_path(tab, run):
     card = tab.card("GPU time of the mean step")
     check_measures(tab, card, s["gpu_time"])
     # the steps its means leave out, named (the warm-up run's setup step)
-    apart = [f"{n} (warm-up)" for n in s.get("warmup_steps") or []] + \
-        [f"{n} (compiled)" for n in s.get("compiling_steps") or []] + \
-        [f"{n} (cut by the trace’s end)" for n in s.get("cut_steps") or []]
+    apart = (
+        [f"{n} (warm-up)" for n in s.get("warmup_steps") or []]
+        + [f"{n} (compiled)" for n in s.get("compiling_steps") or []]
+        + [f"{n} (cut by the trace’s end)" for n in s.get("cut_steps") or []]
+    )
     assert bool(apart) == (run == "warmup")
     note = card.locator(".left-out")
     if apart:
-        assert note.inner_text() == (f"Means over the steps kept: step{'s' if len(apart) > 1 else ''} "
-                                     f"{', '.join(apart)} left out, as from every mean and finding.")
+        assert note.inner_text() == (
+            f"Means over the steps kept: step{'s' if len(apart) > 1 else ''} "
+            f"{', '.join(apart)} left out, as from every mean and finding."
+        )
     else:
         assert note.count() == 0
     check_streams(tab, "GPU streams of the mean step", s["gpu_time"])
@@ -185,28 +233,40 @@ def test_a_cpu_only_run_shows_none_of_the_gpu_cards(tab):
         assert tab.frame.locator(".measure-bar, .path-bound").count() == 0
         titles = tab.frame.locator(".card h3").all_inner_texts()
         assert titles, "the view drew its cards"
-        gpu = [t for t in titles if re.match(r"(GPU time|GPU streams|Host calls waiting|Critical path)", t)]
+        gpu = [
+            t
+            for t in titles
+            if re.match(r"(GPU time|GPU streams|Host calls waiting|Critical path)", t)
+        ]
         assert not gpu, f"{view['view']} of a CPU-only run shows {gpu}"
 
 
 def test_the_memory_view_over_every_step_names_the_steps_it_leaves_out(tab):
     answer = tab.api("memory_events", run="warmup")
-    assert answer["step"] is None and answer["left_out"], "the warm-up step is left out of the whole run"
+    assert answer["step"] is None and answer["left_out"], (
+        "the warm-up step is left out of the whole run"
+    )
     tab.open(view="memory", run="warmup")
     note = tab.frame.locator(".left-out").inner_text()
     n = answer["steps"]
     left = answer["left_out"]
-    assert note == (f"Summed over {n} profiled step{'s' if n != 1 else ''}; each peak is the highest step's. "
-                    f"Left out: step{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} "
-                    f"({answer['left_out_why']}).")
+    assert note == (
+        f"Summed over {n} profiled step{'s' if n != 1 else ''}; each peak is the highest step's. "
+        f"Left out: step{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} "
+        f"({answer['left_out_why']})."
+    )
     for device in answer["devices"]:
         title = f"Memory by op on {device['device']}, {n} profiled steps"
-        assert f"Peak {size(device['peak_bytes'])} (the highest step’s), in {device['peak_op']}." in \
-            tab.card(title).inner_text()
+        assert (
+            f"Peak {size(device['peak_bytes'])} (the highest step’s), in {device['peak_op']}."
+            in tab.card(title).inner_text()
+        )
         rows = tab.rows(title)
         by_peak = sorted(device["ops"], key=lambda r: -r["peak_total"])
-        assert [r[7] for r in rows] == [size(o["peak_total"]) for o in by_peak[:len(rows)]]
-    assert tab.frame.locator("h3", has_text="Memory events on").count() == 0  # no events over many steps
+        assert [r[7] for r in rows] == [size(o["peak_total"]) for o in by_peak[: len(rows)]]
+    assert (
+        tab.frame.locator("h3", has_text="Memory events on").count() == 0
+    )  # no events over many steps
     # one step: its events again, nothing left out said
     number = tab.api("steps", run="warmup")["steps"][-1]["step"]
     tab.frame.get_by_label("Steps").select_option(str(number))
@@ -218,11 +278,13 @@ def test_the_memory_view_over_every_step_names_the_steps_it_leaves_out(tab):
 
 def _with(tab, route: str, change) -> None:
     """Serve ``route``'s real answer to the page with ``change(answer)`` applied."""
+
     def handle(r):
         response = r.fetch()
         answer = response.json()
         change(answer)
         r.fulfill(response=response, json=answer)
+
     tab.page.route(re.compile(rf"/data/plugin/phaseprof/{route}\?"), handle)
 
 
@@ -231,26 +293,41 @@ def _path_of(d: dict) -> dict:
     one stretch on a lane the step does not have (the tab leaves it out)."""
     labels, bands = d["lanes"]["labels"], d["lanes"]["bands"]
     stream = next(k for k, label in enumerate(labels) if label.startswith("GPU"))
-    segments = [{"start_ms": a, "end_ms": b, "lane": "host" if lane == 0 else labels[lane],
-                 "kind": "phase" if lane == 0 else "kernel", "name": phase}
-                for lane, a, b, phase in bands if lane in (0, stream)][:40]
-    segments.append({"start_ms": 0.0, "end_ms": 0.001, "lane": "GPU 9 stream 9", "kind": "kernel", "name": "x"})
+    segments = [
+        {
+            "start_ms": a,
+            "end_ms": b,
+            "lane": "host" if lane == 0 else labels[lane],
+            "kind": "phase" if lane == 0 else "kernel",
+            "name": phase,
+        }
+        for lane, a, b, phase in bands
+        if lane in (0, stream)
+    ][:40]
+    segments.append(
+        {"start_ms": 0.0, "end_ms": 0.001, "lane": "GPU 9 stream 9", "kind": "kernel", "name": "x"}
+    )
     phases: dict[str, float] = {}
     for s in segments[:-1]:
         phases[s["name"]] = phases.get(s["name"], 0.0) + s["end_ms"] - s["start_ms"]
     length = sum(phases.values())
     items = [{"name": p, "kind": "phase", "ms": t, "share": t / length} for p, t in phases.items()]
-    return {"length_ms": length, "bound": "host-blocked", "phases": phases, "items": items, "segments": segments}
+    return {
+        "length_ms": length,
+        "bound": "host-blocked",
+        "phases": phases,
+        "items": items,
+        "segments": segments,
+    }
 
 
-def test_the_critical_path_and_what_if_bounds_are_drawn_as_the_answer_gives_them(tab):
-    """The answers' critical path and what-if fields, set here on real answers (the tab computes
-    none of them): the path's card, its stretches on the lanes, each finding's bound."""
+def test_the_critical_path_is_drawn_on_the_lanes_as_the_answer_gives_it(tab):
+    """A path set here on a real step's answer, through its own lanes and one it lacks: each
+    stretch on a lane the step has is drawn (the other left out), and hovering one names it."""
     number = tab.api("steps", run="nccl")["steps"][2]["step"]
     d = tab.api("step", run="nccl", step=number)
     path = _path_of(d)
     _with(tab, "step", lambda a: a.update(critical_path=path))
-    _with(tab, "steps", lambda a: [f.update(what_if_ms=100.0 + k / 3) for k, f in enumerate(a["summary"]["findings"])])
     tab.open(view="step", run="nccl", step=number)
     check_path(tab, f"Critical path of step {number}", path)
     box = tab.card("Timeline of the step").locator(".chart")
@@ -259,10 +336,7 @@ def test_the_critical_path_and_what_if_bounds_are_drawn_as_the_answer_gives_them
     # hovering a stretch of the path on the loop's lane names it
     chart = ".card:has(h3:text('Timeline of the step')) .chart"
     height, lanes = tab.chart_box(chart)["height"], len(d["lanes"]["labels"])
-    # the middle of the loop's lane: the grid's top (24 px) and half a lane of the grid (40 px below)
+    # the middle of the loop's lane: the grid's top (24 px), half a lane (the grid ends 40 px up)
     middle = (24 + (height - 64) / lanes / 2) / height
     tab.hover_until(chart, f"Critical path: {path['segments'][0]['name']}", y_fraction=middle)
     tab.screenshot("gpu-time-critical-path")
-    tab.open(view="overview", run="nccl", device="gpu")
-    marks = tab.frame.locator(".findings li .what-if").all_inner_texts()
-    assert marks == [f"step ≥ {ms(100.0 + k / 3)} ms without it" for k in range(len(marks))] and marks

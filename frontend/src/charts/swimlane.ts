@@ -42,7 +42,8 @@ export function placePath(labels: string[], path: PathSegment[]): PathMark[] {
     const lane = segment.lane === 'host' ? 0 : labels.indexOf(segment.lane);
     if (lane < 0) continue;
     const before = out[out.length - 1];
-    const from = before && before.value[0] !== lane ? [before.value[0], before.value[2]] : undefined;
+    const moved = before && before.value[0] !== lane;
+    const from = moved ? [before.value[0], before.value[2]] : undefined;
     out.push({ value: [lane, segment.start_ms, segment.end_ms], segment, from });
   }
   return out;
@@ -137,11 +138,19 @@ export function drawSwimlanes(chart: Chart, lanes: Swimlanes): void {
           const to = api.coord([api.value(2), lane]);
           const { from: before } = path[params.dataIndex];
           const line = { stroke: pathColour, lineWidth: 1, lineDash: [3, 2] };
+          const width = Math.max(to[0] - from[0], 2);
           return {
             type: 'group',
             children: [
-              { type: 'rect', shape: { x: from[0], y: from[1] - 1.5, width: Math.max(to[0] - from[0], 2), height: 3 }, style: { fill: pathColour } },
-              ...(before ? [{ type: 'line' as const, shape: lineFrom(api.coord([before[1], before[0]]), from), style: line }] : []),
+              {
+                type: 'rect',
+                shape: { x: from[0], y: from[1] - 1.5, width, height: 3 },
+                style: { fill: pathColour },
+              },
+              ...(before
+                ? [{ type: 'line' as const, style: line,
+                    shape: lineFrom(api.coord([before[1], before[0]]), from) }]
+                : []),
             ],
           };
         },

@@ -24,24 +24,30 @@ export const memoryEvents: View = {
     if (!steps) return;
     const numbers = steps.steps.map((s) => s.step);
     // no step (or one this worker lacks): the whole run
-    const number = ctx.state.step !== null && numbers.includes(ctx.state.step) ? ctx.state.step : null;
+    const chosen = ctx.state.step;
+    const number = chosen !== null && numbers.includes(chosen) ? chosen : null;
     const scope = number === null ? 'every profiled step' : `step ${number}`;
     const body = el('div');
     replace(ctx.root, el('div', { class: 'step-nav' }, stepSelect(ctx, numbers, number)), body);
-    const answer = await fetchInto(ctx, `the memory events of ${scope}`, () => ctx.api.memoryEvents(run, steps.worker, number), body);
+    const answer = await fetchInto(ctx, `the memory events of ${scope}`,
+      () => ctx.api.memoryEvents(run, steps.worker, number), body);
     if (!answer) return;
     const apart = leftOutNote(answer);
     if (!answer.devices.length) {
-      replace(body, apart, notice(`No memory event in ${scope}. Profile with `, el('code', null, 'profile_memory=True'), ' to see them.'));
+      replace(body, apart, notice(`No memory event in ${scope}. Profile with `,
+        el('code', null, 'profile_memory=True'), ' to see them.'));
       return;
     }
     const label = number === null ? stepCount(answer) : scope;
-    replace(body, apart, ...answer.devices.flatMap((d) => [opsCard(d, label), number === null ? null : eventsCard(d, label)]));
+    const cards = answer.devices.flatMap((d) =>
+      [opsCard(d, label), number === null ? null : eventsCard(d, label)]);
+    replace(body, apart, ...cards);
   },
 };
 
 function stepSelect(ctx: ViewContext, numbers: number[], number: number | null): HTMLElement {
-  const options = [{ value: '', label: 'all profiled steps' }, ...numbers.map((n) => ({ value: String(n), label: `step ${n}` }))];
+  const options = [{ value: '', label: 'all profiled steps' },
+    ...numbers.map((n) => ({ value: String(n), label: `step ${n}` }))];
   return select('Steps', options, number === null ? '' : String(number), (value) =>
     ctx.go({ step: value === '' ? null : Number(value) }, { replace: true }),
   );
@@ -51,10 +57,11 @@ function stepSelect(ctx: ViewContext, numbers: number[], number: number | null):
 function leftOutNote(answer: MemoryEventsAnswer): HTMLElement | null {
   if (answer.step !== null) return null;
   const out = answer.left_out ?? [];
+  const why = answer.left_out_why ? ` (${answer.left_out_why})` : '';
   const n = out.length;
   return el('p', { class: 'hint left-out' },
     `Summed over ${stepCount(answer)}; each peak is the highest step's. `,
-    n ? `Left out: step${n > 1 ? 's' : ''} ${out.join(', ')}${answer.left_out_why ? ` (${answer.left_out_why})` : ''}.` : 'No step left out.');
+    n ? `Left out: step${n > 1 ? 's' : ''} ${out.join(', ')}${why}.` : 'No step left out.');
 }
 
 function stepCount(answer: MemoryEventsAnswer): string {
@@ -75,7 +82,8 @@ function opsCard(d: MemoryDevice, scope: string): HTMLElement {
   ];
   const at = d.peak_ms === null ? ' (the highest step’s)' : ` at ${ms(d.peak_ms)} ms`;
   const peak = d.peak_op === null ? null
-    : el('p', { class: 'hint peak-op' }, `Peak ${bytes(d.peak_bytes)}${at}, in `, el('strong', null, d.peak_op), '.');
+    : el('p', { class: 'hint peak-op' }, `Peak ${bytes(d.peak_bytes)}${at}, in `,
+      el('strong', null, d.peak_op), '.');
   return card(`Memory by op on ${d.device}, ${scope}`, peak,
     table<MemoryOpRow>({ label: `Memory by op ${d.device}`, rows: d.ops, columns, sortBy: 7, descending: true, limit: 30 }));
 }

@@ -233,10 +233,13 @@ function gpuSummary(data: StepsAnswer): HTMLElement | null {
   const s = data.summary;
   const g = s.gpu_time;
   if (!g) return null;
-  const apart = [...stepsApart(data)].concat((s.cut_steps ?? []).map((n) => [n, 'cut by the trace’s end']));
+  const cut = (s.cut_steps ?? []).map((n): [number, string] => [n, 'cut by the trace’s end']);
+  const apart = [...stepsApart(data), ...cut];
   const kept = apart.length
-    ? el('p', { class: 'hint left-out' }, `Means over the steps kept: step${apart.length > 1 ? 's' : ''} `,
-        apart.map(([n, why]) => `${n} (${why})`).join(', '), ' left out, as from every mean and finding.')
+    ? el('p', { class: 'hint left-out' },
+        `Means over the steps kept: step${apart.length > 1 ? 's' : ''} `,
+        apart.map(([n, why]) => `${n} (${why})`).join(', '),
+        ' left out, as from every mean and finding.')
     : null;
   const measures = measuresCard(g, 'GPU time of the mean step', kept);
   const streams = streamsCard(g, 'GPU streams of the mean step');
@@ -261,6 +264,9 @@ function findingsCard(data: StepsAnswer): HTMLElement {
   );
 }
 
+const WHAT_IF = 'With what it names gone, the step would still take at least this: '
+  + 'the critical path’s length without its time';
+
 /** A finding: its sentence, its estimated saving, and the evidence behind it on demand. */
 function findingItem(f: Finding): HTMLElement {
   const evidence = Object.entries(f.evidence);
@@ -269,7 +275,7 @@ function findingItem(f: Finding): HTMLElement {
     { class: `finding finding-${f.kind}` },
     f.saving_ms !== null ? el('span', { class: 'saving', title: 'Estimated time per step it could save' }, `≤ ${ms(f.saving_ms)} ms`) : null,
     f.what_if_ms !== undefined && f.what_if_ms !== null
-      ? el('span', { class: 'what-if', title: 'With what it names gone, the step would still take at least this: the critical path’s length without its time' }, `step ≥ ${ms(f.what_if_ms)} ms without it`)
+      ? el('span', { class: 'what-if', title: WHAT_IF }, `step ≥ ${ms(f.what_if_ms)} ms without it`)
       : null,
     el('span', { class: 'finding-text' }, f.text),
     evidence.length

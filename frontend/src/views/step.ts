@@ -75,7 +75,8 @@ function gpuCards(ctx: ViewContext, d: StepDetail): HTMLElement[] {
   const drawn = el('p', { class: 'hint' }, 'Drawn over the timeline of the step below.');
   return [
     path
-      ? el('div', { class: 'columns' }, el('div', { class: 'stack' }, measures, streams), pathCard(path, `Critical path of step ${d.step}`, drawn))
+      ? el('div', { class: 'columns' }, el('div', { class: 'stack' }, measures, streams),
+          pathCard(path, `Critical path of step ${d.step}`, drawn))
       : el('div', { class: 'columns' }, measures, streams),
     syncs,
   ];
@@ -114,7 +115,9 @@ function headline(d: StepDetail): HTMLElement {
           figure('GPU busy', `${ms(d.gpu_time.busy_ms)} ms`, 'Device activity of the work the step launched, over all streams: an instant counted once'),
           figure('Kernel time', `${ms(d.gpu_time.kernel_ms)} ms`, 'Device time of the work the step launched, summed over streams'),
           figure('GPU window', `${ms(d.gpu_time.window_ms)} ms`, 'First to last device activity of the work the step launched'),
-          figure('GPU idle in host window', `${ms(d.gpu_idle_ms)} ms`, 'Time in the step’s host window with no device activity; the GPU time card’s idle is of the GPU window (first to last device activity), which the host’s need not match'),
+          figure('GPU idle in host window', `${ms(d.gpu_idle_ms)} ms`,
+            'Time in the step’s host window with no device activity; the GPU time card’s idle is '
+            + 'of the GPU window (first to last device activity), which the host’s need not match'),
         ]
       : []),
     figure('Worker', d.worker),
@@ -197,22 +200,32 @@ function phasesCard(d: StepDetail): HTMLElement {
   );
 }
 
+const LANES_HINT = 'Host threads with their phases, then GPU streams coloured by the phase that '
+  + 'launched the work. Each lane is drawn where it was busy: gaps shorter than a pixel may be '
+  + 'filled, never more than 0.5% of its busy time. Scroll to zoom.';
+const PATH_HINT = ' The line is the step’s critical path, dashed where it moves from lane to lane.';
+
 function lanesCard(ctx: ViewContext, d: StepDetail): HTMLElement {
   if (!d.lanes.bands.length) return card('Timeline of the step', el('p', { class: 'empty' }, 'No activity recorded in this step.'));
   const box = chartBox(d.lanes.labels.length * LANE_HEIGHT + 72);
   const path = d.critical_path?.segments ?? [];
   const legendBox = apartLegend(d);
-  if (path.length) legendBox.append(el('span', { class: 'legend-path' }, el('span', { class: 'path-swatch' }), 'critical path'));
+  if (path.length) {
+    const swatch = el('span', { class: 'path-swatch' });
+    legendBox.append(el('span', { class: 'legend-path' }, swatch, 'critical path'));
+  }
   const out = card(
     'Timeline of the step',
     legendBox,
     box,
-    el('p', { class: 'hint' }, 'Host threads with their phases, then GPU streams coloured by the phase that launched the work. Each lane is drawn where it was busy: gaps shorter than a pixel may be filled, never more than 0.5% of its busy time. Scroll to zoom.',
-      path.length ? ' The line is the step’s critical path, dashed where it moves from lane to lane.' : ''),
+    el('p', { class: 'hint' }, LANES_HINT,
+      path.length ? PATH_HINT : ''),
   );
   // for the browser tests: how many of the path's stretches are drawn on a lane
   box.dataset.pathDrawn = String(placePath(d.lanes.labels, path).length);
-  drawSwimlanes(mountChart(box, ctx.scope), { labels: d.lanes.labels, bands: d.lanes.bands, apart: d.apart, wallMs: windowMs(d), path });
+  const { labels, bands } = d.lanes;
+  const chart = mountChart(box, ctx.scope);
+  drawSwimlanes(chart, { labels, bands, apart: d.apart, wallMs: windowMs(d), path });
   return out;
 }
 
