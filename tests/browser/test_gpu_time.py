@@ -340,3 +340,24 @@ def test_the_critical_path_is_drawn_on_the_lanes_as_the_answer_gives_it(tab):
     middle = (24 + (height - 64) / lanes / 2) / height
     tab.hover_until(chart, f"Critical path: {path['segments'][0]['name']}", y_fraction=middle)
     tab.screenshot("gpu-time-critical-path")
+
+
+JS_INK_LEFT = """(canvas) => {
+  // the leftmost painted pixel of the canvas's top rows, above the value axis's first label
+  const ctx = canvas.getContext('2d');
+  const rows = Math.round(18 * (canvas.height / canvas.clientHeight));
+  const { data, width } = ctx.getImageData(0, 0, canvas.width, rows);
+  let left = width;
+  for (let i = 3; i < data.length; i += 4) if (data[i] > 0) left = Math.min(left, ((i - 3) / 4) % width);
+  return [left / (canvas.width / canvas.clientWidth), left < width];
+}"""
+
+
+def test_the_value_axis_name_above_the_bars_is_not_cut(tab):
+    """The name above the Overview's value axis ("ms (GPU busy)") starts at the axis line: none of
+    it is cut at the chart's left edge (centred on the axis, its first half was)."""
+    tab.open(view="overview", run="nccl", device="gpu")
+    canvas = tab.card("Phases per step").locator("canvas").first
+    left, inked = canvas.evaluate(JS_INK_LEFT)
+    assert inked, "the axis name is drawn"
+    assert left >= 8, f"the axis name starts {left:.1f} px from the chart's left edge: cut"
