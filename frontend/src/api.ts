@@ -53,7 +53,9 @@ export class Api {
     this.get<KernelsAnswer>('kernels', { run, worker, step, phase });
   ops = (run: string, worker: string, group: string, phase = '') => this.get<OpsAnswer>('ops', { run, worker, group, phase });
   memory = (run: string, worker: string, step: number) => this.get<MemoryAnswer>('memory', { run, worker, step });
-  memoryEvents = (run: string, worker: string, step: number) => this.get<MemoryEventsAnswer>('memory_events', { run, worker, step });
+  /** `step` null: memory by op over every profiled step the summary keeps. */
+  memoryEvents = (run: string, worker: string, step: number | null) =>
+    this.get<MemoryEventsAnswer>('memory_events', { run, worker, step });
   collectives = (run: string, step: number | null) => this.get<CollectivesAnswer>('collectives', { run, step });
   modules = (run: string, worker: string, step: number | null) => this.get<ModulesAnswer>('modules', { run, worker, step });
   /** A step as Chrome-trace JSON, as text: what "Download" saves is exactly what was drawn. */

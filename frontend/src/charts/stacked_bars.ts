@@ -60,7 +60,11 @@ export function drawStackedBars(chart: Chart, bars: StackedBars): void {
   const end = scale ? { max: scale.max } : {};
   const valueAxis = bars.horizontal
     ? { type: 'value' as const, name: bars.valueName, nameLocation: 'middle' as const, nameGap: 22, ...end, ...axis }
-    : { type: 'value' as const, name: bars.valueName, nameGap: 8, ...end, ...axis };
+    : {
+        type: 'value' as const, name: bars.valueName, nameGap: 8, ...end, ...axis,
+        // Above the axis, the name starts at the axis line: centred on it, its left half was cut.
+        nameTextStyle: { ...axis.nameTextStyle, align: 'left' as const },
+      };
   const option: ChartOption = {
     ...baseOption(),
     grid: bars.horizontal

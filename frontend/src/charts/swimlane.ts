@@ -2,7 +2,8 @@
  * One step as swimlanes: the loop's thread with its phase segments, the process's other threads,
  * then each GPU stream, every band coloured by the phase it belongs to (or that launched it). Time
  * in the step's window kept out of the step lies on the loop's lane in its own colour, thinner than
- * a phase's band.
+ * a phase's band. The step's critical path, where given, is a line over the bands it runs through,
+ * joined from lane to lane where it moves (host to a stream at a launch, back at a sync).
  */
 
 import { graphic } from 'echarts/core';
@@ -10,7 +11,8 @@ import { graphic } from 'echarts/core';
 import { ms } from '../format';
 import { asApart, apartColour, apartLabel, type Apart } from '../apart';
 import { phaseColour } from '../phase_colours';
-import type { Band, ApartBand } from '../types';
+import type { Band, ApartBand, PathSegment } from '../types';
+import { chartColours } from '../theme';
 import { axisStyle, baseOption, type Chart, type ChartOption } from './echarts';
 import { tooltipBody } from './tooltip';
 
@@ -21,6 +23,30 @@ export interface Swimlanes {
   apart: ApartBand[];
   /** The step's window (its own time and what was kept out of it). */
   wallMs: number;
+  /** The critical path's stretches; lane `host` is the loop's thread (lane 0). */
+  path?: PathSegment[];
+}
+
+/** A critical path's stretch on its lane (`host`: the loop's thread). */
+interface PathMark {
+  value: number[];
+  segment: PathSegment;
+  /** Lane and end of the stretch before, where the path moved from another lane. */
+  from?: number[];
+}
+
+/** The path's stretches placed on the lanes; stretches on a lane not drawn are left out. */
+export function placePath(labels: string[], path: PathSegment[]): PathMark[] {
+  const out: PathMark[] = [];
+  for (const segment of path) {
+    const lane = segment.lane === 'host' ? 0 : labels.indexOf(segment.lane);
+    if (lane < 0) continue;
+    const before = out[out.length - 1];
+    const moved = before && before.value[0] !== lane;
+    const from = moved ? [before.value[0], before.value[2]] : undefined;
+    out.push({ value: [lane, segment.start_ms, segment.end_ms], segment, from });
+  }
+  return out;
 }
 
 export const LANE_HEIGHT = 22;
@@ -31,6 +57,8 @@ export function drawSwimlanes(chart: Chart, lanes: Swimlanes): void {
     ...lanes.bands.map(([lane, start, end, phase]) => ({ value: [lane, start, end], phase })),
     ...lanes.apart.map(([start, end, kind]) => ({ value: [0, start, end], apart: asApart(kind) ?? undefined })),
   ];
+  const path = placePath(lanes.labels, lanes.path ?? []);
+  const pathColour = chartColours().text;
   const option: ChartOption = {
     ...baseOption(),
     grid: { left: 8, right: 16, top: 24, bottom: 40, containLabel: true },
@@ -57,7 +85,16 @@ export function drawSwimlanes(chart: Chart, lanes: Swimlanes): void {
       ...baseOption().tooltip,
       trigger: 'item',
       formatter: (params: unknown) => {
-        const { dataIndex } = params as { dataIndex: number };
+        const { dataIndex, seriesIndex } = params as { dataIndex: number; seriesIndex: number };
+        if (seriesIndex === 1) {
+          const { segment: p } = path[dataIndex];
+          return tooltipBody(`Critical path: ${p.name}`, [
+            { label: p.kind, value: `${ms(p.end_ms - p.start_ms)} ms`, strong: true },
+            { label: 'on', value: p.lane },
+            { label: 'from', value: `${ms(p.start_ms)} ms` },
+            { label: 'to', value: `${ms(p.end_ms)} ms` },
+          ]);
+        }
         const { value: [lane, start, end], phase, apart } = data[dataIndex];
         return tooltipBody(lanes.labels[lane], [
           apart
@@ -88,7 +125,41 @@ export function drawSwimlanes(chart: Chart, lanes: Swimlanes): void {
           return rect && { type: 'rect', shape: rect, style: { fill: apart ? apartColour(apart) : phaseColour(phase ?? '') } };
         },
       },
+      {
+        type: 'custom',
+        name: 'critical path',
+        encode: { x: [1, 2], y: 0 },
+        data: path.map((p) => p.value),
+        clip: true,
+        z: 3,
+        renderItem: (params, api) => {
+          const lane = api.value(0);
+          const from = api.coord([api.value(1), lane]);
+          const to = api.coord([api.value(2), lane]);
+          const { from: before } = path[params.dataIndex];
+          const line = { stroke: pathColour, lineWidth: 1, lineDash: [3, 2] };
+          const width = Math.max(to[0] - from[0], 2);
+          return {
+            type: 'group',
+            children: [
+              {
+                type: 'rect',
+                shape: { x: from[0], y: from[1] - 1.5, width, height: 3 },
+                style: { fill: pathColour },
+              },
+              ...(before
+                ? [{ type: 'line' as const, style: line,
+                    shape: lineFrom(api.coord([before[1], before[0]]), from) }]
+                : []),
+            ],
+          };
+        },
+      },
     ],
   };
   chart.setOption(option, true);
+}
+
+function lineFrom(a: number[], b: number[]) {
+  return { x1: a[0], y1: a[1], x2: b[0], y2: b[1] };
 }

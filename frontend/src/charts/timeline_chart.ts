@@ -93,7 +93,9 @@ export function drawTimeline(chart: Chart, input: TimelineChart): void {
     dataset: { source, dimensions: Object.keys(source) },
     xAxis: xAxes,
     yAxis: [
-      { type: 'value', gridIndex: 0, name: input.valueName, nameGap: 8, ...axis },
+      { type: 'value', gridIndex: 0, name: input.valueName, nameGap: 8, ...axis,
+        // starts at the axis line: centred on it, its left half was cut
+        nameTextStyle: { ...axis.nameTextStyle, align: 'left' } },
       ...(apart ? [{ type: 'value' as const, gridIndex: 1, name: 'ms outside the steps', nameGap: 8, ...axis }] : []),
     ],
     tooltip: {

@@ -1,7 +1,9 @@
 /**
  * One step's memory in detail: per device, memory by op (allocated, freed and peak delta, self and
  * total) and every allocation and free with its op, address and the bytes allocated after it; the op
- * at the step's peak called out. Opened from the memory curve of the Step view.
+ * at the step's peak called out. Opened from the memory curve of the Step view. Without a step
+ * (the toolbar's Memory), memory by op over every profiled step the summary keeps, the warm-up,
+ * compiling and cut steps left out and named.
  */
 
 import { select } from '../components/controls';
@@ -11,7 +13,7 @@ import { opName } from '../components/ops_table';
 import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { bytes, ms, thousands } from '../format';
-import type { MemoryDevice, MemoryEventRow, MemoryOpRow } from '../types';
+import type { MemoryDevice, MemoryEventRow, MemoryEventsAnswer, MemoryOpRow } from '../types';
 import { fetchInto, stepsToShow, type View, type ViewContext } from './view';
 
 export const memoryEvents: View = {
@@ -21,26 +23,53 @@ export const memoryEvents: View = {
     const steps = await stepsToShow(ctx, 'no memory to show');
     if (!steps) return;
     const numbers = steps.steps.map((s) => s.step);
-    const number = ctx.state.step !== null && numbers.includes(ctx.state.step) ? ctx.state.step : numbers[0];
+    // no step (or one this worker lacks): the whole run
+    const chosen = ctx.state.step;
+    const number = chosen !== null && numbers.includes(chosen) ? chosen : null;
+    const scope = number === null ? 'every profiled step' : `step ${number}`;
     const body = el('div');
     replace(ctx.root, el('div', { class: 'step-nav' }, stepSelect(ctx, numbers, number)), body);
-    const answer = await fetchInto(ctx, `the memory events of step ${number}`, () => ctx.api.memoryEvents(run, steps.worker, number), body);
+    const answer = await fetchInto(ctx, `the memory events of ${scope}`,
+      () => ctx.api.memoryEvents(run, steps.worker, number), body);
     if (!answer) return;
+    const apart = leftOutNote(answer);
     if (!answer.devices.length) {
-      replace(body, notice(`No memory event in step ${number}. Profile with `, el('code', null, 'profile_memory=True'), ' to see them.'));
+      replace(body, apart, notice(`No memory event in ${scope}. Profile with `,
+        el('code', null, 'profile_memory=True'), ' to see them.'));
       return;
     }
-    replace(body, ...answer.devices.flatMap((d) => [opsCard(d, number), eventsCard(d, number)]));
+    const label = number === null ? stepCount(answer) : scope;
+    const cards = answer.devices.flatMap((d) =>
+      [opsCard(d, label), number === null ? null : eventsCard(d, label)]);
+    replace(body, apart, ...cards);
   },
 };
 
-function stepSelect(ctx: ViewContext, numbers: number[], number: number): HTMLElement {
-  return select('Step', numbers.map((n) => ({ value: String(n), label: `step ${n}` })), String(number), (value) =>
-    ctx.go({ step: Number(value) }, { replace: true }),
+function stepSelect(ctx: ViewContext, numbers: number[], number: number | null): HTMLElement {
+  const options = [{ value: '', label: 'all profiled steps' },
+    ...numbers.map((n) => ({ value: String(n), label: `step ${n}` }))];
+  return select('Steps', options, number === null ? '' : String(number), (value) =>
+    ctx.go({ step: value === '' ? null : Number(value) }, { replace: true }),
   );
 }
 
-function opsCard(d: MemoryDevice, step: number): HTMLElement {
+/** The steps the whole-run tables leave out (warm-up, compiling, cut), and why, in a line. */
+function leftOutNote(answer: MemoryEventsAnswer): HTMLElement | null {
+  if (answer.step !== null) return null;
+  const out = answer.left_out ?? [];
+  const why = answer.left_out_why ? ` (${answer.left_out_why})` : '';
+  const n = out.length;
+  return el('p', { class: 'hint left-out' },
+    `Summed over ${stepCount(answer)}; each peak is the highest step's. `,
+    n ? `Left out: step${n > 1 ? 's' : ''} ${out.join(', ')}${why}.` : 'No step left out.');
+}
+
+function stepCount(answer: MemoryEventsAnswer): string {
+  const n = answer.steps ?? 1;
+  return `${thousands(n)} profiled step${n === 1 ? '' : 's'}`;
+}
+
+function opsCard(d: MemoryDevice, scope: string): HTMLElement {
   const columns: Column<MemoryOpRow>[] = [
     { label: 'Op', value: (r) => r.op, cell: (r) => opName(r.op) },
     { label: 'Events', value: (r) => r.events, cell: (r) => thousands(r.events), numeric: true, title: 'Its own allocations and frees' },
@@ -51,13 +80,15 @@ function opsCard(d: MemoryDevice, step: number): HTMLElement {
     { label: 'Freed (total)', value: (r) => r.freed_total, cell: (r) => bytes(r.freed_total), numeric: true },
     { label: 'Peak Δ (total)', value: (r) => r.peak_total, cell: (r) => bytes(r.peak_total), numeric: true, title: 'The most it raised memory, with the ops it called' },
   ];
+  const at = d.peak_ms === null ? ' (the highest step’s)' : ` at ${ms(d.peak_ms)} ms`;
   const peak = d.peak_op === null ? null
-    : el('p', { class: 'hint peak-op' }, `Peak ${bytes(d.peak_bytes)} at ${ms(d.peak_ms)} ms, in `, el('strong', null, d.peak_op), '.');
-  return card(`Memory by op on ${d.device}, step ${step}`, peak,
+    : el('p', { class: 'hint peak-op' }, `Peak ${bytes(d.peak_bytes)}${at}, in `,
+      el('strong', null, d.peak_op), '.');
+  return card(`Memory by op on ${d.device}, ${scope}`, peak,
     table<MemoryOpRow>({ label: `Memory by op ${d.device}`, rows: d.ops, columns, sortBy: 7, descending: true, limit: 30 }));
 }
 
-function eventsCard(d: MemoryDevice, step: number): HTMLElement {
+function eventsCard(d: MemoryDevice, scope: string): HTMLElement {
   const columns: Column<MemoryEventRow>[] = [
     { label: 'Time ms', value: (e) => e.t_ms, cell: (e) => ms(e.t_ms), numeric: true, title: 'From the step’s start' },
     { label: 'Bytes', value: (e) => e.bytes, cell: (e) => bytes(e.bytes, true), numeric: true, title: '+ allocated, - freed' },
@@ -67,7 +98,7 @@ function eventsCard(d: MemoryDevice, step: number): HTMLElement {
   ];
   const atPeak = (e: MemoryEventRow) => e.t_ms === d.peak_ms && e.allocated === d.peak_bytes;
   return card(
-    `Memory events on ${d.device}, step ${step}`,
+    `Memory events on ${d.device}, ${scope}`,
     d.left_out ? el('p', { class: 'hint' }, `${thousands(d.left_out)} smaller events not listed (the per-op table counts them).`) : null,
     table<MemoryEventRow>({ label: `Memory events ${d.device}`, rows: d.events, columns, sortBy: 0, descending: false, limit: 100, rowClass: (e) => (atPeak(e) ? 'peak' : '') }),
   );

@@ -1,6 +1,7 @@
 /**
  * Overview of one worker of a run: a stacked bar per profiled step, the mean phases and their
- * shares, the findings, the slowest step and why, the top ops of the dominant phase, every step.
+ * shares, the findings, on GPU runs the mean step's GPU measures, streams and critical path, the
+ * slowest step and why, the top ops of the dominant phase, every step.
  * Time in a step's window kept out of the step (an evaluation pass, a paused block) is never in its
  * bar: the tooltip, the step's notes and columns of their own say how much there was.
  */
@@ -9,6 +10,7 @@ import { drawStackedBars } from '../charts/stacked_bars';
 import { mountChart } from '../charts/echarts';
 import { tooltipBody, type TooltipRow } from '../charts/tooltip';
 import { badge, button, card, chartBox, figure, figures, legend, phaseName } from '../components/layout';
+import { measuresCard, pathCard, streamsCard } from '../components/gpu_time';
 import { notice } from '../components/status';
 import { opName, opsTable } from '../components/ops_table';
 import { table, type Column } from '../components/table';
@@ -46,6 +48,7 @@ export const overview: View = {
       device !== ctx.state.device ? notice('No GPU activity in these traces: the figures are host (CPU) time.') : null,
       stepsCard(ctx, data, device),
       el('div', { class: 'columns' }, phasesCard(data), findingsCard(data)),
+      gpuSummary(data),
       el('div', { class: 'columns' }, slowestCard(ctx, data), topOpsCard(data)),
       stepTableCard(ctx, data, device),
     );
@@ -225,6 +228,27 @@ function gpuNote(data: StepsAnswer): HTMLElement | null {
   );
 }
 
+/** The mean step on the GPU: its four measures, streams and critical path (GPU runs only). */
+function gpuSummary(data: StepsAnswer): HTMLElement | null {
+  const s = data.summary;
+  const g = s.gpu_time;
+  if (!g) return null;
+  const cut = (s.cut_steps ?? []).map((n): [number, string] => [n, 'cut by the trace’s end']);
+  const apart = [...stepsApart(data), ...cut];
+  const kept = apart.length
+    ? el('p', { class: 'hint left-out' },
+        `Means over the steps kept: step${apart.length > 1 ? 's' : ''} `,
+        apart.map(([n, why]) => `${n} (${why})`).join(', '),
+        ' left out, as from every mean and finding.')
+    : null;
+  const measures = measuresCard(g, 'GPU time of the mean step', kept);
+  const streams = streamsCard(g, 'GPU streams of the mean step');
+  return s.critical_path
+    ? el('div', { class: 'columns gpu-summary' }, el('div', { class: 'stack' }, measures, streams),
+        pathCard(s.critical_path, 'Critical path of the mean step'))
+    : el('div', { class: 'columns gpu-summary' }, measures, streams);
+}
+
 /** A phase's figure in the chosen measure: host time, or GPU busy time. */
 function phaseMs(times: PhaseTimes, device: Device): number {
   return device === 'gpu' ? times.gpu_busy_ms : times.host_ms;
@@ -240,6 +264,9 @@ function findingsCard(data: StepsAnswer): HTMLElement {
   );
 }
 
+const WHAT_IF = 'With what it names gone, the step would still take at least this: '
+  + 'the critical path’s length without its time';
+
 /** A finding: its sentence, its estimated saving, and the evidence behind it on demand. */
 function findingItem(f: Finding): HTMLElement {
   const evidence = Object.entries(f.evidence);
@@ -247,6 +274,9 @@ function findingItem(f: Finding): HTMLElement {
     'li',
     { class: `finding finding-${f.kind}` },
     f.saving_ms !== null ? el('span', { class: 'saving', title: 'Estimated time per step it could save' }, `≤ ${ms(f.saving_ms)} ms`) : null,
+    f.what_if_ms !== undefined && f.what_if_ms !== null
+      ? el('span', { class: 'what-if', title: WHAT_IF }, `step ≥ ${ms(f.what_if_ms)} ms without it`)
+      : null,
     el('span', { class: 'finding-text' }, f.text),
     evidence.length
       ? el(

@@ -1,15 +1,18 @@
 /**
- * One step in full: its phases, a swimlane timeline, its trace (every op and kernel), memory over
- * the step and per phase, its kernels, and the ops of each phase. Time in the step's window kept out
+ * One step in full: on GPU runs its four GPU measures, critical path, streams and the host calls
+ * that waited for the GPU; its phases, a swimlane timeline (the critical path drawn over it), its
+ * trace (every op and kernel), memory over the step and per phase, its kernels, and the ops of
+ * each phase. Time in the step's window kept out
  * of the step (an evaluation pass, a paused block) is said apart and shown where it lies, in its
  * own colour, never as a phase.
  */
 
 import { mountChart } from '../charts/echarts';
 import { drawMemory } from '../charts/memory_chart';
-import { drawSwimlanes, LANE_HEIGHT } from '../charts/swimlane';
+import { drawSwimlanes, LANE_HEIGHT, placePath } from '../charts/swimlane';
 import { drawTrace, layoutTrace, type RangeRow } from '../charts/trace_view';
 import { select } from '../components/controls';
+import { measuresCard, pathCard, streamsCard, syncsCard } from '../components/gpu_time';
 import { badge, button, card, chartBox, figure, figures, legend, phaseName } from '../components/layout';
 import { failure, loading, notice } from '../components/status';
 import { kernelLabels } from '../components/kernel_names';
@@ -50,6 +53,7 @@ export const step: View = {
       headline(detail),
       aheadNote(detail),
       apartNote(detail),
+      ...gpuCards(ctx, detail),
       phasesCard(detail),
       lanesCard(ctx, detail),
       traceCard(ctx, detail),
@@ -59,6 +63,24 @@ export const step: View = {
     );
   },
 };
+
+/** What the GPU did in the step and what bounds it (GPU runs only: nothing on a CPU-only step). */
+function gpuCards(ctx: ViewContext, d: StepDetail): HTMLElement[] {
+  const g = d.gpu_time;
+  if (!g) return [];
+  const path = d.critical_path;
+  const syncs = syncsCard(d.step, d.blocking, (name) => opLink(ctx, name));
+  const streams = streamsCard(g, `GPU streams in step ${d.step}`);
+  const measures = measuresCard(g, `GPU time of step ${d.step}`);
+  const drawn = el('p', { class: 'hint' }, 'Drawn over the timeline of the step below.');
+  return [
+    path
+      ? el('div', { class: 'columns' }, el('div', { class: 'stack' }, measures, streams),
+          pathCard(path, `Critical path of step ${d.step}`, drawn))
+      : el('div', { class: 'columns' }, measures, streams),
+    syncs,
+  ];
+}
 
 function navigation(ctx: ViewContext, steps: StepsAnswer, number: number): HTMLElement {
   const numbers = steps.steps.map((s) => s.step);
@@ -93,7 +115,9 @@ function headline(d: StepDetail): HTMLElement {
           figure('GPU busy', `${ms(d.gpu_time.busy_ms)} ms`, 'Device activity of the work the step launched, over all streams: an instant counted once'),
           figure('Kernel time', `${ms(d.gpu_time.kernel_ms)} ms`, 'Device time of the work the step launched, summed over streams'),
           figure('GPU window', `${ms(d.gpu_time.window_ms)} ms`, 'First to last device activity of the work the step launched'),
-          figure('GPU idle', `${ms(d.gpu_idle_ms)} ms`, 'Time in the step’s host window with no device activity'),
+          figure('GPU idle in host window', `${ms(d.gpu_idle_ms)} ms`,
+            'Time in the step’s host window with no device activity; the GPU time card’s idle is '
+            + 'of the GPU window (first to last device activity), which the host’s need not match'),
         ]
       : []),
     figure('Worker', d.worker),
@@ -176,16 +200,32 @@ function phasesCard(d: StepDetail): HTMLElement {
   );
 }
 
+const LANES_HINT = 'Host threads with their phases, then GPU streams coloured by the phase that '
+  + 'launched the work. Each lane is drawn where it was busy: gaps shorter than a pixel may be '
+  + 'filled, never more than 0.5% of its busy time. Scroll to zoom.';
+const PATH_HINT = ' The line is the step’s critical path, dashed where it moves from lane to lane.';
+
 function lanesCard(ctx: ViewContext, d: StepDetail): HTMLElement {
   if (!d.lanes.bands.length) return card('Timeline of the step', el('p', { class: 'empty' }, 'No activity recorded in this step.'));
   const box = chartBox(d.lanes.labels.length * LANE_HEIGHT + 72);
+  const path = d.critical_path?.segments ?? [];
+  const legendBox = apartLegend(d);
+  if (path.length) {
+    const swatch = el('span', { class: 'path-swatch' });
+    legendBox.append(el('span', { class: 'legend-path' }, swatch, 'critical path'));
+  }
   const out = card(
     'Timeline of the step',
-    apartLegend(d),
+    legendBox,
     box,
-    el('p', { class: 'hint' }, 'Host threads with their phases, then GPU streams coloured by the phase that launched the work. Each lane is drawn where it was busy: gaps shorter than a pixel may be filled, never more than 0.5% of its busy time. Scroll to zoom.'),
+    el('p', { class: 'hint' }, LANES_HINT,
+      path.length ? PATH_HINT : ''),
   );
-  drawSwimlanes(mountChart(box, ctx.scope), { labels: d.lanes.labels, bands: d.lanes.bands, apart: d.apart, wallMs: windowMs(d) });
+  // for the browser tests: how many of the path's stretches are drawn on a lane
+  box.dataset.pathDrawn = String(placePath(d.lanes.labels, path).length);
+  const { labels, bands } = d.lanes;
+  const chart = mountChart(box, ctx.scope);
+  drawSwimlanes(chart, { labels, bands, apart: d.apart, wallMs: windowMs(d), path });
   return out;
 }
 
