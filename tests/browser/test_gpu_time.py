@@ -276,6 +276,21 @@ def test_the_memory_view_over_every_step_names_the_steps_it_leaves_out(tab):
     assert tab.frame.locator("h3", has_text="Memory events on").count() == len(answer["devices"])
 
 
+def test_the_ops_and_kernels_over_every_step_name_the_steps_they_leave_out(tab):
+    ops, kernels = tab.api("ops", run="warmup"), tab.api("kernels", run="warmup")
+    assert ops["left_out"] and ops["left_out"] == kernels["left_out"], "the warm-up step is left out"
+
+    def said(answer: dict) -> str:
+        left = answer["left_out"]
+        return (f"Left out: step{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} "
+                f"({answer['left_out_why']}).")
+
+    tab.open(view="operators", run="warmup")
+    notes = tab.frame.locator(".left-out")
+    notes.nth(1).wait_for()  # the kernels' card fills in after the ops'
+    assert notes.all_inner_texts() == [said(ops), said(kernels)]
+
+
 def _with(tab, route: str, change) -> None:
     """Serve ``route``'s real answer to the page with ``change(answer)`` applied."""
 

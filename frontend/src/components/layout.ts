@@ -44,3 +44,14 @@ export function button(label: string, onClick: () => void, title?: string): HTML
 export function badge(text: string, kind: string, title?: string): HTMLElement {
   return el('span', { class: `badge ${kind}`, title }, text);
 }
+
+/**
+ * The steps a table over the profiled steps leaves out (warm-up, compiling, a step the trace cut),
+ * and why, in a line; null for a table of one step or one that leaves none out.
+ */
+export function leftOutNote(answer: { step: number | null; left_out: number[]; left_out_why: string | null }): HTMLElement | null {
+  if (answer.step !== null || !answer.left_out.length) return null;
+  const n = answer.left_out.length;
+  const why = answer.left_out_why ? ` (${answer.left_out_why})` : '';
+  return el('p', { class: 'hint left-out' }, `Left out: step${n > 1 ? 's' : ''} ${answer.left_out.join(', ')}${why}.`);
+}

@@ -6,7 +6,7 @@
  */
 
 import { select } from '../components/controls';
-import { card, figure, figures } from '../components/layout';
+import { card, figure, figures, leftOutNote } from '../components/layout';
 import { opName } from '../components/ops_table';
 import { notice } from '../components/status';
 import { table, type Column } from '../components/table';
@@ -71,7 +71,7 @@ function moduleCards(answer: ModulesAnswer): HTMLElement[] {
       figure('Top-level modules’ forward', `${ms(forward)} ms`, 'What the top-level modules’ calls add up to'),
       figure('From', answer.source),
     ),
-    card(`Modules over ${scope}`, grid),
+    card(`Modules over ${scope}`, leftOutNote(answer), grid),
     detail,
   ];
 }

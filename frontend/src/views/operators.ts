@@ -5,7 +5,7 @@
  */
 
 import { segmented, select } from '../components/controls';
-import { card, figure, figures, swatch } from '../components/layout';
+import { card, figure, figures, leftOutNote, swatch } from '../components/layout';
 import { codeColumn, opName } from '../components/ops_table';
 import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
@@ -36,6 +36,7 @@ export const operators: View = {
         figure(phase ? `Host time in ${phase}` : 'Host time', `${ms(answer.wall_ms)} ms`),
         steps.gpu ? figure(phase ? `GPU time of ${phase}` : 'GPU time', `${ms(answer.gpu_ms)} ms`) : null,
       ),
+      leftOutNote({ ...answer, step: null }),
       opsCard(ctx, answer, steps.gpu),
       steps.gpu ? kernelsCard(ctx, steps.worker) : null,
     );
@@ -163,7 +164,7 @@ function kernelsCard(ctx: ViewContext, worker: string): HTMLElement {
   const body = el('div');
   const out = card('Kernels over the profiled steps', body);
   void fetchInto(ctx, 'the kernels', () => ctx.api.kernels(ctx.state.run, worker, null, ctx.state.phase), body).then((answer) => {
-    if (answer) replace(body, kernelsTable(ctx, answer.kernels, 25));
+    if (answer) replace(body, leftOutNote(answer), kernelsTable(ctx, answer.kernels, 25));
   });
   return out;
 }
