@@ -32,6 +32,15 @@ from tests.capture_job import Job, capture
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(params=["disk", "s3"])
+def logdir(request, tmp_path):
+    """The job's logdir: a folder, or a prefix in a bucket of the S3 server on the loopback
+    (`tests.s3`), where the channel is objects (`phaseprof.capture_store`)."""
+    if request.param == "disk":
+        return tmp_path / "profile"
+    return f"s3://{request.getfixturevalue('bucket')}/profile"
+
+
 def _answers(run_dir, request_id: str) -> dict:
     return read_channel(str(run_dir)).answers[request_id]
 
@@ -49,8 +58,8 @@ def _traced_steps(logdir, run: str) -> dict[str, list[int]]:
     return {w["worker"]: [s["step"] for s in w["steps"]] for w in found["workers"]}
 
 
-def test_a_running_job_traces_the_steps_asked_after_the_request(tmp_path):
-    job = Job(tmp_path, active=5)
+def test_a_running_job_traces_the_steps_asked_after_the_request(tmp_path, logdir):
+    job = Job(tmp_path, active=5, logdir=logdir)
     try:
         job.ready()
         asked = capture(str(job.logdir), "--steps", "3", "--wait")
@@ -121,8 +130,8 @@ def _final_answer(job: Job, request_id: str, timeout: float = 300):
         time.sleep(0.1)
 
 
-def test_two_ranks_trace_the_same_steps(tmp_path):
-    job = Job(tmp_path, ranks=2, active=5, step_s=0.02)
+def test_two_ranks_trace_the_same_steps(tmp_path, logdir):
+    job = Job(tmp_path, ranks=2, active=5, step_s=0.02, logdir=logdir)
     try:
         job.ready()
         asked = capture(str(job.logdir), "--steps", "4", "--wait")
