@@ -61,10 +61,10 @@ from phaseprof.capture_channel import (
     plan_request,
     write_request,
 )
-from phaseprof.capture_store import POLL_S
+from phaseprof.capture_store import POLL_S, StoreError
 from phaseprof.noise import noise
 
-from .upload import WHY, StoreError, one_line, refusal
+from .upload import WHY, one_line, refusal
 
 #: The longest close() waits for the watcher's last look (held by a store that does not answer).
 CLOSE_S = 5.0
