@@ -10,18 +10,19 @@ from types import SimpleNamespace
 import msgspec
 import pytest
 
-from phaseprof.capture_channel import ACCEPTED, Request, plan_request, read_channel, request_name, write_request
+from phaseprof.capture_channel import ACCEPTED, REFUSED, Request, plan_request, read_channel, request_name, write_request
 from phaseprof.plugin.reading import storage
-from phaseprof.training_hooks.capture import CaptureWatcher
+from phaseprof.training_hooks.capture import CaptureWatcher, Slowdown
 from phaseprof.training_hooks.faults import Faults
+from phaseprof.training_hooks.recorder import PhaseStats
 from tests.s3 import Relay
 
 
-def _watcher(url: str) -> CaptureWatcher:
+def _watcher(url: str, slowdown: Slowdown | None = None, stats: PhaseStats | None = None) -> CaptureWatcher:
     """A rank's watcher over the run ``url`` at step 100, its thread stopped: the test looks."""
     prof = SimpleNamespace(_rank=0, run_dir=url, _schedule={"active": 3}, _profile_until=5, step_num=100,
-                           _faults=Faults(url))
-    watcher = CaptureWatcher(prof, 1, None)
+                           _faults=Faults(url), _recorder=SimpleNamespace(stats=stats))
+    watcher = CaptureWatcher(prof, 1, slowdown)
     watcher._stop.set()
     watcher._thread.join()
     return watcher
@@ -126,3 +127,25 @@ def test_a_failing_store_is_one_fault_per_outage_and_the_loop_never_waits(s3, bu
     finally:
         watcher.close()
     assert faults.summary() == [line]
+
+
+def test_the_slowdown_trigger_asks_through_the_store(s3, bucket):
+    """``capture_on_slowdown`` for a run in a store: the watcher judges the recorder's steps, writes
+    its request into the store, and accepts it at its next look, as every rank would."""
+    from array import array
+
+    stats = PhaseStats()
+    stats.numbers = array("q", range(62, 100))
+    stats.cpu = {"forward": array("d", [10.0] * 30 + [50.0] * 8)}
+    url = f"s3://{bucket}/p/r"
+    watcher = _watcher(url, Slowdown(), stats)
+    try:
+        watcher.tick()  # the slowdown judged: the request written
+        watcher.tick()  # read back, and accepted
+        (request,) = read_channel(url).requests
+        assert request.by == "slowdown" and request.why.steps == list(range(92, 100))
+        assert watcher.plan is not None and watcher.plan.start == request.start
+        assert read_channel(url).answers[request.id][0].state == ACCEPTED
+    finally:
+        watcher.close()
+    assert read_channel(url).answers[request.id][0].state == REFUSED  # the run ended before it
