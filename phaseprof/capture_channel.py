@@ -3,7 +3,9 @@ asks a running training job for a trace of its next steps, through files under t
 
 Torch-free: the training side (`phaseprof.training_hooks.capture`) and the TensorBoard side (the
 CLI, the plugin's ``/capture`` route) both import it. Everything lives in
-``<run>/.phaseprof/capture/`` (`phaseprof.contract.CAPTURE_DIR`)::
+``<run>/.phaseprof/capture/`` (`phaseprof.contract.CAPTURE_DIR`) — for a run in an object store,
+as objects under that prefix (`phaseprof.capture_store`; every function here takes either, through
+`open_folder`)::
 
     rank<R>.json                 each rank's heartbeat: its current step, its pace, whether it ended
     request.<id>.json            a request: trace N steps from step S (on all ranks, or some)

@@ -149,3 +149,33 @@ def test_the_slowdown_trigger_asks_through_the_store(s3, bucket):
     finally:
         watcher.close()
     assert read_channel(url).answers[request.id][0].state == REFUSED  # the run ended before it
+
+
+def test_a_tensorboard_the_store_denies_writing_answers_403_and_writes_nothing(s3, bucket, tmp_path, monkeypatch):
+    """The tab writes a request with TensorBoard's own credentials: where the bucket's policy denies
+    them the PUT (a relay answering S3's AccessDenied), ``POST /capture`` is a 403 saying so."""
+    import s3fs
+
+    from phaseprof.plugin.serving.capture import ASK_HEADER
+    from tests.s3 import Gate
+    from tests.test_capture_channel import _beat, _publish
+    from tests.logdir import write_scalars
+    from tests.test_plugin import BASE, make_app
+
+    write_scalars(tmp_path / "live", range(5))
+    _publish(tmp_path / "live", _beat(0, step=40))
+    s3.upload_tree(tmp_path, bucket, "p")
+    keys = s3.keys(bucket)
+    gate = Gate(s3.port, deny_writes=True)
+    fs = s3fs.S3FileSystem(endpoint_url=gate.endpoint, **storage._bounded("s3"))
+    monkeypatch.setitem(storage._filesystems, ("s3", True), fs)
+    plugin, client = make_app(f"s3://{bucket}/p")
+    try:
+        assert plugin._store.wait(300)
+        response = client.post(f"{BASE}/capture?run=live&steps=3", headers={ASK_HEADER: "ask"})
+    finally:
+        plugin._store.close()
+        gate.stop()
+    body = response.get_data(as_text=True)
+    assert response.status_code == 403 and "the request cannot be written" in body and "Access Denied" in body
+    assert gate.denied >= 1 and s3.keys(bucket) == keys

@@ -1,8 +1,9 @@
 """Traces of any step of a long run: the training side of the capture channel
 (`phaseprof.capture_channel`).
 
-A daemon thread (`CaptureWatcher`) wakes every `BEAT_S` seconds, off the loop: it republishes this
-rank's heartbeat (its step and pace), reads new requests under ``<run>/.phaseprof/capture/``,
+A daemon thread (`CaptureWatcher`) wakes every `BEAT_S` seconds (`capture_store.POLL_S` for a run in
+an object store, whose channel is objects there), off the loop: it republishes this rank's heartbeat
+(its step and pace), reads new requests under ``<run>/.phaseprof/capture/``,
 accepts or refuses each (answering in the run), refuses accepted ones whose deadline passed before
 their start, and, with ``capture_on_slowdown``, judges the last steps against the run's own noise
 and writes a request itself. Each look reaches the folder afresh without following a link
