@@ -125,6 +125,7 @@ class CaptureWatcher:
         #: every `POLL_S`; the first look is the thread's (the loop never waits for the store).
         self.remote = is_remote(prof.run_dir)
         self._down: str | None = None  # while the store fails: its fault's line
+        self._outages: list[str] = []  # the lines of outages that ended: withdrawn on close
         self.started = time.time()
         s = prof._schedule
         self.active = s["active"]
@@ -228,16 +229,20 @@ class CaptureWatcher:
                 self._link_found(e)
             except Exception as e:  # noqa: BLE001 - the channel is down, training goes on
                 self._prof._faults.report("the capture channel failed", e)
-            self._down = None  # the store answered: a later failure is another outage
+            if self._down is not None:  # the store answered: a later failure is another outage
+                self._outages.append(self._down)  # (its line stays until close: one warning a run)
+                self._down = None
 
     def _store_failed(self, e: StoreError) -> None:
-        """The store failed a call: the first failure of an outage is one fault (one warning for the
-        run), the next ones of it none; requests wait in the store for the next look."""
+        """The store failed a call: the first failure of an outage is one line of the summary, the
+        next ones of it none; requests wait in the store for the next look. Never the run's
+        warning: the run's files go to the same store, and the uploads' warning of its outage says
+        more (where the files are kept meanwhile)."""
         if self._down is None:
             why = WHY[refusal(e.cause)]
             self._down = self._prof._faults.report(
                 f"the capture channel in {self.folder} failed ({why}); captures are seen once it "
-                "answers", StoreError(one_line(e.cause), e.cause))
+                "answers", StoreError(one_line(e.cause), e.cause), warn=False)
 
     def _link_found(self, e: NotAFolder) -> None:
         """A link (or a file) in a channel folder's place: never followed, nothing more written."""
@@ -251,28 +256,34 @@ class CaptureWatcher:
         written to while it fails: the heartbeat then goes stale, which says the same)."""
         self.plan = None
         self._stop.set()
+        deadline = time.monotonic() + CLOSE_S
         self._thread.join(timeout=CLOSE_S)
-        if not self._lock.acquire(timeout=CLOSE_S):
+        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return
         try:
-            step = self._prof.step_num
-            for plan in self._plans:
-                if plan.state not in FINAL:
-                    plan.state, plan.reason = REFUSED, f"the run ended at step {step}, before the capture"
-            if self._off or self._down is not None:
-                return
-            try:
-                with open_folder(self.run_dir) as folder:
-                    self._answer_all(folder)
-                    self._beat(folder, ended=True)
-            except StoreError as e:
-                self._store_failed(e)
-            except NotAFolder as e:
-                self._link_found(e)
-            except Exception as e:  # noqa: BLE001
-                self._prof._faults.report("the capture channel failed", e)
+            self._close()
         finally:
             self._lock.release()
+        for line in set(self._outages) - {self._down}:  # ended, nothing lost: not in the summary
+            self._prof._faults.withdraw(line)
+
+    def _close(self) -> None:
+        step = self._prof.step_num
+        for plan in self._plans:
+            if plan.state not in FINAL:
+                plan.state, plan.reason = REFUSED, f"the run ended at step {step}, before the capture"
+        if self._off or self._down is not None:
+            return
+        try:
+            with open_folder(self.run_dir) as folder:
+                self._answer_all(folder)
+                self._beat(folder, ended=True)
+        except StoreError as e:
+            self._store_failed(e)
+        except NotAFolder as e:
+            self._link_found(e)
+        except Exception as e:  # noqa: BLE001
+            self._prof._faults.report("the capture channel failed", e)
 
     def _beat(self, folder, ended: bool = False) -> None:
         now, step = time.time(), self._prof.step_num
