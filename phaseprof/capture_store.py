@@ -55,7 +55,10 @@ class StoreFolder:
 
     def __init__(self, run_url: str, capture_dir: str) -> None:
         self.url = storage.join(storage.normalize(run_url), capture_dir)
-        self._fs = storage.filesystem(run_url, bounded=True)
+        try:
+            self._fs = storage.filesystem(run_url, bounded=True)
+        except storage.StorageError as e:  # its client is not installed: the message names the extra
+            raise StoreError(str(e), e) from None
         self._key = self.url.partition("://")[2]
         self._sizes: dict[str, int] = {}  # name -> size, from the last listing
 

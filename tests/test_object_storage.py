@@ -156,12 +156,14 @@ def test_compare_and_analyze_read_a_bucket(s3, bucket, tmp_path, traces):
     assert json.loads(out.stdout)["base"]["path"] == f"s3://{bucket}/p/cpu"
 
 
-def test_without_the_extra_a_url_gives_one_error_naming_it(tmp_path):
+@pytest.mark.parametrize("args, code", [(["report", "s3://bucket/p"], 1), (["capture", "s3://bucket/p"], 2),
+                                        (["capture", "s3://bucket/p", "--run", "r"], 2)])
+def test_without_the_extra_a_url_gives_one_error_naming_it(tmp_path, args, code):
     blocked = ("import sys; sys.modules['s3fs'] = None; from phaseprof.cli import main; "
-               "sys.exit(main(['report', 's3://bucket/p']))")
+               f"sys.exit(main({args!r}))")
     out = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True,
                          env={**os.environ, "COLUMNS": "200"})
-    assert out.returncode == 1
+    assert out.returncode == code
     assert "pip install 'phaseprof[s3]'" in out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
 

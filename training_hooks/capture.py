@@ -230,7 +230,7 @@ class CaptureWatcher:
             except Exception as e:  # noqa: BLE001 - the channel is down, training goes on
                 self._prof._faults.report("the capture channel failed", e)
             if self._down is not None:  # the store answered: a later failure is another outage
-                self._outages.append(self._down)  # (its line stays until close: one warning a run)
+                self._outages.append(self._down)  # (its line stays until close, then goes)
                 self._down = None
 
     def _store_failed(self, e: StoreError) -> None:
@@ -252,8 +252,9 @@ class CaptureWatcher:
 
     def close(self) -> None:
         """The run ends: captures not written are refused, the heartbeat says it ended. A look
-        held by a store that does not answer is not waited for beyond `CLOSE_S` (nor is the store
-        written to while it fails: the heartbeat then goes stale, which says the same)."""
+        held by a store that does not answer is not waited for beyond `CLOSE_S` in all (nor is the
+        store written to while it fails: the heartbeat then goes stale, which says the same). The
+        lines of the store's outages that ended leave the summary: nothing was lost."""
         self.plan = None
         self._stop.set()
         deadline = time.monotonic() + CLOSE_S

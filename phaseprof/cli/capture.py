@@ -81,6 +81,7 @@ def _say(line: str, out) -> None:
 def find_run(logdir: str, run: str | None) -> str:
     """The run directory to ask: ``logdir/run``, else the one run under ``logdir`` still running."""
     if storage.is_remote(logdir):
+        storage.filesystem(logdir)  # StorageError, naming the extra to install, if it is missing
         return _find_run_in_store(storage.normalize(logdir), run)
     if not os.path.isdir(logdir):
         raise ValueError(f"{logdir}: no such directory")
