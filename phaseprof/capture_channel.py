@@ -3,7 +3,9 @@ asks a running training job for a trace of its next steps, through files under t
 
 Torch-free: the training side (`phaseprof.training_hooks.capture`) and the TensorBoard side (the
 CLI, the plugin's ``/capture`` route) both import it. Everything lives in
-``<run>/.phaseprof/capture/`` (`phaseprof.contract.CAPTURE_DIR`)::
+``<run>/.phaseprof/capture/`` (`phaseprof.contract.CAPTURE_DIR`) — for a run in an object store,
+as objects under that prefix (`phaseprof.capture_store`; every function here takes either, through
+`open_folder`)::
 
     rank<R>.json                 each rank's heartbeat: its current step, its pace, whether it ended
     request.<id>.json            a request: trace N steps from step S (on all ranks, or some)
@@ -72,10 +74,6 @@ STALE_REQUEST_S = 60.0
 #: The latest deadline a request may carry, after it was written: past its deadline no rank starts
 #: it and no requester waits on it (so a job slower than a step per few minutes cannot be asked).
 MAX_WAIT_S = 600.0
-#: Why a run whose logdir is in an object store (``s3://…``) takes no capture request: its channel is
-#: files beside the run that the job and whoever asks both read and write, which needs a shared disk.
-IN_A_STORE = ("the logdir is in an object store: on-request capture needs the run's folder on a disk the "
-              "training job and the asker share (a run written to a store is traced only as its schedule says)")
 #: No request, answer or heartbeat is larger (a request is ~200 bytes).
 MAX_FILE_BYTES = 8192
 #: Steps one request may ask for; a rank also clamps it to its configured ``active``.
@@ -181,8 +179,28 @@ class NotAFolder(Unreadable):
     """A folder on the way to the channel is a link (never followed) or not a folder."""
 
 
+def is_remote(run_dir: str) -> bool:
+    """Whether ``run_dir`` is a URL of a store (``s3://…``): its channel is objects
+    (`phaseprof.capture_store`), not files."""
+    from phaseprof.plugin.reading import storage
+
+    return storage.is_remote(run_dir)
+
+
 def capture_dir(run_dir: str) -> str:
+    if is_remote(run_dir):
+        return f"{run_dir.rstrip('/')}/{CAPTURE_DIR}"
     return os.path.join(run_dir, CAPTURE_DIR)
+
+
+def lead(run_dir: str) -> float:
+    """The time allowed from a request's writing to every rank seeing it (`LEAD_S`; longer for a
+    run in a store, whose ranks look less often: `phaseprof.capture_store.LEAD_S`)."""
+    if is_remote(run_dir):
+        from phaseprof import capture_store
+
+        return capture_store.LEAD_S
+    return LEAD_S
 
 
 def request_name(request_id: str) -> str:
@@ -276,6 +294,50 @@ def write_atomic(folder: int, name: str, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=folder)
         raise
+
+
+class DiskFolder:
+    """The capture folder on disk, by a handle reached without following a link: the same calls as
+    `phaseprof.capture_store.StoreFolder`, so the job, the CLI and the tab read and write either."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd = fd
+        self.path = path  # for messages
+
+    def where(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def names(self, prefix: str = "") -> list[str]:
+        return sorted(n for n in os.listdir(self.fd) if n.startswith(prefix))
+
+    def read(self, name: str, limit: int = MAX_FILE_BYTES) -> bytes:
+        return read_small(self.fd, name, limit)
+
+    def read_many(self, names: list[str], limit: int = MAX_FILE_BYTES) -> dict[str, bytes | Unreadable]:
+        out: dict[str, bytes | Unreadable] = {}
+        for name in names:
+            try:
+                out[name] = read_small(self.fd, name, limit)
+            except Unreadable as e:
+                out[name] = e
+        return out
+
+    def write(self, name: str, data: bytes) -> None:
+        write_atomic(self.fd, name, data)
+
+
+@contextlib.contextmanager
+def open_folder(run_dir: str, create: bool = False) -> Iterator[DiskFolder]:
+    """The run's capture folder: on disk, reached without following a link (`channel_folder`:
+    `NotAFolder`, FileNotFoundError); in a store, its prefix (`StoreFolder`: nothing to create, and
+    its calls raise `StoreError`)."""
+    if is_remote(run_dir):
+        from phaseprof.capture_store import StoreFolder
+
+        yield StoreFolder(run_dir, CAPTURE_DIR)
+        return
+    with channel_folder(run_dir, create) as fd:
+        yield DiskFolder(fd, capture_dir(run_dir))
 
 
 # -- decoding and bounds ------------------------------------------------------------------------
@@ -423,15 +485,20 @@ class Channel(msgspec.Struct):
 
 
 def read_channel(run_dir: str, now: float | None = None) -> Channel:
-    """The heartbeats, requests and answers under ``run_dir`` (none if the folder is missing); never
-    raises: a folder or file that is not what it should be is listed in ``ignored``, with why."""
+    """The heartbeats, requests and answers under ``run_dir`` (a folder or a store's URL; none if
+    the folder is missing); never raises: a folder or file that is not what it should be, or a store
+    that fails, is listed in ``ignored``, with why."""
     now = time.time() if now is None else now
     out = Channel(beats={}, requests=[], answers={}, ignored=[])
     try:
-        with channel_folder(run_dir) as folder:
-            for name in sorted(os.listdir(folder)):
+        with open_folder(run_dir) as folder:
+            names = [n for n in folder.names() if BEAT_RE.match(n) or REQUEST_RE.match(n)
+                     or ANSWER_RE.match(n)]
+            for name, data in folder.read_many(names).items():
                 try:
-                    _read_entry(folder, name, now, out)
+                    if isinstance(data, Unreadable):
+                        raise data
+                    _read_entry(name, data, now, out)
                 except Unreadable as e:
                     out.ignored.append(f"{CAPTURE_DIR}/{name}: {e}")
     except FileNotFoundError:
@@ -440,19 +507,20 @@ def read_channel(run_dir: str, now: float | None = None) -> Channel:
         out.ignored.append(str(e))
     except OSError as e:
         out.ignored.append(f"{CAPTURE_DIR}: cannot be read: {e.strerror or e}")
+    out.ignored.sort()
     out.requests.sort(key=lambda r: (r.written, r.id))
     return out
 
 
-def _read_entry(folder: int, name: str, now: float, out: Channel) -> None:
+def _read_entry(name: str, data: bytes, now: float, out: Channel) -> None:
     if BEAT_RE.match(name):
         _, rank = _name_rank(name, BEAT_RE)
-        out.beats[rank] = check_beat(decode(read_small(folder, name), Heartbeat), rank, now)
+        out.beats[rank] = check_beat(decode(data, Heartbeat), rank, now)
     elif m := REQUEST_RE.match(name):
-        out.requests.append(check_request(decode(read_small(folder, name), Request), m["id"], now))
+        out.requests.append(check_request(decode(data, Request), m["id"], now))
     elif ANSWER_RE.match(name):
         request_id, rank = _name_rank(name, ANSWER_RE)
-        answer = check_answer(decode(read_small(folder, name), Answer), request_id, rank, now)
+        answer = check_answer(decode(data, Answer), request_id, rank, now)
         out.answers.setdefault(request_id, {})[rank] = answer
 
 
@@ -491,11 +559,12 @@ def pending(channel: Channel, now: float | None = None) -> Request | None:
 
 
 def plan_request(run_dir: str, steps: int | None = None, ranks: list[int] | None = None, by: str = BY_CLI,
-                 lead_s: float = LEAD_S, why: Why | None = None, now: float | None = None) -> Request:
+                 lead_s: float | None = None, why: Why | None = None, now: float | None = None) -> Request:
     """The request to write for a trace of ``steps`` steps of the run (default: the configured
     window, ``active``), or ValueError saying why the run cannot be asked (it ended, it is not
-    watched, another capture is pending)."""
+    watched, another capture is pending). ``lead_s``: default `lead` (the run's)."""
     now = time.time() if now is None else now
+    lead_s = lead(run_dir) if lead_s is None else lead_s
     if steps is not None and not 1 <= steps <= MAX_STEPS:
         raise ValueError(f"steps must lie in 1..{MAX_STEPS}, not {steps}")
     channel = read_channel(run_dir, now)
@@ -547,15 +616,15 @@ def expiry(start: int, beats: Iterable[Heartbeat], now: float) -> float:
 def write_request(run_dir: str, request: Request) -> str:
     """Write ``request`` into the run's capture folder (which must exist: a running profiler made
     it), reached without following a link; returns its path. ValueError if the folder is missing,
-    a link or not a folder."""
+    a link or not a folder; OSError if it cannot be written (`StoreError` for a store)."""
     try:
-        with channel_folder(run_dir) as folder:
-            write_atomic(folder, request_name(request.id), msgspec.json.encode(request))
+        with open_folder(run_dir) as folder:
+            folder.write(request_name(request.id), msgspec.json.encode(request))
+            return folder.where(request_name(request.id))
     except (FileNotFoundError, NotAFolder) as e:
         detail = str(e) if isinstance(e, NotAFolder) else "missing"
         folder = capture_dir(run_dir)
         raise ValueError(f"{folder} is not a folder a running profiler made ({detail})") from None
-    return os.path.join(capture_dir(run_dir), request_name(request.id))
 
 
 def targets(request: Request, channel: Channel) -> list[int]:

@@ -1,6 +1,7 @@
 """A training job that runs until told to stop, for the capture tests: a small model under
 PhaseProfiler, each step a sleep of ``step_s`` (so its pace holds on a busy machine), optionally a
-slowdown from step ``slow_from`` on (a sleep in forward), optionally as one rank of a torchrun job.
+slowdown from step ``slow_from`` on (a sleep in forward), optionally as one rank of a torchrun job,
+with its logdir on disk or in a store (``logdir="s3://…"``).
 
 The job says where it is through files in ``events/`` (never by timing): ``ready.rank<R>`` once
 it has run ``ready_at`` steps, ``starts.rank<R>.json`` at the end (each step's number and start
@@ -86,10 +87,12 @@ class Job:
 
     def __init__(self, tmp: Path, run: str = "long", *, ranks: int = 1, step_s: float = 0.02, active: int = 5,
                  max_steps: int = 100_000, ready_at: int = 20, slow_from: int | None = None, slow_s: float = 0.0,
-                 slowdown: bool = False, logdir: Path | None = None):
+                 slowdown: bool = False, logdir: Path | str | None = None):
         self.tmp = tmp
         self.logdir = logdir or tmp / "profile"
-        self.run_dir = self.logdir / run
+        #: a logdir in a store (a URL): the run is staged under ``tmp/staging`` and uploaded there
+        self.remote = isinstance(self.logdir, str)
+        self.run_dir = f"{self.logdir}/{run}" if self.remote else self.logdir / run
         self.events = tmp / f"events-{run}"
         self.events.mkdir(parents=True)
         script = tmp / "job.py"
@@ -101,8 +104,12 @@ class Job:
         launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
                     if ranks > 1 else [sys.executable])
         self.stdout = open(tmp / f"job-{run}.log", "w+")  # noqa: SIM115 - closed by finish()
+        env = dict(os.environ)
+        if self.remote:
+            (tmp / "staging").mkdir(exist_ok=True)
+            env["PHASEPROF_STAGING"] = str(tmp / "staging")
         self.proc = subprocess.Popen([*launcher, str(script), json.dumps(cfg)], stdout=self.stdout,
-                                     stderr=subprocess.STDOUT, text=True)
+                                     stderr=subprocess.STDOUT, text=True, env=env)
 
     def wait_for(self, name: str, timeout: float = 300) -> None:
         """Until ``events/<name>`` exists; fails if the job ends first or the deadline passes."""

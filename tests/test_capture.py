@@ -32,6 +32,15 @@ from tests.capture_job import Job, capture
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(params=["disk", "s3"])
+def logdir(request, tmp_path):
+    """The job's logdir: a folder, or a prefix in a bucket of the S3 server on the loopback
+    (`tests.s3`), where the channel is objects (`phaseprof.capture_store`)."""
+    if request.param == "disk":
+        return tmp_path / "profile"
+    return f"s3://{request.getfixturevalue('bucket')}/profile"
+
+
 def _answers(run_dir, request_id: str) -> dict:
     return read_channel(str(run_dir)).answers[request_id]
 
@@ -49,8 +58,8 @@ def _traced_steps(logdir, run: str) -> dict[str, list[int]]:
     return {w["worker"]: [s["step"] for s in w["steps"]] for w in found["workers"]}
 
 
-def test_a_running_job_traces_the_steps_asked_after_the_request(tmp_path):
-    job = Job(tmp_path, active=5)
+def test_a_running_job_traces_the_steps_asked_after_the_request(tmp_path, logdir):
+    job = Job(tmp_path, active=5, logdir=logdir)
     try:
         job.ready()
         asked = capture(str(job.logdir), "--steps", "3", "--wait")
@@ -121,8 +130,8 @@ def _final_answer(job: Job, request_id: str, timeout: float = 300):
         time.sleep(0.1)
 
 
-def test_two_ranks_trace_the_same_steps(tmp_path):
-    job = Job(tmp_path, ranks=2, active=5, step_s=0.02)
+def test_two_ranks_trace_the_same_steps(tmp_path, logdir):
+    job = Job(tmp_path, ranks=2, active=5, step_s=0.02, logdir=logdir)
     try:
         job.ready()
         asked = capture(str(job.logdir), "--steps", "4", "--wait")
@@ -459,3 +468,36 @@ def test_a_forged_request_does_not_turn_the_slowdown_trigger_off(tmp_path):
     forged, taken = channel.requests
     assert forged.id == "f" * 16 and channel.answers[forged.id][0].state == REFUSED
     assert taken.by == "slowdown" and channel.answers[taken.id][0].state == WRITTEN
+
+
+def test_a_store_going_away_mid_run_costs_one_warning_and_captures_resume_once_it_is_back(s3, bucket, tmp_path):
+    """The store stops while a job writes its run there: the loop goes on (the channel's looks are
+    a thread's), one warning for the run, and once the store is back (empty: the bucket is made
+    again) the job beats there again and takes a capture."""
+    job = Job(tmp_path, active=3, logdir=f"s3://{bucket}/profile")
+    try:
+        job.ready()
+        _wait_for_step(job, 0)  # its heartbeat is in the store
+        s3.stop()
+        down = time.time()
+        try:
+            deadline = time.monotonic() + 300
+            while "RuntimeWarning" not in job.log():
+                assert time.monotonic() < deadline and job.proc.poll() is None, job.log()[-3000:]
+                time.sleep(0.1)
+        finally:
+            s3.start()  # back on the same port, empty
+            s3.client().create_bucket(Bucket=bucket)
+        back = time.time()
+        asked = capture(str(job.logdir), "--run", "long", "--steps", "2", "--wait")
+        assert asked.returncode == 0, asked.stderr + asked.stdout + job.log()[-3000:]
+        (answer,) = _answers(job.run_dir, _request_id(asked.stdout)).values()
+        log = job.finish()
+    finally:
+        job.kill()
+    assert answer.state == WRITTEN and answer.last - answer.first == 1
+    assert log.count("RuntimeWarning") == 1 and "Traceback" not in log
+    # the channel's failures are at most one line of the summary, not one per look
+    assert log.count("the capture channel in") <= 1 and "times)" not in log
+    starts = job.starts()
+    assert any(down < t < back for t in starts.values())  # steps went on while the store was away

@@ -132,15 +132,48 @@ def test_a_request_that_is_not_one_is_listed_as_ignored(tmp_path):
 # -- the route ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def served(tmp_path):
-    write_scalars(tmp_path / "live", range(5))
-    write_scalars(tmp_path / "ended", range(5))
-    _publish(tmp_path / "live", _beat(0, step=40), _beat(1, step=41))
-    _publish(tmp_path / "ended", _beat(ended=True, step=4))
-    plugin, client = make_app(tmp_path)
+class Logdir:
+    """A logdir for the route's tests: a folder, or the same files uploaded to a prefix of a bucket
+    (`tests.s3`), where the channel is objects (`phaseprof.capture_store`)."""
+
+    def __init__(self, local, s3=None, bucket=None) -> None:
+        self.local, self.s3, self.bucket = local, s3, bucket
+        self.url = f"s3://{bucket}/p" if s3 is not None else str(local)
+
+    def _prefix(self, run: str) -> str:
+        return f"p/{run}/.phaseprof/capture/"
+
+    def names(self, run: str) -> list[str]:
+        """The names in the run's capture folder."""
+        if self.s3 is None:
+            return sorted(os.listdir(capture_dir(str(self.local / run))))
+        return [k.rpartition("/")[2] for k in self.s3.keys(self.bucket, self._prefix(run))]
+
+    def put(self, run: str, name: str, data) -> None:
+        """Write a file into the run's capture folder whole, as another writer would."""
+        data = data if isinstance(data, bytes) else msgspec.json.encode(data)
+        if self.s3 is None:
+            with open(os.path.join(capture_dir(str(self.local / run)), name), "wb") as fh:
+                fh.write(data)
+        else:
+            self.s3.client().put_object(Bucket=self.bucket, Key=self._prefix(run) + name, Body=data)
+
+
+@pytest.fixture(params=["disk", "s3"])
+def served(request, tmp_path):
+    local = tmp_path / "logdir"
+    write_scalars(local / "live", range(5))
+    write_scalars(local / "ended", range(5))
+    _publish(local / "live", _beat(0, step=40), _beat(1, step=41))
+    _publish(local / "ended", _beat(ended=True, step=4))
+    logdir = Logdir(local)
+    if request.param == "s3":
+        s3, bucket = request.getfixturevalue("s3"), request.getfixturevalue("bucket")
+        s3.upload_tree(local, bucket, "p")
+        logdir = Logdir(local, s3, bucket)
+    plugin, client = make_app(logdir.url)
     assert plugin._store.wait(300)
-    yield tmp_path, plugin, client
+    yield logdir, plugin, client
     plugin._store.close()
 
 
@@ -163,12 +196,10 @@ def test_the_route_asks_a_running_run_and_lists_its_captures(served):
     assert info.state == "waiting" and [a.rank for a in info.answers] == [0, 1]
     assert not answer.can_ask and "another capture is running" in answer.reason
     # the one file it wrote: the request, under the run's capture folder
-    written = sorted(os.listdir(capture_dir(str(logdir / "live"))))
-    assert written == ["rank0.json", "rank1.json", request_name(info.id)]
+    assert logdir.names("live") == ["rank0.json", "rank1.json", request_name(info.id)]
     # a rank refuses: the capture says so, per rank
-    folder = capture_dir(str(logdir / "live"))
-    with open(os.path.join(folder, answer_name(info.id, 0)), "wb") as fh:
-        fh.write(msgspec.json.encode(Answer(id=info.id, rank=0, state=REFUSED, updated=time.time(), reason="missed")))
+    logdir.put("live", answer_name(info.id, 0),
+               Answer(id=info.id, rank=0, state=REFUSED, updated=time.time(), reason="missed"))
     _, answer = _capture(client, run="live")
     assert answer.captures[0].answers[0].state == REFUSED and answer.captures[0].state == "waiting"
 
@@ -177,11 +208,11 @@ def test_the_route_refuses_with_the_reason(served):
     logdir, _, client = served
     status, answer = _capture(client, "post", {ASK_HEADER: "ask"}, run="ended")
     assert status == 200 and not answer.can_ask and "the run ended at step 4" in answer.reason
-    assert sorted(os.listdir(capture_dir(str(logdir / "ended")))) == ["rank0.json"]
+    assert logdir.names("ended") == ["rank0.json"]
     # a POST without the header (what a page of another origin could send) writes nothing
     status, body = _capture(client, "post", run="live")
     assert status == 400 and ASK_HEADER in body
-    assert sorted(os.listdir(capture_dir(str(logdir / "live")))) == ["rank0.json", "rank1.json"]
+    assert logdir.names("live") == ["rank0.json", "rank1.json"]
     for params in ({"run": "live", "steps": "0"}, {"run": "live", "steps": "x"}, {}):
         assert _capture(client, "post", {ASK_HEADER: "ask"}, **params)[0] == 400
     assert _capture(client, "post", {ASK_HEADER: "ask"}, run="nope")[0] == 404
@@ -245,16 +276,13 @@ def test_a_slowdown_capture_carries_why_and_its_ranks_states(served):
     from phaseprof.capture_channel import Request, Why
 
     logdir, _, client = served
-    folder = capture_dir(str(logdir / "live"))
     why = Why(rank=1, steps=[30, 31], step_ms=[180.0, 185.5], median_ms=60.0, band_ms=3.0)
     request = Request(id="e" * 16, written=time.time(), by="slowdown", steps=4, start=50, why=why)
-    with open(os.path.join(folder, request_name(request.id)), "wb") as fh:
-        fh.write(msgspec.json.encode(request))
+    logdir.put("live", request_name(request.id), request)
     for rank, state in ((0, WRITTEN), (1, REFUSED)):
         answer = Answer(id=request.id, rank=rank, state=state, updated=time.time(), first=50, last=53,
                         files=["w.1.pt.trace.json.gz"] if state == WRITTEN else [], reason="missed" if rank else None)
-        with open(os.path.join(folder, answer_name(request.id, rank)), "wb") as fh:
-            fh.write(msgspec.json.encode(answer))
+        logdir.put("live", answer_name(request.id, rank), answer)
     _, answer = _capture(client, run="live")
     (info,) = answer.captures
     assert (info.by, info.first, info.last, info.state) == ("slowdown", 50, 53, "partial")

@@ -156,12 +156,14 @@ def test_compare_and_analyze_read_a_bucket(s3, bucket, tmp_path, traces):
     assert json.loads(out.stdout)["base"]["path"] == f"s3://{bucket}/p/cpu"
 
 
-def test_without_the_extra_a_url_gives_one_error_naming_it(tmp_path):
+@pytest.mark.parametrize("args, code", [(["report", "s3://bucket/p"], 1), (["capture", "s3://bucket/p"], 2),
+                                        (["capture", "s3://bucket/p", "--run", "r"], 2)])
+def test_without_the_extra_a_url_gives_one_error_naming_it(tmp_path, args, code):
     blocked = ("import sys; sys.modules['s3fs'] = None; from phaseprof.cli import main; "
-               "sys.exit(main(['report', 's3://bucket/p']))")
+               f"sys.exit(main({args!r}))")
     out = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True,
                          env={**os.environ, "COLUMNS": "200"})
-    assert out.returncode == 1
+    assert out.returncode == code
     assert "pip install 'phaseprof[s3]'" in out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
 
@@ -213,11 +215,11 @@ def test_keys_outside_the_prefix_or_through_odd_segments_are_refused():
         assert not _safe(key, "b/p"), key
 
 
-def test_on_request_capture_of_a_bucket_is_refused_with_the_reason(s3, bucket, tmp_path, traces):
-    """The capture channel is files beside the run that the job and the asker share: a store has none."""
+def test_capture_of_a_bucket_run_no_job_watches_is_refused_with_the_reason(s3, bucket, tmp_path, traces):
+    """A run uploaded by hand has no heartbeat in its capture folder (objects under the run's prefix,
+    `phaseprof.capture_store`): the CLI and the route say no job watches it, and write nothing."""
     import msgspec
 
-    from phaseprof.capture_channel import IN_A_STORE
     from phaseprof.plugin.answers import CaptureAnswer
     from phaseprof.plugin.serving.capture import ASK_HEADER
     from tests.test_plugin import BASE, make_app
@@ -225,16 +227,17 @@ def test_on_request_capture_of_a_bucket_is_refused_with_the_reason(s3, bucket, t
     s3.upload_tree(_logdir(tmp_path, traces), bucket, "p")
     keys = s3.keys(bucket)
     out = cli("capture", f"s3://{bucket}/p", "--run", "cpu")
-    assert out.returncode == 2 and out.stderr.strip() == f"phaseprof capture: s3://{bucket}/p: {IN_A_STORE}"
+    assert out.returncode == 1 and "no running PhaseProfiler watches this run" in out.stderr
+    out = cli("capture", f"s3://{bucket}/p")
+    assert out.returncode == 2 and f"no run under s3://{bucket}/p is running" in out.stderr
     plugin, client = make_app(f"s3://{bucket}/p")
     try:
         assert plugin._store.wait(300)
-        response = client.get(f"{BASE}/capture?run=cpu")
-        assert response.status_code == 200, response.get_data(as_text=True)
-        answer = msgspec.json.decode(response.get_data(), type=CaptureAnswer)
-        assert not answer.can_ask and answer.reason == IN_A_STORE and answer.captures == []
-        response = client.post(f"{BASE}/capture?run=cpu&steps=3", headers={ASK_HEADER: "ask"})
-        assert response.status_code == 403 and "object store" in response.get_data(as_text=True)
+        for method in ("get", "post"):
+            response = getattr(client, method)(f"{BASE}/capture?run=cpu&steps=3", headers={ASK_HEADER: "ask"})
+            assert response.status_code == 200, response.get_data(as_text=True)
+            answer = msgspec.json.decode(response.get_data(), type=CaptureAnswer)
+            assert not answer.can_ask and "no running PhaseProfiler" in answer.reason and answer.captures == []
     finally:
         plugin._store.close()
     assert s3.keys(bucket) == keys  # nothing written

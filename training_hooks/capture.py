@@ -1,8 +1,9 @@
 """Traces of any step of a long run: the training side of the capture channel
 (`phaseprof.capture_channel`).
 
-A daemon thread (`CaptureWatcher`) wakes every `BEAT_S` seconds, off the loop: it republishes this
-rank's heartbeat (its step and pace), reads new requests under ``<run>/.phaseprof/capture/``,
+A daemon thread (`CaptureWatcher`) wakes every `BEAT_S` seconds (`capture_store.POLL_S` for a run in
+an object store, whose channel is objects there), off the loop: it republishes this rank's heartbeat
+(its step and pace), reads new requests under ``<run>/.phaseprof/capture/``,
 accepts or refuses each (answering in the run), refuses accepted ones whose deadline passed before
 their start, and, with ``capture_on_slowdown``, judges the last steps against the run's own noise
 and writes a request itself. Each look reaches the folder afresh without following a link
@@ -53,16 +54,21 @@ from phaseprof.capture_channel import (
     answer_name,
     beat_name,
     capture_dir,
-    channel_folder,
     check_request,
     decode,
     farthest_start,
+    is_remote,
+    open_folder,
     plan_request,
-    read_small,
-    write_atomic,
     write_request,
 )
+from phaseprof.capture_store import POLL_S, StoreError
 from phaseprof.noise import noise
+
+from .upload import WHY, one_line, refusal
+
+#: The longest close() waits for the watcher's last look (held by a store that does not answer).
+CLOSE_S = 5.0
 
 if TYPE_CHECKING:
     from .profiler import PhaseProfiler
@@ -115,6 +121,11 @@ class CaptureWatcher:
         self.world_size = world_size
         self.run_dir = prof.run_dir
         self.folder = capture_dir(prof.run_dir)  # for messages: every look opens it afresh
+        #: The run is in a store: its channel is objects there (`phaseprof.capture_store`), looked at
+        #: every `POLL_S`; the first look is the thread's (the loop never waits for the store).
+        self.remote = is_remote(prof.run_dir)
+        self._down: str | None = None  # while the store fails: its fault's line
+        self._outages: list[str] = []  # the lines of outages that ended: withdrawn on close
         self.started = time.time()
         s = prof._schedule
         self.active = s["active"]
@@ -132,9 +143,10 @@ class CaptureWatcher:
         self._states = threading.Lock()
         self._stop = threading.Event()
         self._off = False  # a link was found on the way to the folder: nothing more is written
-        os.makedirs(self.run_dir, exist_ok=True)
-        with channel_folder(self.run_dir, create=True) as folder:  # NotAFolder: a link
-            self._beat(folder)
+        if not self.remote:
+            os.makedirs(self.run_dir, exist_ok=True)
+            with open_folder(self.run_dir, create=True) as folder:  # NotAFolder: a link
+                self._beat(folder)
         self._thread = threading.Thread(target=self._run, name="phaseprof-capture", daemon=True)
         self._thread.start()
 
@@ -189,7 +201,9 @@ class CaptureWatcher:
     # -- the watcher thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._stop.wait(BEAT_S):
+        if self.remote:
+            self.tick()
+        while not self._stop.wait(POLL_S if self.remote else BEAT_S):
             self.tick()
 
     def tick(self) -> None:
@@ -198,13 +212,16 @@ class CaptureWatcher:
             if self._off:
                 return
             try:
-                with channel_folder(self.run_dir) as folder:
+                with open_folder(self.run_dir) as folder:
                     self._beat(folder)
                     self._read_requests(folder)
                     self._expire()
                     self._answer_all(folder)
                 if self.slowdown is not None:
                     self._judge_slowdown(self.slowdown)
+            except StoreError as e:
+                self._store_failed(e)
+                return
             except FileNotFoundError:  # (a folder swapped away for a moment: the next look tells)
                 if not os.path.isdir(self.run_dir):
                     self._stop.set()  # the run's folder was removed (a test's, a cleanup): stop watching
@@ -212,6 +229,20 @@ class CaptureWatcher:
                 self._link_found(e)
             except Exception as e:  # noqa: BLE001 - the channel is down, training goes on
                 self._prof._faults.report("the capture channel failed", e)
+            if self._down is not None:  # the store answered: a later failure is another outage
+                self._outages.append(self._down)  # (its line stays until close, then goes)
+                self._down = None
+
+    def _store_failed(self, e: StoreError) -> None:
+        """The store failed a call: the first failure of an outage is one line of the summary, the
+        next ones of it none; requests wait in the store for the next look. Never the run's
+        warning: the run's files go to the same store, and the uploads' warning of its outage says
+        more (where the files are kept meanwhile)."""
+        if self._down is None:
+            why = WHY[refusal(e.cause)]
+            self._down = self._prof._faults.report(
+                f"the capture channel in {self.folder} failed ({why}); captures are seen once it "
+                "answers", StoreError(one_line(e.cause), e.cause), warn=False)
 
     def _link_found(self, e: NotAFolder) -> None:
         """A link (or a file) in a channel folder's place: never followed, nothing more written."""
@@ -220,27 +251,42 @@ class CaptureWatcher:
         self._prof._faults.report("the capture channel is off (nothing is written there now)", e)
 
     def close(self) -> None:
-        """The run ends: captures not written are refused, the heartbeat says it ended."""
+        """The run ends: captures not written are refused, the heartbeat says it ended. A look
+        held by a store that does not answer is not waited for beyond `CLOSE_S` in all (nor is the
+        store written to while it fails: the heartbeat then goes stale, which says the same). The
+        lines of the store's outages that ended leave the summary: nothing was lost."""
+        self.plan = None
         self._stop.set()
-        self._thread.join(timeout=5)
-        with self._lock:
-            step = self._prof.step_num
-            for plan in self._plans:
-                if plan.state not in FINAL:
-                    plan.state, plan.reason = REFUSED, f"the run ended at step {step}, before the capture"
-            self.plan = None
-            if self._off:
-                return
-            try:
-                with channel_folder(self.run_dir) as folder:
-                    self._answer_all(folder)
-                    self._beat(folder, ended=True)
-            except NotAFolder as e:
-                self._link_found(e)
-            except Exception as e:  # noqa: BLE001
-                self._prof._faults.report("the capture channel failed", e)
+        deadline = time.monotonic() + CLOSE_S
+        self._thread.join(timeout=CLOSE_S)
+        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return
+        try:
+            self._close()
+        finally:
+            self._lock.release()
+        for line in set(self._outages) - {self._down}:  # ended, nothing lost: not in the summary
+            self._prof._faults.withdraw(line)
 
-    def _beat(self, folder: int, ended: bool = False) -> None:
+    def _close(self) -> None:
+        step = self._prof.step_num
+        for plan in self._plans:
+            if plan.state not in FINAL:
+                plan.state, plan.reason = REFUSED, f"the run ended at step {step}, before the capture"
+        if self._off or self._down is not None:
+            return
+        try:
+            with open_folder(self.run_dir) as folder:
+                self._answer_all(folder)
+                self._beat(folder, ended=True)
+        except StoreError as e:
+            self._store_failed(e)
+        except NotAFolder as e:
+            self._link_found(e)
+        except Exception as e:  # noqa: BLE001
+            self._prof._faults.report("the capture channel failed", e)
+
+    def _beat(self, folder, ended: bool = False) -> None:
         now, step = time.time(), self._prof.step_num
         self._paces.append((now, step))
         (t0, s0), (t1, s1) = self._paces[0], self._paces[-1]
@@ -248,21 +294,22 @@ class CaptureWatcher:
         beat = Heartbeat(rank=self.rank, world_size=self.world_size, step=step, time=now,
                          steps_per_s=self._pace, active=self.active,
                          schedule_until=self.schedule_until, started=self.started, ended=ended)
-        write_atomic(folder, beat_name(self.rank), msgspec.json.encode(beat))
+        folder.write(beat_name(self.rank), msgspec.json.encode(beat))
 
-    def _read_requests(self, folder: int) -> None:
-        names = sorted(n for n in os.listdir(folder) if n not in self._seen and REQUEST_RE.match(n))
+    def _read_requests(self, folder) -> None:
+        """Read the requests not seen yet: one listing, then one read each (a store failing midway:
+        all of them are read again at the next look)."""
+        names = [n for n in folder.names("request.") if n not in self._seen and REQUEST_RE.match(n)]
         requests = []
         now = time.time()
         for name in names:
-            self._seen.add(name)
-            file_id = REQUEST_RE.match(name)["id"]
             try:
-                request = decode(read_small(folder, name), Request)
-                requests.append(check_request(request, file_id, now))
+                request = decode(folder.read(name), Request)
+                requests.append(check_request(request, REQUEST_RE.match(name)["id"], now))
             except Unreadable as e:
-                warnings.warn(f"phaseprof: ignored the capture request {os.path.join(self.folder, name)}: {e}",
+                warnings.warn(f"phaseprof: ignored the capture request {folder.where(name)}: {e}",
                               RuntimeWarning, stacklevel=1)
+        self._seen.update(names)
         for request in sorted(requests, key=lambda r: (r.written, r.id)):
             self._consider(request)
 
@@ -322,7 +369,7 @@ class CaptureWatcher:
         waiting = [p for p in self._plans if p is not after and p.state == ACCEPTED and p.start > after.start]
         return min(waiting, key=lambda p: p.start, default=None)
 
-    def _answer_all(self, folder: int) -> None:
+    def _answer_all(self, folder) -> None:
         for plan in self._plans:
             if plan.answered != plan.state:
                 state = plan.state
@@ -331,8 +378,7 @@ class CaptureWatcher:
                 answer = Answer(id=plan.request.id, rank=self.rank, state=state, updated=time.time(),
                                 first=plan.start if last is not None else None, last=last,
                                 files=list(plan.files), reason=reason)
-                name = answer_name(plan.request.id, self.rank)
-                write_atomic(folder, name, msgspec.json.encode(answer))
+                folder.write(answer_name(plan.request.id, self.rank), msgspec.json.encode(answer))
                 plan.answered = state
 
     def _judge_slowdown(self, rule: Slowdown) -> None:

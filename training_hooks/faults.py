@@ -13,11 +13,14 @@ class Faults:
         self.lines: list[str] = []  # one per cause, in the words of its first failure
         self._line_of: dict[tuple[str, str, object], str] = {}
         self._times: dict[str, int] = {}
+        self._warned = False  # the run's one warning was given
 
-    def report(self, what: str, error: BaseException) -> str:
+    def report(self, what: str, error: BaseException, warn: bool = True) -> str:
         """Record that ``what`` failed (e.g. "could not write traces") because of ``error``;
         returns the summary's line for that cause. The cause is ``what`` and the error's kind (its
-        errno if it has one: a file name in the message does not make another cause)."""
+        errno if it has one: a file name in the message does not make another cause). ``warn``
+        False: a line for the summary only, never the run's warning (a cause another report warns
+        of better)."""
         errno = getattr(error, "errno", None)
         cause = (what, type(error).__name__, errno if errno is not None else str(error))
         line = self._line_of.get(cause)
@@ -25,7 +28,8 @@ class Faults:
             self._times[line] += 1
             return line
         line = f"{what}: {type(error).__name__}: {error}"
-        if not self.lines:
+        if warn and not self._warned:
+            self._warned = True
             warnings.warn(f"phaseprof ({self.run_dir}): {line}. Training goes on; further problems are "
                           "listed in the summary printed by close().", RuntimeWarning, stacklevel=2)
         self._line_of[cause] = line

@@ -323,9 +323,8 @@ class PhaseProfiler:
         self._phases = PhaseTracker(self._thread, Ranges(), self._faults)
         self._phases.start_step(time.perf_counter_ns(), self._recording, self._new_gpu_timer())
         self._capture = None
-        try:  # request files live beside the run on a shared disk: none for a run written to a store
-            if self._uploader is None:
-                self._capture = CaptureWatcher(self, dist.get_world_size() if distributed else 1, self._slowdown)
+        try:  # request files beside the run, or objects under it in a store (`capture_store`)
+            self._capture = CaptureWatcher(self, dist.get_world_size() if distributed else 1, self._slowdown)
         except Exception as e:  # noqa: BLE001
             self._faults.report("cannot watch for capture requests; steps are traced only as scheduled", e)
         self._state = _RUNNING

@@ -11,21 +11,22 @@ import sys
 import time
 
 from phaseprof.capture_channel import (
+    BEAT_RE,
     BEAT_S,
     FINAL,
-    IN_A_STORE,
-    LEAD_S,
     REFUSED,
     STALE_BEAT_S,
     WRITTEN,
     Answer,
     Request,
+    lead,
     live_beats,
     plan_request,
     read_channel,
     targets,
     write_request,
 )
+from phaseprof.capture_store import POLL_S
 from phaseprof.contract import ANALYSIS_DIR, CAPTURE_DIR
 from phaseprof.plugin.reading import storage
 
@@ -38,21 +39,18 @@ RETRIES = 3
 def capture(logdir: str, run: str | None = None, steps: int | None = None, ranks: list[int] | None = None,
             wait: bool = False, timeout: float = 600.0, out=None) -> int:
     out = out or sys.stdout
-    if storage.is_remote(logdir):
-        _say(f"phaseprof capture: {logdir}: {IN_A_STORE}", sys.stderr)
-        return 2
     try:
         run_dir = find_run(logdir, run)
-    except ValueError as e:
+    except (ValueError, storage.StorageError) as e:
         _say(f"phaseprof capture: {e}", sys.stderr)
         return 2
     for line in read_channel(run_dir).ignored:  # each file another writer got wrong, once
         _say(f"phaseprof capture: {run_dir}: ignored {line}", sys.stderr)
     deadline = time.monotonic() + timeout
-    lead = LEAD_S
+    lead_s = lead(run_dir)
     for _ in range(RETRIES + 1):
         try:
-            request = plan_request(run_dir, steps, ranks, lead_s=lead)
+            request = plan_request(run_dir, steps, ranks, lead_s=lead_s)
             write_request(run_dir, request)
         except (ValueError, OSError) as e:
             _say(f"phaseprof capture: {run_dir}: not asked: {e}", sys.stderr)
@@ -70,9 +68,9 @@ def capture(logdir: str, run: str | None = None, steps: int | None = None, ranks
         missed = [a for a in answers.values() if a.state == REFUSED and (a.reason or "").startswith("missed")]
         if not missed:
             break
-        lead *= 2
+        lead_s *= 2
         _say(f"rank {missed[0].rank} {missed[0].reason}: asking again with a longer lead", out)
-    return _report(run_dir, answers, out)
+    return _report(run_dir, answers, out, deadline)
 
 
 def _say(line: str, out) -> None:
@@ -82,6 +80,9 @@ def _say(line: str, out) -> None:
 
 def find_run(logdir: str, run: str | None) -> str:
     """The run directory to ask: ``logdir/run``, else the one run under ``logdir`` still running."""
+    if storage.is_remote(logdir):
+        storage.filesystem(logdir)  # StorageError, naming the extra to install, if it is missing
+        return _find_run_in_store(storage.normalize(logdir), run)
     if not os.path.isdir(logdir):
         raise ValueError(f"{logdir}: no such directory")
     if run is not None:
@@ -97,14 +98,36 @@ def find_run(logdir: str, run: str | None) -> str:
         if ANALYSIS_DIR in subdirs:  # its channel is read without following a link
             watched.append(directory)
         subdirs[:] = [d for d in subdirs if not d.startswith(".")]
+    return _the_running_one(logdir, watched, lambda d: os.path.relpath(d, logdir))
+
+
+def _the_running_one(logdir: str, watched: list[str], relative) -> str:
     running = [d for d in watched if not live_beats(read_channel(d))[1]]
     if len(running) == 1:
         return running[0]
     if not running:
         raise ValueError(f"no run under {logdir} is running a PhaseProfiler that watches for requests "
                          f"(its {CAPTURE_DIR}/ holds a fresh heartbeat)")
-    names = ", ".join(os.path.relpath(d, logdir) for d in running)
+    names = ", ".join(relative(d) for d in running)
     raise ValueError(f"several runs under {logdir} are running ({names}): name one with --run")
+
+
+def _find_run_in_store(logdir: str, run: str | None) -> str:
+    """`find_run` for a logdir in a store: ``--run`` a plain relative name; else the runs whose
+    capture folder holds a heartbeat (one listing of the logdir), of them the one still running."""
+    if run is not None:
+        parts = run.replace("\\", "/").split("/")
+        if run.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"--run {run!r} must be a run directory inside {logdir}")
+        return storage.join(logdir, *parts)
+    suffix = "/" + CAPTURE_DIR
+    try:
+        entries = storage.listing(logdir)
+    except Exception as e:  # noqa: BLE001 - each store's client raises its own kinds
+        raise ValueError(f"{logdir}: cannot list it ({e})") from None
+    watched = sorted({storage.dirname(e.url)[:-len(suffix)] for e in entries
+                      if storage.dirname(e.url).endswith(suffix) and BEAT_RE.match(storage.basename(e.url))})
+    return _the_running_one(logdir, watched, lambda d: storage.relpath(d, logdir))
 
 
 def _inside(logdir: str, path: str) -> bool:
@@ -129,16 +152,16 @@ def wait_for_answers(run_dir: str, request: Request, deadline: float) -> dict[in
                                     reason=f"the run ended at step {beat.step} without answering")
         if done and len(done) == len(targets(request, channel)):
             return done
-        time.sleep(BEAT_S / 2)
+        time.sleep((POLL_S if storage.is_remote(run_dir) else BEAT_S) / 2)
     return None
 
 
-def _report(run_dir: str, answers: dict[int, Answer], out) -> int:
-    from phaseprof.plugin.reading.discovery import discover
+def _report(run_dir: str, answers: dict[int, Answer], out, deadline: float) -> int:
     from phaseprof.plugin.reading.errors import TraceError
     from phaseprof.plugin.spans import analyze_file
 
-    files = {f.name: f for r in discover(run_dir) for f in r.files}
+    named = {name for a in answers.values() if a.state == WRITTEN for name in a.files}
+    files = _trace_files(run_dir, named, deadline)
     failed = 0
     for rank, answer in sorted(answers.items()):
         if answer.state != WRITTEN:
@@ -158,3 +181,18 @@ def _report(run_dir: str, answers: dict[int, Answer], out) -> int:
                 _say(f"  {name}: cannot be read: {e.reason}", out)
                 failed += 1
     return 1 if failed else 0
+
+
+def _trace_files(run_dir: str, names: set[str], deadline: float) -> dict:
+    """The run's trace files by name; in a store, once those ``names`` are there (the job uploads a
+    trace a few seconds after writing it) or at the deadline."""
+    from phaseprof.plugin.reading.discovery import discover
+
+    while True:
+        try:
+            files = {f.name: f for r in discover(run_dir) for f in r.files}
+        except OSError:  # the store did not answer: tried again until the deadline
+            files = {}
+        if not storage.is_remote(run_dir) or names <= set(files) or time.monotonic() > deadline:
+            return files
+        time.sleep(POLL_S / 2)

@@ -4,7 +4,8 @@ This is the one place the plugin writes: a request file (`phaseprof.capture_chan
 plugin (``request.<16 hex digits>.json``), a few hundred bytes (its fields are the plugin's own:
 a step count it checked, the start step it computed), into ``<run>/.phaseprof/capture/`` only when
 that folder exists already (a running PhaseProfiler made it), lies inside the logdir, and is reached
-from the run without following a link (`phaseprof.capture_channel.channel_folder`), and only for a
+from the run without following a link (`phaseprof.capture_channel.channel_folder`) — for a logdir
+in a store, as an object under the run's prefix (`phaseprof.capture_store`) — and only for a
 POST sent to TensorBoard's own address from its own origin (`origin.Served`, checked by the route).
 Nothing a channel file holds makes it fail: a file out of bounds is ignored, and a run that cannot
 be asked is a refusal with the reason. ``--phaseprof_read_only`` (or ``PHASEPROF_READ_ONLY=1``)
@@ -20,8 +21,6 @@ from tensorboard import errors
 
 from phaseprof.capture_channel import (
     BY_TAB,
-    IN_A_STORE,
-    Channel,
     capture_dir,
     plan_request,
     read_channel,
@@ -50,18 +49,12 @@ def read_only(flags) -> str | None:
 
 def capture_impl(logdir: str, run: Run, *, ask: bool, steps: int | None, locked: str | None) -> CaptureAnswer:
     """The run's captures; with ``ask``, after writing a request for the next ``steps`` steps."""
-    if storage.is_remote(logdir):  # no channel there: refused, and said why
-        if ask:
-            raise errors.PermissionDeniedError(IN_A_STORE)
-        answer = captures(run.name, Channel(beats={}, requests=[], answers={}, ignored=[]), time.time())
-        answer.can_ask, answer.reason = False, IN_A_STORE
-        return answer
     asked = None
     if ask:
         if locked:
             raise errors.PermissionDeniedError(locked)
-        folder = capture_dir(run.path)
-        if not within(logdir, folder):
+        folder = capture_dir(run.path)  # (a store's run lies in the logdir: its listing's keys do)
+        if not storage.is_remote(logdir) and not within(logdir, folder):
             raise errors.PermissionDeniedError(f"run {run.name!r}: its capture folder lies outside the logdir")
         try:
             request = plan_request(run.path, steps, by=BY_TAB)
