@@ -96,6 +96,8 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         self._store = TraceStore(context.logdir or "", read_only=self._read_only is not None)
         self._static = _static_files()
         self._served = Served(context.flags)  # the Host and Origin a POST /capture must carry
+        #: (run, rank) -> (the rank's phase scalars, its figures over every timed step) (`ranks_impl`)
+        self._whole_runs: dict[tuple[str, int], tuple[object, object]] = {}
         self._store.refresh_soon(force=True)
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
@@ -239,18 +241,25 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         return _json(request, self.ranks_impl(request.environ, self._resolve(request.args)))
 
     def ranks_impl(self, environ, target: Target) -> RanksAnswer:
+        """The ranks side by side (made once per change of the run's spans: `TraceStore.of_run`), with
+        each rank's figures over every timed step (made again only when its scalars changed)."""
         run = target.run
-        workers = [self._store.worker(run, name) for name in run.workers]
-        answer = ranks(run.name, [w for w in workers if w.spans])
+        answer = self._store.of_run(run, ranks)
         dirs = run.rank_scalars
-        if dirs:
-            series = self._phase_scalars(environ, [self._tb_run(d) for d in dirs.values()])
-            for rank, directory in sorted(dirs.items()):
-                points = series.get(self._tb_run(directory))
-                figures = whole_run(scalars_of(points), rank) if points else None
-                if figures is not None:
-                    answer.whole_run.append(figures)
-        return answer
+        if not dirs:
+            return answer
+        series = self._phase_scalars(environ, [self._tb_run(d) for d in dirs.values()])
+        figures = []
+        for rank, directory in sorted(dirs.items()):
+            points = series.get(self._tb_run(directory))
+            key = (run.name, rank)
+            kept = self._whole_runs.get(key)
+            if kept is None or kept[0] != points:
+                kept = self._whole_runs[key] = (points, whole_run(scalars_of(points), rank) if points else None)
+            if kept[1] is not None:
+                figures.append(kept[1])
+        # the kept answer is shared by every request: each gets a copy of its own
+        return msgspec.structs.replace(answer, whole_run=answer.whole_run + figures)
 
     def _tb_run(self, directory: str) -> str:
         """TensorBoard's name of the run in ``directory``: its path relative to the logdir."""

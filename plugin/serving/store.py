@@ -116,7 +116,8 @@ class TraceStore:
         #: A scan of a store is under way: its listing, then the fetching of the entries it found, which
         #: may take a while (another listing meanwhile would cost the store and find nothing new to load).
         self._scanning_store = False
-        #: (run, worker, what) -> (the worker's version, a result derived from its analyses)
+        #: (run, worker, what) -> (the worker's version, a result derived from its analyses); (run, what)
+        #: -> (the versions of the run's workers, a result derived from all of them)
         self._derived: dict[tuple, tuple[tuple, object]] = {}
         #: Step traces by (path, size, mtime, step), oldest first; the pool that cuts them out.
         self._traces: collections.OrderedDict[tuple, bytes | None] = collections.OrderedDict()
@@ -275,6 +276,22 @@ class TraceStore:
                 return hit[1]
             analyses = self.analyses(run, worker)
         value = Worker(worker, analyses) if compute is None else compute(self.worker(run, worker), *params)
+        with self._lock:
+            self._derived[key] = (version, value)
+        return value
+
+    def of_run(self, run: Run, compute: Callable[..., T], *params) -> T:
+        """``compute(the run's name, the `Worker` of each worker with a loaded span, *params)``, cached
+        until a span of the run is added, reloaded or finishes loading: a figure over every rank (a
+        second at a thousand ranks) is made once per change of the run, not once per request."""
+        key = (run.name, compute, params)
+        with self._lock:
+            version = tuple(self.version(run, name) for name in run.workers)
+            hit = self._derived.get(key)
+            if hit is not None and hit[0] == version:
+                return hit[1]
+        workers = [w for w in (self.worker(run, name) for name in run.workers) if w.spans]
+        value = compute(run.name, workers, *params)
         with self._lock:
             self._derived[key] = (version, value)
         return value
