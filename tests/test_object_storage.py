@@ -307,6 +307,42 @@ def test_a_url_naming_one_trace_object_is_read_as_a_logdir_of_that_trace(s3, buc
     assert discover(f"s3://{bucket}/p/nothing-here") == []
 
 
+def test_a_second_start_on_a_bucket_lists_it_and_fetches_no_analysis_again(s3, bucket, tmp_path, traces):
+    """The analyses fetched from a store are kept in the user's cache under their ETag and size: a
+    second start of TensorBoard's store on the bucket lists it and fetches nothing (seen on the wire);
+    an analysis uploaded again (another ETag) is fetched again, that one alone."""
+    from tests.s3 import Relay
+
+    local = _two_ranks(tmp_path, traces)
+    assert cli("report", str(local / "ranks"), "--json", cache="on").returncode == 0  # writes the analyses
+    s3.upload_tree(local, bucket, "p")
+    relay = Relay(s3.port)
+    env = {**os.environ, "AWS_ENDPOINT_URL": relay.endpoint, "PHASEPROF_CACHE": str(tmp_path / "user-cache")}
+
+    def start() -> tuple[int, list[str], list[str]]:
+        out = subprocess.run([sys.executable, "-c", _LOAD, f"s3://{bucket}/p"], capture_output=True, text=True,
+                             env=env)
+        assert out.returncode == 0, out.stderr
+        received, asked = relay.take()
+        assert [m for m, _ in asked if m != "GET"] == []
+        return (received, [t for _, t in asked if "?" in t], sorted(t for _, t in asked if "?" not in t))
+
+    entry = f"/{bucket}/p/ranks/.phaseprof/rank%d.1.pt.trace.json.gz.analysis"
+    first, listings, reads = start()
+    assert len(listings) == 1 and reads == [entry % 0, entry % 1]
+    second, listings, reads = start()
+    assert len(listings) == 1 and reads == [] and second < first
+    # rank 1's analysis written again (of a newer minor format: other bytes, another ETag)
+    name = "rank1.1.pt.trace.json.gz.analysis"
+    data = (local / "ranks" / ".phaseprof" / name).read_bytes()
+    s3.client().put_object(Bucket=bucket, Key=f"p/ranks/.phaseprof/{name}",
+                           Body=b"phaseprof-analysis 1.7" + data[data.index(b"\n"):])
+    _, listings, reads = start()
+    assert len(listings) == 1 and reads == [entry % 1]
+    _, listings, reads = start()
+    assert len(listings) == 1 and reads == []
+
+
 _RESCAN = """
 import sys, threading, time
 from phaseprof.plugin.serving.store import READY, TraceStore

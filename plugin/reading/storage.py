@@ -33,11 +33,13 @@ class StorageError(Exception):
 
 
 class Entry(msgspec.Struct, frozen=True):
-    """One object under a logdir: its URL, size and modification time."""
+    """One object under a logdir: its URL, size and modification time, and its ETag (what the store
+    says of its content: another content, another ETag; "" where the store says nothing)."""
 
     url: str
     size: int
     mtime_ns: int
+    etag: str = ""
 
 
 def is_remote(path: str) -> bool:
@@ -159,6 +161,12 @@ def mtime_ns(info: dict) -> int:
     return 0
 
 
+def etag(info: dict) -> str:
+    """An object's ETag from fsspec's details of it ("" where the store gave none)."""
+    value = info.get("ETag") or info.get("etag") or ""
+    return value if isinstance(value, str) else ""
+
+
 def listing(root: str) -> list[Entry]:
     """Every object under the logdir ``root`` (recursively, all pages), read fresh from the store."""
     fs = filesystem(root)
@@ -170,7 +178,8 @@ def listing(root: str) -> list[Entry]:
         key = key.rstrip("/")
         if info.get("type") == "directory" or not _safe(key, prefix):
             continue
-        out.append(Entry(url=_url(proto, key), size=int(info.get("size") or 0), mtime_ns=mtime_ns(info)))
+        out.append(Entry(url=_url(proto, key), size=int(info.get("size") or 0), mtime_ns=mtime_ns(info),
+                         etag=etag(info)))
     return out
 
 

@@ -186,7 +186,8 @@ class TraceStore:
         # Spans with a cached analysis (beside the run, or written at the source by the training job)
         # load here in a moment each; only the others go to a worker process to be read.
         done = 0  # a store's entries: a batch fetched at once while the one before is decoded
-        for batch, prefetched in cache.prefetched_batches([span.file for span in due]):
+        listed = {url: obj for run in runs for url, obj in run.stored.items()} if remote else None
+        for batch, prefetched in cache.prefetched_batches([span.file for span in due], listed):
             for span in due[done : done + len(batch)]:
                 analysis = cache.load(span.file, prefetched)
                 with self._lock:
