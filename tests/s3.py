@@ -33,13 +33,20 @@ server.stop()
 """
 
 
+#: moto's setting for a server that checks every request's credentials from the first one, as a
+#: real store does (by default it takes any): keys it never issued are refused (InvalidAccessKeyId).
+CHECKS_CREDENTIALS = {"INITIAL_NO_AUTH_ACTION_COUNT": "0"}
+
+
 class S3Server:
     """``start()``, ``stop()`` (the store goes away) and ``start()`` again on the same port."""
 
-    def __init__(self, outlives_tests: bool = False) -> None:
+    def __init__(self, outlives_tests: bool = False, env: dict[str, str] | None = None) -> None:
         self.port = 0
         self._proc: subprocess.Popen | None = None
         self._outlives_tests = outlives_tests  # a session's: exempt from `tests.processes`'s check
+        #: The server's environment beside this process's (moto's own settings: ``env=CHECKS_CREDENTIALS``).
+        self._env = env or {}
 
     @property
     def endpoint(self) -> str:
@@ -52,7 +59,8 @@ class S3Server:
 
     def start(self) -> None:
         self._proc = subprocess.Popen([sys.executable, "-c", _SERVE, str(self.port)], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                      env={**os.environ, **self._env})
         if self._outlives_tests:
             processes.outlives_tests(self._proc.pid)
         line = self._proc.stdout.readline()

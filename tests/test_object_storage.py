@@ -402,3 +402,80 @@ def test_a_request_does_not_wait_for_a_listing_of_the_bucket(s3, bucket, tmp_pat
         reader.join(120)  # a generous deadline: a request waiting for the held listing never answers
         assert line == ["answered 0\n"]
         _finish_store_process(proc, relay)
+
+
+def _logdir_error(tb, deadline_s: float = 180) -> dict:
+    """TensorBoard's `/runs` once it says why its logdir cannot be listed (a generous deadline: it
+    only turns a hang into a failure)."""
+    deadline = time.monotonic() + deadline_s
+    while (runs := tb.json("/data/plugin/phaseprof/runs"))["logdir_error"] is None:
+        assert time.monotonic() < deadline, f"no reason given: {runs}"
+        time.sleep(0.3)
+    return runs
+
+
+@pytest.mark.slow
+def test_tensorboard_without_the_extra_says_which_to_install_in_the_tab(s3, bucket, tmp_path, traces,
+                                                                       tensorboard_server):
+    """A real TensorBoard on a bucket, its s3fs not importable (in it and its loading processes): the
+    runs answer names the extra to install, once, in the run list's place, and the tab is active to say
+    it."""
+    s3.upload_tree(_logdir(tmp_path, traces), bucket, "p")
+    blocker = tmp_path / "without-s3fs" / "s3fs"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 's3fs'\", name='s3fs')\n")
+    tb = tensorboard_server(f"s3://{bucket}/p", env={"PYTHONPATH": str(blocker.parent)})
+    runs = _logdir_error(tb)
+    assert runs["logdir_error"] == (f"s3://{bucket}/p: reading s3:// logdirs needs phaseprof's s3 extra: "
+                                    "pip install 'phaseprof[s3]'")
+    assert runs["runs"] == [] and runs["errors"] == []
+    assert tb.json("/data/plugins_listing")["phaseprof"]["enabled"]
+
+
+def test_a_bucket_that_is_not_there_is_named_and_its_runs_show_once_it_is(s3, tmp_path, traces):
+    """The store says the bucket does not exist: the runs answer says so (and nothing else); once the
+    bucket is made and filled, the runs show and the reason is gone."""
+    from tensorboard.backend import application
+    from tensorboard.plugins import base_plugin
+    from werkzeug import test as werkzeug_test
+
+    from phaseprof.plugin.serving.plugin import PhaseprofPlugin
+    from tests.test_plugin import BASE
+
+    name = f"later{time.monotonic_ns()}"
+    # the plugin alone (TensorBoard's own reader of the scalars stops at a bucket that is not there)
+    plugin = PhaseprofPlugin(base_plugin.TBContext(logdir=f"s3://{name}/p"))
+    client = werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
+    try:
+        assert plugin._store.wait(300)
+        runs = json.loads(client.get(f"{BASE}/runs").get_data())
+        assert runs["logdir_error"] == (f"s3://{name}/p: the store has no bucket {name!r} "
+                                        "(The specified bucket does not exist)")
+        assert runs["runs"] == [] and runs["errors"] == [] and plugin.is_active()
+        s3.client().create_bucket(Bucket=name)
+        s3.upload_tree(_two_ranks(tmp_path, traces), name, "p")
+        assert plugin._store.wait(300)
+        runs = json.loads(client.get(f"{BASE}/runs").get_data())
+        assert runs["logdir_error"] is None and [r["run"] for r in runs["runs"]] == ["ranks"]
+    finally:
+        plugin._store.close()
+
+
+@pytest.mark.slow
+def test_credentials_the_store_refuses_are_named_in_the_tab(tmp_path, tensorboard_server):
+    """A store that checks credentials (moto's, as a real one does) refuses keys it never issued: a
+    real TensorBoard's runs answer says access was refused and where the credentials come from."""
+    from tests.s3 import CHECKS_CREDENTIALS, S3Server
+
+    store = S3Server(env=CHECKS_CREDENTIALS)
+    store.start()
+    try:
+        tb = tensorboard_server("s3://logs/p", env={**store.environment(), "PHASEPROF_CACHE": str(tmp_path / "c")})
+        runs = _logdir_error(tb)
+        assert runs["logdir_error"] == (
+            "s3://logs/p: the store refused access (The AWS Access Key Id you provided does not exist in our "
+            "records.): check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws)")
+        assert runs["runs"] == [] and runs["errors"] == []
+    finally:
+        tb.close()
+        store.stop()

@@ -96,6 +96,27 @@ def _bounded(proto: str) -> dict:
     return {}
 
 
+#: Extra -> where its client finds credentials (what to check when the store refuses them).
+CREDENTIALS = {"s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws",
+               "gcs": "GOOGLE_APPLICATION_CREDENTIALS or gcloud's application default credentials",
+               "azure": "AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME and a key or token"}
+
+
+def cannot_list(url: str, e: Exception) -> str:
+    """One line saying why the logdir ``url`` cannot be listed, from what listing it raised: the
+    extra to install, the credentials to check, the bucket that is not there."""
+    if isinstance(e, StorageError):
+        return str(e)
+    extra = EXTRAS.get(scheme(url))
+    if isinstance(e, PermissionError):
+        where = f": check the credentials ({CREDENTIALS[extra]})" if extra else ""
+        return f"{url}: the store refused access ({e}){where}"
+    if isinstance(e, FileNotFoundError):
+        kind = "container" if extra == "azure" else "bucket"
+        return f"{url}: the store has no {kind} {_key(url).partition('/')[0]!r} ({e})"
+    return f"{url}: cannot list it ({e})"
+
+
 def filesystem(url: str, *, bounded: bool = False):
     """The fsspec file system of ``url``'s scheme (one per process and kind); `StorageError` naming
     the extra to install when its client is missing. ``bounded``: every request has a connect and a

@@ -104,9 +104,11 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Step Phases")
 
     def is_active(self) -> bool:
-        """From the cached scan; a rescan runs in the background when it is due."""
+        """From the cached scan; a rescan runs in the background when it is due. A logdir that cannot
+        be listed is active too: the tab says why it shows nothing."""
         self._store.refresh_soon()
-        return self._store.has_traces() or self._has_phase_scalars()
+        return (self._store.has_traces() or self._store.logdir_error() is not None
+                or self._has_phase_scalars())
 
     def get_plugin_apps(self) -> dict:
         return {
@@ -176,7 +178,7 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         problems += [FileError(path=path, error=why) for path, why in self._store.unreadable()]
         return RunsAnswer(runs=out, loading=self._store.progress(), errors=problems,
                           phases=[PhaseStyle(name=p.name, colour=p.colour) for p in PHASE_REGISTRY],
-                          user_phase_colours=list(USER_PHASE_COLOURS))
+                          user_phase_colours=list(USER_PHASE_COLOURS), logdir_error=self._store.logdir_error())
 
     @wrappers.Request.application
     def _serve_steps(self, request):

@@ -103,7 +103,8 @@ class TraceStore:
         self._settle_s = settle_s
         # a rescan of a store is a listing of its prefix: a few requests per thousand objects
         self._rescan_s = max(rescan_s, REMOTE_RESCAN_S) if storage.is_remote(logdir) else rescan_s
-        self._scan_error: str | None = None
+        #: Why the last scan could not list the logdir at all (`logdir_error`).
+        self._logdir_error: str | None = None
         self._lock = threading.RLock()
         self._runs: list[Run] = []
         #: Directories the last scan could not list: (real path, why).
@@ -154,14 +155,16 @@ class TraceStore:
     def _scan(self, remote: bool) -> None:
         """List the logdir, then load each new or changed span: from its entry, or in a worker process."""
         unreadable: list[tuple[str, str]] = []
-        try:
-            runs = discover(self.logdir, unreadable) if remote or os.path.isdir(self.logdir) else []
+        try:  # a store that cannot be listed raises: it is the logdir that cannot be read, not a folder
+            runs = (discover(self.logdir) if remote
+                    else discover(self.logdir, unreadable) if os.path.isdir(self.logdir) else [])
         except (OSError, ValueError, storage.StorageError) as e:
-            if str(e) != self._scan_error:  # once, not at every rescan
-                logger.warning("phaseprof: cannot scan %s: %s", self.logdir, e)
-                self._scan_error = str(e)
+            why = storage.cannot_list(self.logdir, e) if remote else f"cannot scan {self.logdir}: {e}"
+            if why != self._logdir_error:  # once, not at every rescan
+                logger.warning("phaseprof: %s", why)
+                self._logdir_error = why
             return
-        self._scan_error = None
+        self._logdir_error = None
         # an object in a store appears whole once uploaded, and its time is the store's clock: no settling
         now_ns = time.time_ns() if not remote else float("inf")
         due: list[Span] = []
@@ -241,6 +244,10 @@ class TraceStore:
             found = list(self._unreadable)
         root = os.path.realpath(self.logdir)
         return [(display(os.path.relpath(path, root)), why) for path, why in found]
+
+    def logdir_error(self) -> str | None:
+        """Why the last scan could not list the logdir at all (one line naming it), or None."""
+        return self._logdir_error
 
     def run(self, name: str) -> Run | None:
         return next((r for r in self.runs() if r.name == name), None)
