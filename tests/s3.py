@@ -116,13 +116,16 @@ class S3Server:
 
 class Relay:
     """A TCP relay on 127.0.0.1 to the store at ``port``, for what a reader asks of the store: every
-    request (method and target, in order) and the bytes the store sends back. Point a client's endpoint
-    at ``endpoint``."""
+    request (method and target, in order) and the bytes the store sends back, in all and by the client
+    that asked (`by_client`). Point a client's endpoint at ``endpoint``."""
 
     def __init__(self, port: int, hold: str | None = None):
         self.target = port
         self.received = 0
         self.requests: list[tuple[str, str]] = []
+        #: Bytes the store sent, by the first word of the User-Agent of the connection's requests
+        #: (``aiobotocore/…``: s3fs, phaseprof's reader; ``Boto3/…``: TensorBoard's own).
+        self.by_client: dict[str, int] = {}
         #: Requests whose target holds this text wait (unsent) until `release`.
         self._hold, self._released = hold, threading.Event()
         self._lock = threading.Lock()
@@ -138,11 +141,14 @@ class Relay:
         while True:
             client, _ = self._server.accept()
             upstream = socket.create_connection(("127.0.0.1", self.target))
-            threading.Thread(target=self._pipe, args=(client, upstream, self._asked), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, self._answered), daemon=True).start()
+            connection = {"client": "?"}  # shared by the connection's two directions
+            threading.Thread(target=self._pipe, args=(client, upstream, self._asked, connection),
+                             daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, self._answered, connection),
+                             daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket, seen) -> None:
-        state = {"buffer": b"", "body": 0}
+    def _pipe(self, src: socket.socket, dst: socket.socket, seen, connection: dict) -> None:
+        state = {"buffer": b"", "body": 0, "connection": connection}
         try:
             while data := src.recv(1 << 16):
                 seen(data, state)
@@ -157,6 +163,8 @@ class Relay:
     def _answered(self, data: bytes, state: dict) -> None:
         with self._lock:
             self.received += len(data)
+            client = state["connection"]["client"]
+            self.by_client[client] = self.by_client.get(client, 0) + len(data)
 
     def _asked(self, data: bytes, state: dict) -> None:
         """Each request's first line, from the client's bytes: header blocks, each body skipped."""
@@ -173,6 +181,10 @@ class Relay:
             lines = head.decode("latin-1").split("\r\n")
             method, target = lines[0].split(" ")[:2]
             target = urllib.parse.unquote(target)
+            agent = next((line.partition(":")[2].split() for line in lines[1:]
+                          if line.lower().startswith("user-agent:")), None)
+            if agent:
+                state["connection"]["client"] = agent[0].partition("/")[0]
             with self._lock:
                 self.requests.append((method, target))
             if self._hold is not None and self._hold in target:
@@ -191,6 +203,7 @@ class Relay:
         with self._lock:
             n, self.received = self.received, 0
             asked, self.requests = self.requests, []
+            self.by_client = {}
         return n, asked
 
 
