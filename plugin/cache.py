@@ -198,13 +198,14 @@ def prefetched_batches(files: list[TraceFile], listed: dict[str, storage.Entry] 
             yield batch, got
 
 
-def load(f: TraceFile, prefetched: dict[str, bytes] | None = None) -> SpanAnalysis | None:
+def load(f: TraceFile, prefetched: dict[str, bytes] | None = None,
+         listed: dict[str, storage.Entry] | None = None) -> SpanAnalysis | None:
     """The cached analysis of ``f``, or None when there is no valid entry (``prefetched``: `prefetch`'s;
-    an entry in a store that it lacks is not asked for again)."""
+    ``listed``: as `prefetch`'s, an entry in a store that its listing did not find is not asked for)."""
     if not enabled():
         return None
     for path, key_path in places(f):
-        if prefetched is not None and path not in prefetched and storage.is_remote(path):
+        if listed is not None and path not in listed and storage.is_remote(path):
             continue
         try:  # the logdir is written by others: a FIFO or a huge file here must not stall a reader
             data = (prefetched[path] if prefetched and path in prefetched

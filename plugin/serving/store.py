@@ -192,7 +192,7 @@ class TraceStore:
         listed = {url: obj for run in runs for url, obj in run.stored.items()} if remote else None
         for batch, prefetched in cache.prefetched_batches([span.file for span in due], listed):
             for span in due[done : done + len(batch)]:
-                analysis = cache.load(span.file, prefetched)
+                analysis = cache.load(span.file, prefetched, listed)
                 with self._lock:
                     if analysis is not None:
                         span.state, span.analysis, span.error = READY, analysis, problems_of(analysis)
