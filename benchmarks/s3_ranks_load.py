@@ -17,7 +17,9 @@ user would set it. Two logdirs, uploaded once:
    (boto3), which lists the prefix at each of its reloads.
 
 After each start's first ``/ranks``, it is asked `RANKS_ASKED` times more and the median time is given:
-it is made once per change of the run, not per request.
+it is made once per change of the run, not per request. First, the same in this process on a local
+logdir of ``--summaries`` ranks of analyses (`ranks_in_process`): the route's own work, without
+TensorBoard's HTTP server and threads.
 
 Targets: 64 ranks < 5 s to /ranks on 2 cores with <= 5% of the traces' bytes read; 1,000 ranks < 15 s;
 a second start on 1,000 ranks of analyses reads < 1% of the first's bytes; ``/ranks`` at 1,000 workers
@@ -33,6 +35,8 @@ import sys
 import tempfile
 import time
 from typing import NamedTuple
+
+import msgspec
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -124,17 +128,65 @@ def figures(runs: list[Start]) -> str:
             f"load average {', '.join(f'{r.load:.1f}' for r in runs)}")
 
 
+def summaries_logdir(ranks: int) -> str:
+    """A local logdir of ``ranks`` links to one small trace, each with its analysis beside it."""
+    local = tempfile.mkdtemp(prefix="s3-bench-")
+    os.makedirs(os.path.join(local, RUN))
+    for r in range(ranks):
+        name = f"rank{r}.node{r // 8}_{1000 + r}.1712170295000000000.pt.trace.json.gz"
+        os.link(SMALL, os.path.join(local, RUN, name))
+    saved = os.environ.pop("PHASEPROF_CACHE", None)
+    write_summaries(local, linked=True)
+    if saved is not None:
+        os.environ["PHASEPROF_CACHE"] = saved
+    return local
+
+
+def ranks_in_process(workers: int) -> None:
+    """``/ranks`` asked again, in this process: the plugin alone (no HTTP server, no store) on a local
+    logdir of ``workers`` ranks of analyses: the route's own work per repeated request, and what making
+    the ranks once costs."""
+    from tensorboard.plugins import base_plugin
+
+    from phaseprof.plugin.analysis.ranks import ranks
+    from phaseprof.plugin.serving.plugin import PhaseprofPlugin, Target
+
+    local = summaries_logdir(workers)
+    plugin = PhaseprofPlugin(base_plugin.TBContext(logdir=local))
+    try:
+        assert plugin._store.wait(600)
+        run = plugin._store.run(RUN)
+
+        def ms(call, n: int) -> float:
+            times = []
+            for _ in range(n):
+                started = time.perf_counter()
+                call()
+                times.append(1000 * (time.perf_counter() - started))
+            return median(times)
+
+        once = ms(lambda: ranks(RUN, [plugin._store.worker(run, w) for w in run.workers]), 3)
+        plugin.ranks_impl({}, Target(run))
+        again = ms(lambda: msgspec.json.encode(plugin.ranks_impl({}, Target(run))), RANKS_ASKED)
+        print(f"/ranks of {workers} workers in process: made once {once:.0f} ms; asked again {again:.1f} ms "
+              f"(answer and encoding)   load {os.getloadavg()[0]:.1f}")
+    finally:
+        plugin._store.close()
+        shutil.rmtree(local)
+
+
 def main() -> None:
     args = arguments(__doc__)
-    os.environ.pop("PHASEPROF_CACHE", None)
+    user_cache = tempfile.mkdtemp(prefix="s3-bench-cache-")
+    os.environ["PHASEPROF_CACHE"] = user_cache  # nothing from an earlier run's user cache
+    if args.summaries:
+        ranks_in_process(args.summaries)
     store = S3Server()
     store.start()
     relay = Relay(store.port)
     env = store.environment()
     env.update(AWS_ENDPOINT_URL=relay.endpoint, S3_ENDPOINT=relay.endpoint)
     os.environ.update(env)
-    user_cache = tempfile.mkdtemp(prefix="s3-bench-cache-")
-    os.environ["PHASEPROF_CACHE"] = user_cache  # nothing from an earlier run's user cache
     try:
         print(f"{os.cpu_count()} CPUs; load {os.getloadavg()[0]:.1f}; median of {args.repeat}")
         store.client().create_bucket(Bucket="bench")
@@ -165,13 +217,7 @@ def traces_in_store(args, relay: Relay, store: S3Server, user_cache: str) -> Non
 
 def summaries_in_store(args, relay: Relay, store: S3Server, user_cache: str) -> None:
     """``--summaries`` ranks of analyses: cold starts, then a start on the user cache the last left."""
-    local = tempfile.mkdtemp(prefix="s3-bench-")
-    os.makedirs(os.path.join(local, RUN))
-    for r in range(args.summaries):
-        name = f"rank{r}.node{r // 8}_{1000 + r}.1712170295000000000.pt.trace.json.gz"
-        os.link(SMALL, os.path.join(local, RUN, name))
-    os.environ.pop("PHASEPROF_CACHE", None)
-    write_summaries(local, linked=True)
+    local = summaries_logdir(args.summaries)
     store.upload_tree(local, "bench", "summaries")
     shutil.rmtree(local)
     runs = cold_starts("s3://bench/summaries", args.summaries, args.repeat, relay, store, user_cache)
