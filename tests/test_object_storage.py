@@ -419,8 +419,8 @@ def test_tensorboard_without_the_extra_says_which_to_install_in_the_tab(s3, buck
                                                                        tensorboard_server):
     """A real TensorBoard on a bucket, its s3fs not importable (in it and its loading processes): the
     runs answer names the extra to install, once, in the run list's place, and the tab is active to say
-    it."""
-    s3.upload_tree(_logdir(tmp_path, traces), bucket, "p")
+    it (the bucket holds traces only: no scalars of TensorBoard's own that would make it active)."""
+    s3.upload_tree(_two_ranks(tmp_path, traces), bucket, "p")
     blocker = tmp_path / "without-s3fs" / "s3fs"
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 's3fs'\", name='s3fs')\n")
