@@ -163,7 +163,7 @@ class Relay:
     def _answered(self, data: bytes, state: dict) -> None:
         with self._lock:
             self.received += len(data)
-            client = state["connection"]["client"]
+            client = state.setdefault("connection", {"client": "?"})["client"]
             self.by_client[client] = self.by_client.get(client, 0) + len(data)
 
     def _asked(self, data: bytes, state: dict) -> None:
@@ -184,7 +184,7 @@ class Relay:
             agent = next((line.partition(":")[2].split() for line in lines[1:]
                           if line.lower().startswith("user-agent:")), None)
             if agent:
-                state["connection"]["client"] = agent[0].partition("/")[0]
+                state.setdefault("connection", {})["client"] = agent[0].partition("/")[0]
             with self._lock:
                 self.requests.append((method, target))
             if self._hold is not None and self._hold in target:
