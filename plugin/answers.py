@@ -107,7 +107,9 @@ class PhaseStyle(Answer):
 class RunsAnswer(Answer):
     """``GET /runs``: what is under the logdir, loading progress, unreadable files, and how to draw
     phases (canonical ones in order with their colours; a user's phase takes a colour from
-    ``user_phase_colours`` by a hash of its name)."""
+    ``user_phase_colours`` by a hash of its name). ``logdir_error``: why the logdir itself cannot be
+    listed (a store's client not installed, credentials the store refuses, no such bucket), one line
+    naming it; null when it was listed."""
 
     table = "runs"
 
@@ -116,6 +118,7 @@ class RunsAnswer(Answer):
     errors: list[FileError]
     phases: list[PhaseStyle]
     user_phase_colours: list[str]
+    logdir_error: str | None = None
 
 
 # --- steps ----------------------------------------------------------------------------------------

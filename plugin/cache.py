@@ -26,6 +26,12 @@ Where entries live, first found first used:
   ``%LOCALAPPDATA%\\phaseprof\\Cache``) for logdirs the user cannot write, keyed by the trace's
   real path.
 
+An entry in an object store (written at the source, uploaded with its trace) is fetched once: the
+bytes fetched are kept in the user's cache directory (``store/<digest of its URL>.copy``, a line
+naming the format, the object's size and ETag, then its bytes), and read from there while the
+store's listing gives the same ETag and size (`prefetch`), so that a viewer started again on a
+bucket only lists it.
+
 ``PHASEPROF_CACHE=off`` turns the cache off (nothing read, nothing written); ``PHASEPROF_CACHE=<dir>``
 uses ``<dir>`` instead of the user's cache directory. A read-only reader (``beside=False``:
 TensorBoard with ``--phaseprof_read_only``, or a reader with ``PHASEPROF_READ_ONLY=1``, `read_only`)
@@ -110,40 +116,97 @@ def enabled() -> bool:
     return os.environ.get("PHASEPROF_CACHE", "").lower() not in ("off", "0", "no", "false")
 
 
-def prefetch(files: list[TraceFile]) -> dict[str, bytes]:
+def prefetch(files: list[TraceFile], listed: dict[str, storage.Entry] | None = None) -> dict[str, bytes]:
     """The entries beside those of ``files`` that lie in an object store, fetched at once (many requests
-    in flight, not one after the other), by entry path, for `load`; local files are read by `load`."""
+    in flight, not one after the other), by entry path, for `load`; local files are read by `load`.
+
+    ``listed``: the objects the store's listing found beside the traces (`Run.stored`). Then only
+    those are asked for, and one the user's cache keeps a copy of, of the same ETag and size (`kept`),
+    is read from there: a second viewer of a bucket fetches nothing again, only lists it."""
     if not enabled():
         return {}
     paths = [places(f)[0][0] for f in files if storage.is_remote(f.path)]
-    return storage.read_many(paths, _MAX_ENTRY_BYTES) if paths else {}
+    if listed is None:
+        return storage.read_many(paths, _MAX_ENTRY_BYTES) if paths else {}
+    found = {path: data for path in paths if path in listed and (data := kept(listed[path])) is not None}
+    missing = [path for path in paths if path in listed and path not in found]
+    fetched = storage.read_many(missing, _MAX_ENTRY_BYTES) if missing else {}
+    for path, data in fetched.items():
+        keep(listed[path], data)
+    return found | fetched
+
+
+#: The first line of a copy of a store's object in the user's cache: the format, then the object's
+#: size and ETag (JSON), then its bytes.
+_COPY = b"phaseprof-store-copy 1.0 "
+
+
+def _copy_path(obj: storage.Entry) -> str | None:
+    user = user_cache_dir()
+    if not user or not obj.etag:
+        return None
+    digest = hashlib.blake2b(obj.url.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
+    return os.path.join(user, "store", digest + ".copy")
+
+
+def keep(obj: storage.Entry, data: bytes) -> None:
+    """Keep ``data``, the object ``obj`` of a store as fetched, in the user's cache (replacing the copy
+    of an earlier version): only where the store gave an ETag and ``data`` is of the listed size."""
+    path = _copy_path(obj)
+    if path is not None and len(data) == obj.size:
+        write_whole(path, _COPY + msgspec.json.encode([obj.size, obj.etag]) + b"\n" + data)
+
+
+def kept(obj: storage.Entry) -> bytes | None:
+    """The user cache's copy of the object ``obj`` of a store, if it is of ``obj``'s ETag and size."""
+    path = _copy_path(obj)
+    if path is None:
+        return None
+    try:
+        data = read_regular(path, _MAX_ENTRY_BYTES + _MAX_LINE + len(obj.etag), follow_links=False)
+    except TraceError:
+        return None
+    end = data.find(b"\n")
+    if not data.startswith(_COPY) or end < 0:
+        return None
+    try:
+        size, etag = msgspec.json.decode(data[len(_COPY):end], type=tuple[int, str])
+    except msgspec.DecodeError:
+        return None
+    body = data[end + 1:]
+    return body if (size, etag) == (obj.size, obj.etag) and len(body) == size else None
 
 
 #: Entries of a store fetched in one batch of concurrent requests (`prefetched_batches`).
 PREFETCH_BATCH = 200
 
 
-def prefetched_batches(files: list[TraceFile]) -> Iterator[tuple[list[TraceFile], dict[str, bytes]]]:
-    """``files`` in batches, each with `prefetch`'s entries: the next batch's requests are in flight
-    while the caller loads this one's, so that waiting for a store and decoding overlap (and the first
-    spans of a large logdir load before the last are fetched)."""
+def prefetched_batches(files: list[TraceFile], listed: dict[str, storage.Entry] | None = None
+                       ) -> Iterator[tuple[list[TraceFile], dict[str, bytes]]]:
+    """``files`` in batches, each with `prefetch`'s entries (``listed``: as `prefetch`'s): the next
+    batch's requests are in flight while the caller loads this one's, so that waiting for a store and
+    decoding overlap (and the first spans of a large logdir load before the last are fetched)."""
     batches = [files[i : i + PREFETCH_BATCH] for i in range(0, len(files), PREFETCH_BATCH)]
     if not batches:
         return
     with ThreadPoolExecutor(1, thread_name_prefix="phaseprof-prefetch") as pool:
-        ahead = pool.submit(prefetch, batches[0])
+        ahead = pool.submit(prefetch, batches[0], listed)
         for i, batch in enumerate(batches):
             got = ahead.result()
             if i + 1 < len(batches):
-                ahead = pool.submit(prefetch, batches[i + 1])
+                ahead = pool.submit(prefetch, batches[i + 1], listed)
             yield batch, got
 
 
-def load(f: TraceFile, prefetched: dict[str, bytes] | None = None) -> SpanAnalysis | None:
-    """The cached analysis of ``f``, or None when there is no valid entry (``prefetched``: `prefetch`'s)."""
+def load(f: TraceFile, prefetched: dict[str, bytes] | None = None,
+         listed: dict[str, storage.Entry] | None = None) -> SpanAnalysis | None:
+    """The cached analysis of ``f``, or None when there is no valid entry (``prefetched``: `prefetch`'s;
+    ``listed``: as `prefetch`'s, an entry in a store that its listing did not find is not asked for)."""
     if not enabled():
         return None
     for path, key_path in places(f):
+        if listed is not None and path not in listed and storage.is_remote(path):
+            continue
         try:  # the logdir is written by others: a FIFO or a huge file here must not stall a reader
             data = (prefetched[path] if prefetched and path in prefetched
                     else read_regular(path, _MAX_ENTRY_BYTES, follow_links=False))

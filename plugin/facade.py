@@ -25,6 +25,7 @@ import os
 from collections.abc import Callable
 from typing import NamedTuple, Protocol, TypeVar
 
+import msgspec
 import numpy as np
 
 from phaseprof.contract import PHASE_REGISTRY, USER_PHASE_COLOURS
@@ -117,6 +118,8 @@ class Source(Protocol):
     def step_trace(self, f: TraceFile, number: int) -> bytes | None: ...
     def unreadable(self) -> list[tuple[str, str]]: ...
     def progress(self) -> Loading: ...
+    def logdir_error(self) -> str | None: ...
+    def of_run(self, run: Run, compute: Callable[..., T], *params) -> T: ...
 
 
 class Files:
@@ -179,8 +182,20 @@ class Files:
                                   else compute(self.worker(run, worker), *params))
         return self._derived[key]
 
+    def of_run(self, run: Run, compute: Callable[..., T], *params) -> T:
+        """``compute(the run's name, the `Worker` of each worker with a readable span, *params)``."""
+        key = (run.name, None, compute, params)
+        if key not in self._derived:
+            workers = [w for w in (self.worker(run, name) for name in run.workers) if w.spans]
+            self._derived[key] = compute(run.name, workers, *params)
+        return self._derived[key]
+
     def step_trace(self, f: TraceFile, number: int) -> bytes | None:
         return cut_step((f, number), self._beside)
+
+    def logdir_error(self) -> str | None:
+        """None: a path that cannot be listed is the caller's error (`phaseprof report` says so)."""
+        return None
 
     def unreadable(self) -> list[tuple[str, str]]:
         """Folders under the path that could not be listed: (path relative to it, why)."""
@@ -214,16 +229,20 @@ class Analysis:
         source: where runs and their analyses come from (TensorBoard passes its `TraceStore`).
         scalars: reads the per-step scalars of folders (TensorBoard passes its data provider's);
             by default from the event files.
+        kept: each rank's whole-run figures by (run, rank), with the scalar points they were made
+            of, kept across calls (TensorBoard passes one dict for all its requests).
     """
 
     def __init__(self, logdir: str | None = None, *, source: Source | None = None,
-                 scalars: Callable[[list[str]], dict[str, Series]] | None = None) -> None:
+                 scalars: Callable[[list[str]], dict[str, Series]] | None = None,
+                 kept: dict[tuple[str, int], tuple[Series, WholeRun | None]] | None = None) -> None:
         if source is None:
             if logdir is None:
                 raise BadArgument("Analysis needs a logdir or a source")
             source = Files(logdir)
         self.source = source
         self._scalars = scalars or file_scalars
+        self._kept = {} if kept is None else kept
 
     # --- what is there ----------------------------------------------------------------------------
 
@@ -254,7 +273,7 @@ class Analysis:
         problems += [FileError(path=path, error=why) for path, why in self.source.unreadable()]
         return RunsAnswer(runs=out, loading=self.source.progress(), errors=problems,
                           phases=[PhaseStyle(name=p.name, colour=p.colour) for p in PHASE_REGISTRY],
-                          user_phase_colours=list(USER_PHASE_COLOURS))
+                          user_phase_colours=list(USER_PHASE_COLOURS), logdir_error=self.source.logdir_error())
 
     def target(self, run: str, worker: str | None = None, step: int | None = None, *,
                with_worker: bool = True) -> Target:
@@ -423,16 +442,22 @@ class Analysis:
             `RanksAnswer` (``GET /ranks``).
         """
         t = self.target(run, with_worker=False)
-        workers = [self.source.worker(t.run, name) for name in t.run.workers]
-        answer = ranks(t.run.name, [w for w in workers if w.spans])
+        answer = self.source.of_run(t.run, ranks)  # made once per change of the run's spans
         dirs = t.run.rank_scalars
-        if dirs:
-            series = self._scalars(list(dirs.values()))
-            for rank, directory in sorted(dirs.items()):
-                figures = whole_run(scalars_of(series[directory]), rank) if series.get(directory) else None
-                if figures is not None:
-                    answer.whole_run.append(figures)
-        return answer
+        if not dirs:
+            return answer
+        series = self._scalars(list(dirs.values()))
+        figures = []
+        for rank, directory in sorted(dirs.items()):  # made again only when its scalars changed
+            points = series.get(directory)
+            key = (t.run.name, rank)
+            kept = self._kept.get(key)
+            if kept is None or kept[0] != points:
+                kept = self._kept[key] = (points, whole_run(scalars_of(points), rank) if points else None)
+            if kept[1] is not None:
+                figures.append(kept[1])
+        # the kept answer is shared by every request: each gets a copy of its own
+        return msgspec.structs.replace(answer, whole_run=answer.whole_run + figures)
 
     def compare(self, a: Side | str, b: Side | str, op: str | None = None, device: str = "cpu") -> CompareAnswer:
         """Two runs, workers or steps side by side, phase by phase and op by op.

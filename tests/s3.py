@@ -33,13 +33,20 @@ server.stop()
 """
 
 
+#: moto's setting for a server that checks every request's credentials from the first one, as a
+#: real store does (by default it takes any): keys it never issued are refused (InvalidAccessKeyId).
+CHECKS_CREDENTIALS = {"INITIAL_NO_AUTH_ACTION_COUNT": "0"}
+
+
 class S3Server:
     """``start()``, ``stop()`` (the store goes away) and ``start()`` again on the same port."""
 
-    def __init__(self, outlives_tests: bool = False) -> None:
+    def __init__(self, outlives_tests: bool = False, env: dict[str, str] | None = None) -> None:
         self.port = 0
         self._proc: subprocess.Popen | None = None
         self._outlives_tests = outlives_tests  # a session's: exempt from `tests.processes`'s check
+        #: The server's environment beside this process's (moto's own settings: ``env=CHECKS_CREDENTIALS``).
+        self._env = env or {}
 
     @property
     def endpoint(self) -> str:
@@ -52,7 +59,8 @@ class S3Server:
 
     def start(self) -> None:
         self._proc = subprocess.Popen([sys.executable, "-c", _SERVE, str(self.port)], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                      env={**os.environ, **self._env})
         if self._outlives_tests:
             processes.outlives_tests(self._proc.pid)
         line = self._proc.stdout.readline()
@@ -108,13 +116,16 @@ class S3Server:
 
 class Relay:
     """A TCP relay on 127.0.0.1 to the store at ``port``, for what a reader asks of the store: every
-    request (method and target, in order) and the bytes the store sends back. Point a client's endpoint
-    at ``endpoint``."""
+    request (method and target, in order) and the bytes the store sends back, in all and by the client
+    that asked (`by_client`). Point a client's endpoint at ``endpoint``."""
 
     def __init__(self, port: int, hold: str | None = None):
         self.target = port
         self.received = 0
         self.requests: list[tuple[str, str]] = []
+        #: Bytes the store sent, by the first word of the User-Agent of the connection's requests
+        #: (``aiobotocore/…``: s3fs, phaseprof's reader; ``Boto3/…``: TensorBoard's own).
+        self.by_client: dict[str, int] = {}
         #: Requests whose target holds this text wait (unsent) until `release`.
         self._hold, self._released = hold, threading.Event()
         self._lock = threading.Lock()
@@ -130,11 +141,14 @@ class Relay:
         while True:
             client, _ = self._server.accept()
             upstream = socket.create_connection(("127.0.0.1", self.target))
-            threading.Thread(target=self._pipe, args=(client, upstream, self._asked), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, self._answered), daemon=True).start()
+            connection = {"client": "?"}  # shared by the connection's two directions
+            threading.Thread(target=self._pipe, args=(client, upstream, self._asked, connection),
+                             daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, self._answered, connection),
+                             daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket, seen) -> None:
-        state = {"buffer": b"", "body": 0}
+    def _pipe(self, src: socket.socket, dst: socket.socket, seen, connection: dict) -> None:
+        state = {"buffer": b"", "body": 0, "connection": connection}
         try:
             while data := src.recv(1 << 16):
                 seen(data, state)
@@ -149,6 +163,8 @@ class Relay:
     def _answered(self, data: bytes, state: dict) -> None:
         with self._lock:
             self.received += len(data)
+            client = state.setdefault("connection", {"client": "?"})["client"]
+            self.by_client[client] = self.by_client.get(client, 0) + len(data)
 
     def _asked(self, data: bytes, state: dict) -> None:
         """Each request's first line, from the client's bytes: header blocks, each body skipped."""
@@ -165,6 +181,10 @@ class Relay:
             lines = head.decode("latin-1").split("\r\n")
             method, target = lines[0].split(" ")[:2]
             target = urllib.parse.unquote(target)
+            agent = next((line.partition(":")[2].split() for line in lines[1:]
+                          if line.lower().startswith("user-agent:")), None)
+            if agent:
+                state.setdefault("connection", {})["client"] = agent[0].partition("/")[0]
             with self._lock:
                 self.requests.append((method, target))
             if self._hold is not None and self._hold in target:
@@ -183,6 +203,7 @@ class Relay:
         with self._lock:
             n, self.received = self.received, 0
             asked, self.requests = self.requests, []
+            self.by_client = {}
         return n, asked
 
 

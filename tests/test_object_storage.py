@@ -310,6 +310,42 @@ def test_a_url_naming_one_trace_object_is_read_as_a_logdir_of_that_trace(s3, buc
     assert discover(f"s3://{bucket}/p/nothing-here") == []
 
 
+def test_a_second_start_on_a_bucket_lists_it_and_fetches_no_analysis_again(s3, bucket, tmp_path, traces):
+    """The analyses fetched from a store are kept in the user's cache under their ETag and size: a
+    second start of TensorBoard's store on the bucket lists it and fetches nothing (seen on the wire);
+    an analysis uploaded again (another ETag) is fetched again, that one alone."""
+    from tests.s3 import Relay
+
+    local = _two_ranks(tmp_path, traces)
+    assert cli("report", str(local / "ranks"), "--json", cache="on").returncode == 0  # writes the analyses
+    s3.upload_tree(local, bucket, "p")
+    relay = Relay(s3.port)
+    env = {**os.environ, "AWS_ENDPOINT_URL": relay.endpoint, "PHASEPROF_CACHE": str(tmp_path / "user-cache")}
+
+    def start() -> tuple[int, list[str], list[str]]:
+        out = subprocess.run([sys.executable, "-c", _LOAD, f"s3://{bucket}/p"], capture_output=True, text=True,
+                             env=env)
+        assert out.returncode == 0, out.stderr
+        received, asked = relay.take()
+        assert [m for m, _ in asked if m != "GET"] == []
+        return (received, [t for _, t in asked if "?" in t], sorted(t for _, t in asked if "?" not in t))
+
+    entry = f"/{bucket}/p/ranks/.phaseprof/rank%d.1.pt.trace.json.gz.analysis"
+    first, listings, reads = start()
+    assert len(listings) == 1 and reads == [entry % 0, entry % 1]
+    second, listings, reads = start()
+    assert len(listings) == 1 and reads == [] and second < first
+    # rank 1's analysis written again (of a newer minor format: other bytes, another ETag)
+    name = "rank1.1.pt.trace.json.gz.analysis"
+    data = (local / "ranks" / ".phaseprof" / name).read_bytes()
+    s3.client().put_object(Bucket=bucket, Key=f"p/ranks/.phaseprof/{name}",
+                           Body=b"phaseprof-analysis 1.7" + data[data.index(b"\n"):])
+    _, listings, reads = start()
+    assert len(listings) == 1 and reads == [entry % 1]
+    _, listings, reads = start()
+    assert len(listings) == 1 and reads == []
+
+
 _RESCAN = """
 import sys, threading, time
 from phaseprof.plugin.serving.store import READY, TraceStore
@@ -369,3 +405,80 @@ def test_a_request_does_not_wait_for_a_listing_of_the_bucket(s3, bucket, tmp_pat
         reader.join(120)  # a generous deadline: a request waiting for the held listing never answers
         assert line == ["answered 0\n"]
         _finish_store_process(proc, relay)
+
+
+def _logdir_error(tb, deadline_s: float = 180) -> dict:
+    """TensorBoard's `/runs` once it says why its logdir cannot be listed (a generous deadline: it
+    only turns a hang into a failure)."""
+    deadline = time.monotonic() + deadline_s
+    while (runs := tb.json("/data/plugin/phaseprof/runs"))["logdir_error"] is None:
+        assert time.monotonic() < deadline, f"no reason given: {runs}"
+        time.sleep(0.3)
+    return runs
+
+
+@pytest.mark.slow
+def test_tensorboard_without_the_extra_says_which_to_install_in_the_tab(s3, bucket, tmp_path, traces,
+                                                                       tensorboard_server):
+    """A real TensorBoard on a bucket, its s3fs not importable (in it and its loading processes): the
+    runs answer names the extra to install, once, in the run list's place, and the tab is active to say
+    it (the bucket holds traces only: no scalars of TensorBoard's own that would make it active)."""
+    s3.upload_tree(_two_ranks(tmp_path, traces), bucket, "p")
+    blocker = tmp_path / "without-s3fs" / "s3fs"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 's3fs'\", name='s3fs')\n")
+    tb = tensorboard_server(f"s3://{bucket}/p", env={"PYTHONPATH": str(blocker.parent)})
+    runs = _logdir_error(tb)
+    assert runs["logdir_error"] == (f"s3://{bucket}/p: reading s3:// logdirs needs phaseprof's s3 extra: "
+                                    "pip install 'phaseprof[s3]'")
+    assert runs["runs"] == [] and runs["errors"] == []
+    assert tb.json("/data/plugins_listing")["phaseprof"]["enabled"]
+
+
+def test_a_bucket_that_is_not_there_is_named_and_its_runs_show_once_it_is(s3, tmp_path, traces):
+    """The store says the bucket does not exist: the runs answer says so (and nothing else); once the
+    bucket is made and filled, the runs show and the reason is gone."""
+    from tensorboard.backend import application
+    from tensorboard.plugins import base_plugin
+    from werkzeug import test as werkzeug_test
+
+    from phaseprof.plugin.serving.plugin import PhaseprofPlugin
+    from tests.test_plugin import BASE
+
+    name = f"later{time.monotonic_ns()}"
+    # the plugin alone (TensorBoard's own reader of the scalars stops at a bucket that is not there)
+    plugin = PhaseprofPlugin(base_plugin.TBContext(logdir=f"s3://{name}/p"))
+    client = werkzeug_test.Client(application.TensorBoardWSGI([plugin]))
+    try:
+        assert plugin._store.wait(300)
+        runs = json.loads(client.get(f"{BASE}/runs").get_data())
+        assert runs["logdir_error"] == (f"s3://{name}/p: the store has no bucket {name!r} "
+                                        "(The specified bucket does not exist)")
+        assert runs["runs"] == [] and runs["errors"] == [] and plugin.is_active()
+        s3.client().create_bucket(Bucket=name)
+        s3.upload_tree(_two_ranks(tmp_path, traces), name, "p")
+        assert plugin._store.wait(300)
+        runs = json.loads(client.get(f"{BASE}/runs").get_data())
+        assert runs["logdir_error"] is None and [r["run"] for r in runs["runs"]] == ["ranks"]
+    finally:
+        plugin._store.close()
+
+
+@pytest.mark.slow
+def test_credentials_the_store_refuses_are_named_in_the_tab(tmp_path, tensorboard_server):
+    """A store that checks credentials (moto's, as a real one does) refuses keys it never issued: a
+    real TensorBoard's runs answer says access was refused and where the credentials come from."""
+    from tests.s3 import CHECKS_CREDENTIALS, S3Server
+
+    store = S3Server(env=CHECKS_CREDENTIALS)
+    store.start()
+    try:
+        tb = tensorboard_server("s3://logs/p", env={**store.environment(), "PHASEPROF_CACHE": str(tmp_path / "c")})
+        runs = _logdir_error(tb)
+        assert runs["logdir_error"] == (
+            "s3://logs/p: the store refused access (The AWS Access Key Id you provided does not exist in our "
+            "records.): check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws)")
+        assert runs["runs"] == [] and runs["errors"] == []
+    finally:
+        tb.close()
+        store.stop()

@@ -63,3 +63,42 @@ def test_timeline_and_ranks_routes_read_every_rank(tmp_path, traces):
         assert sorted(whole) == [0, 1] and whole[1]["forward"]["median_ms"] == 7.0
     finally:
         plugin._store.close()
+
+
+def test_ranks_are_made_once_per_change_of_the_run_not_per_request(tmp_path, traces, monkeypatch):
+    """``/ranks`` asked again answers what it made before: the ranks side by side are made again only
+    when a span of the run is added, and a rank's whole-run figures only when its scalars changed."""
+    from phaseprof.plugin.serving import plugin as serving
+
+    made = {"ranks": 0, "whole_run": 0}
+
+    def counted(name, real):
+        def call(*args):
+            made[name] += 1
+            return real(*args)
+        return call
+
+    monkeypatch.setattr(serving, "ranks", counted("ranks", serving.ranks))
+    monkeypatch.setattr(serving, "whole_run", counted("whole_run", serving.whole_run))
+    two_rank_job(tmp_path, traces)
+    plugin, client = make_app(tmp_path)
+    try:
+        assert plugin._store.wait(300)
+        answers = [json.loads(client.get(f"{BASE}/ranks?run=job").get_data()) for _ in range(3)]
+        assert answers[0] == answers[1] == answers[2] and len(answers[0]["whole_run"]) == 2
+        assert made == {"ranks": 1, "whole_run": 2}
+        # rank 1 wrote more steps: its figures (only) are made again
+        write_events(tmp_path / "job" / "rank1", [(s, {STEP_TAG: 30.0, host_tag("forward"): 20.0})
+                                                  for s in range(50, 60)])
+        plugin._data_provider._multiplexer.Reload()
+        again = json.loads(client.get(f"{BASE}/ranks?run=job").get_data())
+        assert made == {"ranks": 1, "whole_run": 3} and again["whole_run"] != answers[0]["whole_run"]
+        # a worker's span added: the ranks are made again, once
+        shutil.copy(traces.files("cpu", "base")[0], tmp_path / "job" / "late.1.pt.trace.json.gz")
+        settled(tmp_path / "job" / "late.1.pt.trace.json.gz")
+        assert plugin._store.wait(300)
+        changed = [json.loads(client.get(f"{BASE}/ranks?run=job").get_data()) for _ in range(2)]
+        assert made["ranks"] == 2 and changed[0] == changed[1]
+        assert "late" in [r["worker"] for r in changed[0]["ranks"]] + changed[0]["not_ranks"]
+    finally:
+        plugin._store.close()

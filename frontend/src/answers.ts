@@ -828,7 +828,9 @@ export interface RunReport {
 /**
  * `GET /runs`: what is under the logdir, loading progress, unreadable files, and how to draw
  * phases (canonical ones in order with their colours; a user's phase takes a colour from
- * `user_phase_colours` by a hash of its name).
+ * `user_phase_colours` by a hash of its name). `logdir_error`: why the logdir itself cannot be
+ * listed (a store's client not installed, credentials the store refuses, no such bucket), one line
+ * naming it; null when it was listed.
  */
 export interface RunsAnswer {
   runs: RunInfo[];
@@ -836,6 +838,7 @@ export interface RunsAnswer {
   errors: FileError[];
   phases: PhaseStyle[];
   user_phase_colours: string[];
+  logdir_error?: string | null;
 }
 
 /**

@@ -31,6 +31,7 @@ const VIEW_OF: Record<ViewName, View> = {
   overview, timeline, step, operators, modules, compare, ranks, collectives, memory: memoryEvents,
 };
 const POLL_MS = 1500;
+const EMPTY_POLL_MS = 6000;
 
 /** Which toolbar inputs each view reads. */
 const USES: Record<ViewName, { worker: boolean; run: boolean; device: boolean }> = {
@@ -86,13 +87,17 @@ export class App {
     const before = this.runs;
     const runsChanged = JSON.stringify(runs) !== JSON.stringify(before);
     this.runs = runs;
-    if (stillLoading(runs)) this.poll = window.setTimeout(() => void this.reload(false), POLL_MS);
+    // a logdir showing nothing yet (a store still being listed, or one that cannot be): asked
+    // again now and then, so that its first runs, or why there are none, show without a reload
+    const wait = stillLoading(runs) ? POLL_MS : runs.runs.length ? null : EMPTY_POLL_MS;
+    if (wait !== null) this.poll = window.setTimeout(() => void this.reload(false), wait);
     if (!runsChanged && !recheckView) return;
     const dataChanged = await this.api.revalidate();
     if (runsChanged) this.drawNotices(runs);
     const fixes = this.fixSelection(this.store.state, runs);
     if (Object.keys(fixes).length) this.store.set(fixes, { replace: true });
-    else if (!before || dataChanged || shownRunsChanged(before, runs, this.store.state)) this.render();
+    else if (!before || dataChanged || !runs.runs.length) this.render();
+    else if (shownRunsChanged(before, runs, this.store.state)) this.render();
     else if (runsChanged) this.drawToolbar(this.store.state, runs);
   }
 
@@ -142,7 +147,7 @@ export class App {
     if (!runs) return;
     if (!runs.runs.length) {
       this.scope = null;
-      replace(this.pane, emptyLogdir(runs));
+      replace(this.pane, runs.logdir_error ? unlisted(runs.logdir_error) : emptyLogdir(runs));
       return;
     }
     const scope = (this.scope = new Scope());
@@ -212,6 +217,14 @@ export class App {
             `Loading traces: ${done} of ${files} files (${bytes(bytes_done)} of ${bytes(total)}).`,
           )
         : null,
+      runs.logdir_error && runs.runs.length // with no run, the pane says it
+        ? el(
+            'div',
+            { class: 'status error', role: 'alert' },
+            el('strong', null, 'The logdir cannot be listed now; '),
+            `these runs are from its last listing. ${runs.logdir_error}`,
+          )
+        : null,
       runs.errors.length
         ? el(
             'details',
@@ -243,6 +256,12 @@ function emptyLogdir(runs: RunsAnswer): HTMLElement {
       : 'Add PhaseProfiler to a training loop (or run phaseprof demo) and point TensorBoard’s --logdir at its output; ',
     'new runs appear on reload.',
   );
+}
+
+/** In the run list's place: why the logdir cannot be listed (the extra, credentials, bucket). */
+function unlisted(why: string): HTMLElement {
+  const head = el('strong', null, 'The logdir cannot be read. ');
+  return el('div', { class: 'status error logdir-error', role: 'alert' }, head, why);
 }
 
 /** A run whose traces are loaded and none holds device activity: its GPU view has nothing to show. */

@@ -51,6 +51,9 @@ class Run(msgspec.Struct, dict=True):
     has_scalars: bool = False  # holds TensorBoard event files (per-step timings)
     #: Per-rank scalars of a distributed run: rank -> its folder (``<run>/rank<N>/``, `RANK_SCALARS_RE`).
     rank_scalars: dict[int, str] = msgspec.field(default_factory=dict)
+    #: A run in a store: the objects its listing found in the run's analysis folder, by URL (what the
+    #: cache of analyses may fetch there, and the ETag its user-cache copy of each is kept under).
+    stored: dict[str, storage.Entry] = msgspec.field(default_factory=dict)
 
     def scalar_dirs(self) -> list[tuple[int | None, str]]:
         """(rank, folder) of every set of per-step scalars of the run: its own (rank None), then each
@@ -147,10 +150,14 @@ def _discover_remote(root: str) -> list[Run]:
             f = _remote_trace_file(one, name, ".", force=True)
             return [Run(name=".", path=storage.dirname(root), files=[f] if f else [])]
     runs: dict[str, Run] = {}
+    stored: dict[str, dict[str, storage.Entry]] = {}  # run name -> the objects of its analysis folder
     for entry in entries:
         rel = storage.relpath(entry.url, root)
         directory, _, name = rel.rpartition("/")
         if ANALYSIS_DIR in directory.split("/"):
+            owner, _, folder = directory.rpartition("/")
+            if folder == ANALYSIS_DIR:
+                stored.setdefault(display(owner or "."), {})[entry.url] = entry
             continue
         run_name = display(directory or ".")
         run_path = storage.join(root, directory) if directory else root
@@ -160,6 +167,9 @@ def _discover_remote(root: str) -> list[Run]:
         f = _remote_trace_file(entry, name, run_name)
         if f is not None:
             runs.setdefault(run_name, Run(name=run_name, path=run_path)).files.append(f)
+    for name, objects in stored.items():
+        if name in runs:
+            runs[name].stored = objects
     return _fold_rank_scalars(runs, storage.dirname)
 
 

@@ -33,11 +33,13 @@ class StorageError(Exception):
 
 
 class Entry(msgspec.Struct, frozen=True):
-    """One object under a logdir: its URL, size and modification time."""
+    """One object under a logdir: its URL, size and modification time, and its ETag (what the store
+    says of its content: another content, another ETag; "" where the store says nothing)."""
 
     url: str
     size: int
     mtime_ns: int
+    etag: str = ""
 
 
 def is_remote(path: str) -> bool:
@@ -92,6 +94,27 @@ def _bounded(proto: str) -> dict:
     if proto in ("az", "abfs", "abfss"):
         return {"connection_timeout": CONNECT_S, "read_timeout": READ_S}
     return {}
+
+
+#: Extra -> where its client finds credentials (what to check when the store refuses them).
+CREDENTIALS = {"s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws",
+               "gcs": "GOOGLE_APPLICATION_CREDENTIALS or gcloud's application default credentials",
+               "azure": "AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME and a key or token"}
+
+
+def cannot_list(url: str, e: Exception) -> str:
+    """One line saying why the logdir ``url`` cannot be listed, from what listing it raised: the
+    extra to install, the credentials to check, the bucket that is not there."""
+    if isinstance(e, StorageError):
+        return str(e)
+    extra = EXTRAS.get(scheme(url))
+    if isinstance(e, PermissionError):
+        where = f": check the credentials ({CREDENTIALS[extra]})" if extra else ""
+        return f"{url}: the store refused access ({e}){where}"
+    if isinstance(e, FileNotFoundError):
+        kind = "container" if extra == "azure" else "bucket"
+        return f"{url}: the store has no {kind} {_key(url).partition('/')[0]!r} ({e})"
+    return f"{url}: cannot list it ({e})"
 
 
 def filesystem(url: str, *, bounded: bool = False):
@@ -159,6 +182,12 @@ def mtime_ns(info: dict) -> int:
     return 0
 
 
+def etag(info: dict) -> str:
+    """An object's ETag from fsspec's details of it ("" where the store gave none)."""
+    value = info.get("ETag") or info.get("etag") or ""
+    return value if isinstance(value, str) else ""
+
+
 def listing(root: str) -> list[Entry]:
     """Every object under the logdir ``root`` (recursively, all pages), read fresh from the store."""
     fs = filesystem(root)
@@ -170,7 +199,8 @@ def listing(root: str) -> list[Entry]:
         key = key.rstrip("/")
         if info.get("type") == "directory" or not _safe(key, prefix):
             continue
-        out.append(Entry(url=_url(proto, key), size=int(info.get("size") or 0), mtime_ns=mtime_ns(info)))
+        out.append(Entry(url=_url(proto, key), size=int(info.get("size") or 0), mtime_ns=mtime_ns(info),
+                         etag=etag(info)))
     return out
 
 

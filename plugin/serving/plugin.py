@@ -84,15 +84,20 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         self._store = TraceStore(context.logdir or "", read_only=self._read_only is not None)
         self._static = _static_files()
         self._served = Served(context.flags)  # the Host and Origin a POST /capture must carry
+        #: (run, rank) -> (the rank's phase scalars, its figures over every timed step), across requests
+        #: (`facade.Analysis.ranks`)
+        self._whole_runs: dict[tuple[str, int], tuple[object, object]] = {}
         self._store.refresh_soon(force=True)
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Step Phases")
 
     def is_active(self) -> bool:
-        """From the cached scan; a rescan runs in the background when it is due."""
+        """From the cached scan; a rescan runs in the background when it is due. A logdir that cannot
+        be listed is active too: the tab says why it shows nothing."""
         self._store.refresh_soon()
-        return self._store.has_traces() or self._has_phase_scalars()
+        return (self._store.has_traces() or self._store.logdir_error() is not None
+                or self._has_phase_scalars())
 
     def get_plugin_apps(self) -> dict:
         return {
@@ -139,7 +144,7 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
     def _analysis(self, environ=None) -> Analysis:
         """The logdir's analyses, over the trace store; scalars from TensorBoard's data provider
         for the request ``environ`` (none without one)."""
-        return Analysis(source=self._store,
+        return Analysis(source=self._store, kept=self._whole_runs,
                         scalars=lambda dirs: self._dir_scalars(environ, dirs) if environ is not None else {})
 
     @_route

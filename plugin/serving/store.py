@@ -103,12 +103,15 @@ class TraceStore:
         self._settle_s = settle_s
         # a rescan of a store is a listing of its prefix: a few requests per thousand objects
         self._rescan_s = max(rescan_s, REMOTE_RESCAN_S) if storage.is_remote(logdir) else rescan_s
-        self._scan_error: str | None = None
+        #: Why the last scan could not list the logdir at all (`logdir_error`).
+        self._logdir_error: str | None = None
         self._lock = threading.RLock()
         self._runs: list[Run] = []
         #: Directories the last scan could not list: (real path, why).
         self._unreadable: list[tuple[str, str]] = []
         self._spans: dict[str, Span] = {}  # by real path
+        #: Counts changes of the spans (one added, removed, reloaded, loaded): what `of_run` is kept by.
+        self._changes = 0
         self._scanned_at = float("-inf")
         self._pool: LoaderPool | None = None
         self._closed = False
@@ -116,7 +119,8 @@ class TraceStore:
         #: A scan of a store is under way: its listing, then the fetching of the entries it found, which
         #: may take a while (another listing meanwhile would cost the store and find nothing new to load).
         self._scanning_store = False
-        #: (run, worker, what) -> (the worker's version, a result derived from its analyses)
+        #: (run, worker, what) -> (the worker's version, a result derived from its analyses); (run, what)
+        #: -> (the versions of the run's workers, a result derived from all of them)
         self._derived: dict[tuple, tuple[tuple, object]] = {}
         #: Step traces by (path, size, mtime, step), oldest first; the pool that cuts them out.
         self._traces: collections.OrderedDict[tuple, bytes | None] = collections.OrderedDict()
@@ -153,14 +157,16 @@ class TraceStore:
     def _scan(self, remote: bool) -> None:
         """List the logdir, then load each new or changed span: from its entry, or in a worker process."""
         unreadable: list[tuple[str, str]] = []
-        try:
-            runs = discover(self.logdir, unreadable) if remote or os.path.isdir(self.logdir) else []
+        try:  # a store that cannot be listed raises: it is the logdir that cannot be read, not a folder
+            runs = (discover(self.logdir) if remote
+                    else discover(self.logdir, unreadable) if os.path.isdir(self.logdir) else [])
         except (OSError, ValueError, storage.StorageError) as e:
-            if str(e) != self._scan_error:  # once, not at every rescan
-                logger.warning("phaseprof: cannot scan %s: %s", self.logdir, e)
-                self._scan_error = str(e)
+            why = storage.cannot_list(self.logdir, e) if remote else f"cannot scan {self.logdir}: {e}"
+            if why != self._logdir_error:  # once, not at every rescan
+                logger.warning("phaseprof: %s", why)
+                self._logdir_error = why
             return
-        self._scan_error = None
+        self._logdir_error = None
         # an object in a store appears whole once uploaded, and its time is the store's clock: no settling
         now_ns = time.time_ns() if not remote else float("inf")
         due: list[Span] = []
@@ -176,21 +182,26 @@ class TraceStore:
                         if span is not None and span.state == LOADING:
                             continue  # rewritten while loading: rescanned once that load ends
                         span = self._spans[f.path] = Span(file=f)
+                        self._changes += 1
                     if span.state == PENDING and now_ns - f.mtime_ns >= self._settle_s * 1e9:
                         span.state = LOADING
+                        self._changes += 1
                         due.append(span)
             for path in list(self._spans):
                 if path not in seen and self._spans[path].state != LOADING:
                     del self._spans[path]
+                    self._changes += 1
         # Spans with a cached analysis (beside the run, or written at the source by the training job)
         # load here in a moment each; only the others go to a worker process to be read.
         done = 0  # a store's entries: a batch fetched at once while the one before is decoded
-        for batch, prefetched in cache.prefetched_batches([span.file for span in due]):
+        listed = {url: obj for run in runs for url, obj in run.stored.items()} if remote else None
+        for batch, prefetched in cache.prefetched_batches([span.file for span in due], listed):
             for span in due[done : done + len(batch)]:
-                analysis = cache.load(span.file, prefetched)
+                analysis = cache.load(span.file, prefetched, listed)
                 with self._lock:
                     if analysis is not None:
                         span.state, span.analysis, span.error = READY, analysis, problems_of(analysis)
+                        self._changes += 1
                     elif not self._closed:
                         self._submit(span)
             done += len(batch)
@@ -222,6 +233,7 @@ class TraceStore:
 
     def _done(self, span: Span, state: str, result) -> None:
         with self._lock:
+            self._changes += 1
             if state == READY:
                 span.state, span.analysis, span.error = READY, result, problems_of(result)
             else:
@@ -239,6 +251,10 @@ class TraceStore:
             found = list(self._unreadable)
         root = os.path.realpath(self.logdir)
         return [(display(os.path.relpath(path, root)), why) for path, why in found]
+
+    def logdir_error(self) -> str | None:
+        """Why the last scan could not list the logdir at all (one line naming it), or None."""
+        return self._logdir_error
 
     def run(self, name: str) -> Run | None:
         return next((r for r in self.runs() if r.name == name), None)
@@ -277,6 +293,28 @@ class TraceStore:
         value = Worker(worker, analyses) if compute is None else compute(self.worker(run, worker), *params)
         with self._lock:
             self._derived[key] = (version, value)
+        return value
+
+    def of_run(self, run: Run, compute: Callable[..., T], *params) -> T:
+        """``compute(the run's name, the `Worker` of each worker with a loaded span, *params)``, cached
+        until a span of the run is added, reloaded or finishes loading: a figure over every rank (a
+        second at a thousand ranks) is made once per change of the run, not once per request. Asked
+        again with no span of the store changed since, not even the workers' versions are compared
+        (7 ms at a thousand workers on a busy machine)."""
+        key = (run.name, compute, params)
+        with self._lock:
+            hit = self._derived.get(key)
+            if hit is not None and hit[0][0] == self._changes:
+                return hit[1]
+            version = tuple(self.version(run, name) for name in run.workers)
+            if hit is not None and hit[0][1] == version:  # other runs changed, not this one
+                self._derived[key] = ((self._changes, version), hit[1])
+                return hit[1]
+            changes = self._changes
+        workers = [w for w in (self.worker(run, name) for name in run.workers) if w.spans]
+        value = compute(run.name, workers, *params)
+        with self._lock:
+            self._derived[key] = ((changes, version), value)
         return value
 
     def step_trace(self, f: TraceFile, number: int) -> bytes | None:
