@@ -68,7 +68,7 @@ def test_timeline_and_ranks_routes_read_every_rank(tmp_path, traces):
 def test_ranks_are_made_once_per_change_of_the_run_not_per_request(tmp_path, traces, monkeypatch):
     """``/ranks`` asked again answers what it made before: the ranks side by side are made again only
     when a span of the run is added, and a rank's whole-run figures only when its scalars changed."""
-    from phaseprof.plugin.serving import plugin as serving
+    from phaseprof.plugin import facade
 
     made = {"ranks": 0, "whole_run": 0}
 
@@ -78,8 +78,8 @@ def test_ranks_are_made_once_per_change_of_the_run_not_per_request(tmp_path, tra
             return real(*args)
         return call
 
-    monkeypatch.setattr(serving, "ranks", counted("ranks", serving.ranks))
-    monkeypatch.setattr(serving, "whole_run", counted("whole_run", serving.whole_run))
+    monkeypatch.setattr(facade, "ranks", counted("ranks", facade.ranks))
+    monkeypatch.setattr(facade, "whole_run", counted("whole_run", facade.whole_run))
     two_rank_job(tmp_path, traces)
     plugin, client = make_app(tmp_path)
     try:
