@@ -446,6 +446,41 @@ def test_no_finding_names_communication_or_a_copy_as_compute(gpu_case):
                 assert not re.search(r"nccl|rccl|gloo|Memcpy|Memset", f.text, re.I), f.text
 
 
+#: A clause of a finding naming device work that is not compute (a collective's kernel, a copy or
+#: a set, as the trace names them) ...
+NAMES_NOT_COMPUTE = re.compile(r"nccl\w*Kernel|rccl\w*Kernel|gloo\w*Kernel|\bMemcpy [DHP]|\bMemset \(",
+                               re.I)
+#: ... never calls it compute ("no compute on any stream" says the opposite).
+CALLS_IT_COMPUTE = re.compile(r"(?<!no )\bcompute\b|tensor cores|fp32|GPU-bound", re.I)
+
+
+@pytest.mark.parametrize("case", [f"data:{name}" for name in GPU_FOLDERS] + [f"built:{name}" for name in BUILT])
+def test_no_list_or_sentence_names_communication_or_a_copy_as_compute(case, tmp_path):
+    # every finding's text, clause by clause; the kernel table over every step: a collective's
+    # kernel or a copy is never given a compute property (tensor cores: null, as for a copy)
+    kind, name = case.split(":")
+    folder = DATA / "gpu" / name if kind == "data" else BUILT[name](tmp_path / "run" / "w.1.pt.trace.json").parent
+    r = report(str(folder), kernels=True)
+    assert r.errors == [], r.errors
+    workers = [w for run in r.runs for w in run.workers]
+    assert workers
+    named = 0
+    for w in workers:
+        for f in w.summary.findings:
+            for clause in re.split(r"[;:]\s", f.text):
+                if NAMES_NOT_COMPUTE.search(clause):
+                    named += 1
+                    assert not CALLS_IT_COMPUTE.search(clause), (f.kind, clause)
+        rows = w.kernels.kernels
+        assert rows, w.worker
+        for row in rows:
+            if NOT_COMPUTE.search(row.name):
+                assert row.tensor_cores is None, row.name
+                if re.match(r"Memcpy|Memset", row.name):
+                    assert row.kind in ("memcpy", "memset"), row.name
+    assert named or kind == "data", "the built loops' findings name their all-reduce"
+
+
 def test_exposed_communication_gets_advice_for_its_collective():
     # TorchRec's sharded embeddings: an all-to-all in forward (run by NCCL as SendRecv kernels), an
     # all-gather in the optimizer; the host binds these steps, so no saving is claimed
