@@ -136,6 +136,18 @@ class BlockingCall(Answer):
     queue_stream: str | None
 
 
+class IdleSplit(Answer):
+    """A stream's idle time in a step (the step's GPU window on that stream less its busy time), split
+    by what the stream waited for, as Holistic Trace Analysis splits it: ``host_wait_ms``, no work
+    queued on the stream (the host had not launched the next one); ``kernel_wait_ms``, work queued but
+    not started, across a gap under ``KERNEL_WAIT_US`` (the short gaps between queued kernels);
+    ``other_ms``, the rest (work queued behind another stream's, an event or a longer stall)."""
+
+    host_wait_ms: float
+    kernel_wait_ms: float
+    other_ms: float
+
+
 class GpuTime(Answer):
     """A step's GPU measures (or their means over steps), each named for what it counts, of the
     device work (kernels, copies, sets) *launched* in the step, wherever on the GPU's clock it ran,
@@ -172,6 +184,9 @@ class GpuTime(Answer):
     exposed_memory_ms: float
     idle_ms: float  # the GPU window less busy: the fourth measure (compute, communication, memory)
     memory_kinds: dict[str, float]  # device time per kind of copy or set, by its name, most first
+    #: per stream (keys as ``queues``): its idle time in the step split by what it waited for
+    #: (`IdleSplit`; over several steps, the means of the steps' figures)
+    idle_split: dict[str, IdleSplit]
 
 
 class PhaseTimes(Answer):
@@ -273,6 +288,50 @@ class Lanes(Answer):
     bands: list[Band]
 
 
+class PathShare(Answer):
+    """One thing on a critical path: its time on the path (per step, or the mean per step in a
+    summary) and its ``share`` of the path's length. ``kind``: ``op`` (host time of an op, by name),
+    ``kernel`` (compute on the GPU), ``copy`` (a memcpy/memset), ``collective`` (communication
+    kernels), ``sync`` (a host call waiting for the device), ``launch`` (the runtime call that
+    launched work the path goes on to), ``idle`` (host time in no op, or a wait on nothing traced),
+    ``phase`` (host time of a phase in no op)."""
+
+    name: str
+    kind: str
+    ms: float
+    share: float
+
+
+class PathSegment(Answer):
+    """A stretch of a step's critical path: ``start_ms`` / ``end_ms`` from the step's start, the
+    ``lane`` it runs on (``host``, or a GPU stream labelled as in `GpuTime.streams`), its ``kind``
+    (as `PathShare`'s) and ``name``; consecutive stretches of one lane and name are merged."""
+
+    start_ms: float
+    end_ms: float
+    lane: str
+    kind: str
+    name: str
+
+
+class CriticalPath(Answer):
+    """The longest chain of dependent work through a step (docs/architecture.md): host ops in order on
+    the loop's thread, launches (runtime call to its device work), device work in order on each
+    stream, waits (device work's end to the end of the host call waiting for it). ``length_ms``: its
+    length, the step's wall time (the path runs from the step's start to its end). ``bound``: what
+    fills it most (``host``: host work; ``host-blocked``: the host waiting for the device, a sync on
+    the path; ``gpu``: kernels; ``launch``: launches of short kernels the GPU waited for;
+    ``communication``: collectives; ``data``: the data phase). ``phases``: ms of the path in each
+    phase; ``items``: what is on it, most time first (at most 20); ``segments``: the path in time
+    order (empty in a summary, where every figure is a mean per step over the steps kept)."""
+
+    length_ms: float
+    bound: str
+    phases: dict[str, float]
+    items: list[PathShare]
+    segments: list[PathSegment]
+
+
 class StepDetail(StepRow):
     """``GET /step``: one step in full: its row, the ops and memory of each phase, its swimlanes, and
     where in its window time was kept out of it (``apart``: the lanes leave those stretches empty;
@@ -286,6 +345,7 @@ class StepDetail(StepRow):
     gpu_names: list[str]
     apart: list[ApartBand]
     blocking: list[BlockingCall]  # the step's host calls that waited for the device, in time order
+    critical_path: CriticalPath | None  # the step's critical path (null without device activity)
 
 
 # --- comparisons ----------------------------------------------------------------------------------
@@ -451,7 +511,7 @@ class Evidence(Answer, omit_defaults=True):
     queue: float | None = None  # launched kernels waiting to start, mean over the phase
 
 
-class Finding(Answer):
+class Finding(Answer, omit_defaults=True):
     """A conclusion drawn from the figures, and the figures it rests on (docs/findings.md lists them).
 
     ``kind``: what it is about (a short slug); ``phase``: the phase concerned, if one; ``saving_ms``:
@@ -466,6 +526,10 @@ class Finding(Answer):
     share: float | None
     evidence: Evidence
     text: str
+    #: with what the finding names gone, the step would still take at least this (ms, mean per step):
+    #: the critical path's length with that work's time on it set to 0; ``saving_ms`` never exceeds
+    #: the mean step less it (null: nothing on the path to remove, or no critical path)
+    what_if_ms: float | None = None
 
 
 class Summary(Answer, omit_defaults=True):
@@ -509,6 +573,8 @@ class Summary(Answer, omit_defaults=True):
     cut_steps: list[int] | None = None
     eval_ms: float | None = None
     paused_ms: float | None = None
+    #: the mean step's critical path over the steps kept (each figure a mean per step, no segments)
+    critical_path: CriticalPath | None = None
 
 
 class StepsAnswer(Answer):

@@ -192,6 +192,25 @@ export interface CompareSide {
   phases: Record<string, Times>;
 }
 
+/**
+ * The longest chain of dependent work through a step (docs/architecture.md): host ops in order on
+ * the loop's thread, launches (runtime call to its device work), device work in order on each
+ * stream, waits (device work's end to the end of the host call waiting for it). `length_ms`: its
+ * length, the step's wall time (the path runs from the step's start to its end). `bound`: what
+ * fills it most (`host`: host work; `host-blocked`: the host waiting for the device, a sync on
+ * the path; `gpu`: kernels; `launch`: launches of short kernels the GPU waited for;
+ * `communication`: collectives; `data`: the data phase). `phases`: ms of the path in each
+ * phase; `items`: what is on it, most time first (at most 20); `segments`: the path in time
+ * order (empty in a summary, where every figure is a mean per step over the steps kept).
+ */
+export interface CriticalPath {
+  length_ms: number;
+  bound: string;
+  phases: Record<string, number>;
+  items: PathShare[];
+  segments: PathSegment[];
+}
+
 /** Side B minus side A. */
 export interface Delta {
   wall_ms: number;
@@ -275,6 +294,7 @@ export interface Finding {
   share: number | null;
   evidence: Evidence;
   text: string;
+  what_if_ms?: number;
 }
 
 /** `phaseprof compare --json`: exit status 1 when `slower` names any figure. */
@@ -357,6 +377,20 @@ export interface GpuTime {
   exposed_memory_ms: number;
   idle_ms: number;
   memory_kinds: Record<string, number>;
+  idle_split: Record<string, IdleSplit>;
+}
+
+/**
+ * A stream's idle time in a step (the step's GPU window on that stream less its busy time), split
+ * by what the stream waited for, as Holistic Trace Analysis splits it: `host_wait_ms`, no work
+ * queued on the stream (the host had not launched the next one); `kernel_wait_ms`, work queued but
+ * not started, across a gap under `KERNEL_WAIT_US` (the short gaps between queued kernels);
+ * `other_ms`, the rest (work queued behind another stream's, an event or a longer stall).
+ */
+export interface IdleSplit {
+  host_wait_ms: number;
+  kernel_wait_ms: number;
+  other_ms: number;
 }
 
 /** One kernel (or copy, or set) name over the chosen steps and phase; times in µs. */
@@ -605,6 +639,34 @@ export interface OpsAnswer {
 }
 
 /**
+ * A stretch of a step's critical path: `start_ms` / `end_ms` from the step's start, the
+ * `lane` it runs on (`host`, or a GPU stream labelled as in `GpuTime.streams`), its `kind`
+ * (as `PathShare`'s) and `name`; consecutive stretches of one lane and name are merged.
+ */
+export interface PathSegment {
+  start_ms: number;
+  end_ms: number;
+  lane: string;
+  kind: string;
+  name: string;
+}
+
+/**
+ * One thing on a critical path: its time on the path (per step, or the mean per step in a
+ * summary) and its `share` of the path's length. `kind`: `op` (host time of an op, by name),
+ * `kernel` (compute on the GPU), `copy` (a memcpy/memset), `collective` (communication
+ * kernels), `sync` (a host call waiting for the device), `launch` (the runtime call that
+ * launched work the path goes on to), `idle` (host time in no op, or a wait on nothing traced),
+ * `phase` (host time of a phase in no op).
+ */
+export interface PathShare {
+  name: string;
+  kind: string;
+  ms: number;
+  share: number;
+}
+
+/**
  * A phase's mean per step; `share`: its host time's share of the mean step's wall time (host
  * time); `gpu_share`: its GPU busy time's share of the mean step's GPU busy time (null without
  * GPU). Each adds up to 1 over the phases. The GPU figures are those of `PhaseTimes`.
@@ -839,6 +901,7 @@ export interface StepDetail extends StepRow {
   gpu_names: string[];
   apart: [number, number, string][];
   blocking: BlockingCall[];
+  critical_path: CriticalPath | null;
 }
 
 /**
@@ -979,6 +1042,7 @@ export interface Summary {
   cut_steps?: number[];
   eval_ms?: number;
   paused_ms?: number;
+  critical_path?: CriticalPath;
 }
 
 /**

@@ -16,8 +16,10 @@ from phaseprof.contract import COMPILE
 
 from ..answers import Evidence, Finding, Summary
 from .advice import Context, advise
-from .cost import Costs, Figures
+from .blocking import Blocked
+from .cost import GPU, Costs, Figures
 from .noise import MIN_VALUES, lower_median
+from .path_summary import PathFigures, path_figures
 from .warmup import SETUP_CALL
 from .worker import Worker, ms
 
@@ -40,9 +42,59 @@ def findings(summary: Summary, w: Worker, full: np.ndarray, figures: Figures | N
                 evidence=a.evidence, text=a.text)
         for a in advise(figures, costs, ctx)
     ]
+    paths = path_figures(w, full)
+    if paths is not None:
+        ranked = [_what_if(f, paths, ctx.blocking, float(w.wall_us[full].mean()), figures, costs)
+                  for f in ranked]
     ranked += _steps_beyond_noise(summary, w, full, costs)
     ranked.sort(key=lambda f: -(f.saving_ms or 0.0))  # stable: a phase's cost finding before a tie
     return ranked + _notes(summary, w, full)
+
+
+#: Findings on the host's waiting for the device, and which of the calls that held it they name.
+_WAITING = {"host-blocked": lambda b: True, "sync": lambda b: True,
+            "pageable-copies": lambda b: b.copy is not None and "Pageable" in b.copy}
+#: Findings on work of some kinds in their phase: what of the path is of those kinds.
+_PATH_KINDS = {"exposed-communication": ("collective",), "pageable-copies": ("copy", "sync")}
+#: Findings with nothing on the path to remove (their saving is of calls the path does not name).
+_OFF_PATH = ("allocator",)
+
+
+def _what_if(f: Finding, paths: PathFigures, blocking: list[Blocked], wall_us: float,
+             figures: Figures, costs: Costs) -> Finding:
+    """``f`` with its what-if bound (`Finding.what_if_ms`: the length of a chain of the step's work
+    with what the finding names at zero, which the step cannot get shorter than), and its saving
+    clamped to the mean step less it. The chain: for the host's waiting, the host's own work in
+    program order (the step's length long) less the time those calls were held; in a step measured
+    by the GPU, the GPU's busy time less the phase's (or its exposed communication); else the
+    critical path less the time on it of the phase's work (or of its communication or copies)."""
+    if f.phase is None or f.kind in _OFF_PATH:
+        return f
+    n = max(paths.steps, 1)
+    held = sum(float(b.blocked_us) for b in blocking
+               if f.kind in _WAITING and b.phase == f.phase and _WAITING[f.kind](b))
+    if held > 0:
+        step_us = length = wall_us
+        chain, gone = "host's own work", held
+    elif costs.measure == GPU:
+        j = figures.phases.index(f.phase)
+        step_us = length = costs.gpu_busy_us
+        chain = "GPU's busy time"
+        gone = float(figures.exposed_comm_us[j] if f.kind == "exposed-communication"
+                     else figures.busy_us[j])
+    else:
+        step_us, length, chain = wall_us, paths.length / n, "critical path"
+        gone = (sum(paths.phase_kinds.get((f.phase, k), 0.0) for k in _PATH_KINDS[f.kind]) / n
+                if f.kind in _PATH_KINDS else paths.phases.get(f.phase, 0.0) / n)
+    bound = max(float(length - gone), 0.0)
+    f.what_if_ms = ms(bound)
+    most = max(step_us - bound, 0.0)
+    if f.saving_ms is not None and f.saving_ms > ms(most):
+        f.saving_ms = ms(most)
+        f.share = _share(most, costs.total_us)
+    f.text += (f"; with it gone the step would still take at least {f.what_if_ms:,.2f} ms (the "
+               f"{chain} less {ms(gone):,.2f} ms)")
+    return f
 
 
 def _steps_beyond_noise(summary: Summary, w: Worker, full: np.ndarray, costs: Costs) -> list[Finding]:

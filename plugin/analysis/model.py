@@ -179,6 +179,33 @@ class BlockingTable(msgspec.Struct):
                      int(np.searchsorted(self.step, step, "right")))
 
 
+class PathTable(msgspec.Struct):
+    """The critical path of each of a span's steps (`critical_path`), one row a stretch, in (step,
+    time) order; consecutive stretches alike merged."""
+
+    streams: list[str]  # what ``lane`` codes: "GPU d stream s"
+    step: np.ndarray  # int32 index into SpanAnalysis.steps
+    start: np.ndarray  # µs from the step's start
+    end: np.ndarray
+    lane: np.ndarray  # int32 into ``streams``; -1: the host
+    kind: np.ndarray  # int8 into `critical_path.KINDS`
+    #: int32 into SpanAnalysis.names: the op, runtime call or device work; < 0: a gap
+    #: (`critical_path.GAP_NAMES`), or -1 for host time in no op (named by its phase)
+    name: np.ndarray
+    phase: np.ndarray  # int32 into SpanAnalysis.phases (-1: none)
+    blocked: np.ndarray  # bool: inside the host window of a call the path waits in
+
+    @classmethod
+    def empty(cls, streams: list[str]) -> PathTable:
+        i = np.zeros(0, np.int32)
+        return cls(streams=streams, step=i, start=np.zeros(0), end=np.zeros(0), lane=i,
+                   kind=np.zeros(0, np.int8), name=i, phase=i, blocked=np.zeros(0, bool))
+
+    def rows(self, step: int) -> slice:
+        return slice(int(np.searchsorted(self.step, step, "left")),
+                     int(np.searchsorted(self.step, step, "right")))
+
+
 class LaunchQueues(msgspec.Struct):
     """The launch queues of a span's steps (`blocking`): per step and stream, the device work
     launched and not yet started, its time-weighted mean and its maximum over the step's host
@@ -274,6 +301,8 @@ class GpuMeasures(msgspec.Struct):
     memory_kinds: list[str]  # names of the copies and sets: "Memcpy DtoH (Device -> Pageable)", …
     memory_kind_us: np.ndarray  # (steps, memory kinds) device time summed over streams
     window_start_us: np.ndarray  # (steps,) where the GPU window opens (trace clock; NaN: no work)
+    #: (steps, streams, 3) idle µs per stream: host wait, kernel wait, other (`idle.idle_split`)
+    idle_split_us: np.ndarray
 
 
 class SpanAnalysis(msgspec.Struct):
@@ -309,6 +338,7 @@ class SpanAnalysis(msgspec.Struct):
     collectives: CollectiveTable
     blocking: BlockingTable  # host calls that waited for the device
     queues: LaunchQueues  # launch queues and delays per stream
+    critical_path: PathTable  # each step's critical path
     memory_curve: MemoryCurve
     memory_ops: MemoryOpTable
     memory_events: MemoryEventTable

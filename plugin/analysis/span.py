@@ -21,7 +21,9 @@ from ..reading.discovery import display
 from ..reading.events import ANNOTATION, KERNEL, OP, RUNTIME, Trace
 from .blocking import blocking_calls, blocking_mask, launch_queues
 from .collectives import collective_table
+from .critical_path import critical_paths
 from .cut import cut_steps
+from .idle import idle_split
 from .kernels import COLLECTIVE_KERNEL, kernel_table
 from .memory import has_baseline, memory_curve, running_allocated
 from .memory_ops import memory_tables
@@ -86,7 +88,7 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
     blocks, copy_of = blocking_mask(trace, n, launch.runtime)
     wait = np.minimum(_waits(trace, n, part, shape2, blocks), host_us)
     comm = communication(trace, n, launch)
-    gpu = gpu_measures(trace, part, dev_step, dev_phase, comm, shape2)
+    gpu = gpu_measures(trace, part, dev_step, dev_phase, comm, shape2, launch.ts)
     allocated = running_allocated(trace)
     peak, delta = _memory(trace, part, shape2, allocated)
     self_gpu, op_gpu = _op_gpu(trace, n, launch)
@@ -96,6 +98,8 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
                                         queue_labels, queue_stream)
     blocking = blocking_calls(trace, n, part, blocks, copy_of, op_stack, queue_steps,
                               len(queue_labels))
+    critical = critical_paths(trace, n, part, launch.runtime, launch.ts, blocks, copy_of, comm,
+                           dev_phase, queue_stream, queue_labels)
     ops = _op_table(trace, n, part, self_gpu, op_gpu, op_stack)
     kernels = kernel_table(trace, launch.op_name(n), dev_step, dev_phase)
     collectives = collective_table(trace, n, part, launch.runtime, launch.ts, comm)
@@ -127,6 +131,7 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
         collectives=collectives,
         blocking=blocking,
         queues=queues,
+        critical_path=critical,
         memory_curve=memory_curve(trace, part, allocated),
         memory_baseline=has_baseline(trace, allocated),
         memory_ops=memory_ops,
@@ -289,10 +294,12 @@ def owned_pieces(start: np.ndarray, dur: np.ndarray, step: np.ndarray,
 
 
 def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase: np.ndarray, comm: np.ndarray,
-                 shape2: tuple[int, int]) -> GpuMeasures:
+                 shape2: tuple[int, int], launch_ts: np.ndarray) -> GpuMeasures:
     """GPU busy, compute, communication, memory and their exposed parts per step and phase, GPU busy
-    per stream, device time per kind of copy or set, and the GPU window of each step's work (see
-    `GpuMeasures`). Work is communication (``comm``), else memory (copies and sets), else compute.
+    per stream, its idle time split by what it waited for (`idle.idle_split`; ``launch_ts``: each
+    device event's runtime call start), device time per kind of copy or set, and the GPU window of
+    each step's work (see `GpuMeasures`). Work is communication (``comm``), else memory (copies and
+    sets), else compute.
 
     One sweep over the starts and ends of the device events attributed to a step, in (step, time)
     order: between two consecutive ones lies a segment. For each kind of column (a phase's compute, a
@@ -390,6 +397,7 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
         past_host_us=past,
         streams=labels,
         stream_busy_us=shared(on_stream, seg, len(labels)),
+        idle_split_us=idle_split(step, stream, start, end, launch_ts[keep] - base, steps, len(labels)),
     )
 
 

@@ -14,6 +14,7 @@ from phaseprof.contract import EVAL, OUT_OF_STEP, PAUSED
 from ..answers import (
     BlockingCall,
     GpuTime,
+    IdleSplit,
     Lanes,
     LaunchQueue,
     MemoryFigures,
@@ -24,6 +25,7 @@ from ..answers import (
 )
 from .blocking import inputs_of
 from .model import SpanAnalysis
+from .path_summary import step_path
 from .stacks import stack, user_frame
 from .worker import Worker, ms
 
@@ -110,9 +112,12 @@ def gpu_time(w: Worker, rows: np.ndarray) -> GpuTime | None:
     exposed = float(w.exposed_comm_us[rows].sum()) / n
     streams: dict[str, float] = {}
     kinds: dict[str, float] = {}
+    idle: dict[str, np.ndarray] = {}
     for row in rows.tolist():
         for label, us in w.streams(row).items():
             streams[label] = streams.get(label, 0.0) + us
+        for label, split in w.idle_split(row).items():
+            idle[label] = idle.get(label, 0.0) + split
         for name, us in w.memory_kinds(row).items():
             kinds[name] = kinds.get(name, 0.0) + us
     busy = float(w.gpu_busy_us[rows].sum()) / n
@@ -132,6 +137,8 @@ def gpu_time(w: Worker, rows: np.ndarray) -> GpuTime | None:
         idle_ms=ms(max(float(w.gpu_window_us[rows].sum()) / n - busy, 0.0)),
         memory_kinds={name: ms(us / n)
                       for name, us in sorted(kinds.items(), key=lambda kv: -kv[1])},
+        idle_split={label: IdleSplit(host_wait_ms=ms(v[0] / n), kernel_wait_ms=ms(v[1] / n),
+                                     other_ms=ms(v[2] / n)) for label, v in idle.items()},
     )
 
 
@@ -236,6 +243,7 @@ def step_detail(w: Worker, row: int, run: str, op_limit: int | None = None) -> S
         gpu_names=span.gpu_names,
         apart=apart_bands(span, i),
         blocking=blocking_calls(span, i),
+        critical_path=step_path(span, i),
     )
 
 

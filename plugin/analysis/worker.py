@@ -119,6 +119,13 @@ class Worker:
         busy = g.stream_busy_us[ref.index] if len(g.streams) else np.zeros(0)
         return {label: float(v) for label, v in zip(g.streams, busy.tolist()) if v > 0}
 
+    def idle_split(self, row: int) -> dict[str, np.ndarray]:
+        """Per stream of step ``row`` with idle time in it: µs of host wait, kernel wait, other."""
+        ref = self.refs[row]
+        g = ref.span.gpu
+        split = g.idle_split_us[ref.index] if len(g.streams) else np.zeros((0, 3))
+        return {label: v for label, v in zip(g.streams, split) if v.any()}
+
     def memory_kinds(self, row: int) -> dict[str, float]:
         """Device µs per kind of copy or set (its name) of step ``row``."""
         ref = self.refs[row]

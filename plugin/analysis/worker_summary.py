@@ -22,6 +22,7 @@ from .compare import compare, grew_most, median_row
 from .cost import GPU, Costs, Figures, phase_costs
 from .findings import findings
 from .noise import MIN_VALUES, Noise, noise
+from .path_summary import mean_path
 from .steps import gpu_time
 from .worker import Worker, ms
 
@@ -69,6 +70,7 @@ def summarize(w: Worker, top: int = TOP_OPS) -> Summary:
         for j, p in enumerate(phases)
     }
     out.gpu_time = gpu_time(w, full)
+    out.critical_path = mean_path(w, full)
     out.mean_wall_ms = ms(mean_wall)
     figures = typical_step(w, full)
     costs = phase_costs(figures)
