@@ -35,12 +35,20 @@ sys.path.insert(0, str(ROOT))
 
 from phaseprof.plugin.reading.discovery import discover  # noqa: E402
 from phaseprof.plugin.spans import analyze_file  # noqa: E402
-from tests.hta_reference import device_work, figures, launches_hta_leaves_out, load  # noqa: E402
+from tests.hta_reference import (  # noqa: E402
+    device_work,
+    figures,
+    idle_split,
+    launches_hta_leaves_out,
+    load,
+)
 
 #: A difference beyond this share of the figure is explained.
 EXPLAIN = 0.01
 #: Kernels per trace in the table, most phaseprof time first.
 TOP_KERNELS = 5
+#: HTA's idle categories, in the order of `GpuMeasures.idle_split_us`.
+IDLE_KINDS = ("host_wait", "kernel_wait", "other")
 #: The launch calls HTA's queue counts, as the reasons name them.
 HTA_CALLS_SHOWN = ("cudaLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync")
 #: The choices, from HTA's to phaseprof's, and what each is called in the reasons.
@@ -54,6 +62,8 @@ WHY = {
     "scope": SCOPE,
     "kinds": "definition: phaseprof counts kernels, copies and sets (HTA also CUDA's sync events) "
              "and work launched under a collective op as communication",
+    "idle_split": "scope: HTA sums every gap on the stream over the trace; phaseprof the gaps inside "
+                  "each step's GPU window (those between steps' windows are no step's)",
     "idle": "definition: phaseprof's idle is within each step's GPU window (the gaps between "
             "steps' windows are no step's); HTA's over the span from first to last work",
     "queue": "definition: HTA's mean is over the series' change points (whole trace), not weighted "
@@ -103,22 +113,31 @@ def phaseprof_figures(span) -> dict:
             "idle_pct": 100 * (window - busy) / window if window else None,
             "overlap_pct": 100 * (1 - exposed / comm) if comm else None,
             "kernels": dict(kernels), "streams": per_stream,
-            "stream_busy": dict(zip(g.streams, g.stream_busy_us.sum(axis=0).tolist()))}
+            "stream_busy": dict(zip(g.streams, g.stream_busy_us.sum(axis=0).tolist())),
+            "idle_split": {label: dict(zip(IDLE_KINDS, g.idle_split_us[:, s].sum(axis=0).tolist()))
+                           for s, label in enumerate(g.streams)}}
 
 
-def reasons(events: list[dict], windows: list, hta_model: dict) -> dict[str, dict]:
-    """Each choice's move of every figure, changing the choices one at a time from HTA's."""
-    steps, before = {}, hta_model
-    for name, choice in CHOICES:
-        now = figures(device_work(events, windows=windows, **choice))
-        steps[name] = now
+def reasons(events: list[dict], windows: list, gpu_windows: list, hta_model: dict) -> dict[str, dict]:
+    """Each choice's move of every figure, changing the choices one at a time from HTA's; and of
+    each stream's idle split (``idle_split``: HTA's model, then the move of rounding, then that of
+    phaseprof's scope: its steps' work, the gaps inside each step's GPU window ``gpu_windows``)."""
+    works = {name: device_work(events, windows=windows, **choice) for name, choice in CHOICES}
     moves: dict[str, dict] = {}
+    before = hta_model
     for name, _ in CHOICES:
-        now = steps[name]
+        now = figures(works[name])
         moves[name] = {k: _delta(before.get(k), now.get(k)) for k in now if k != "kernels"}
         moves[name]["kernels"] = {k: _delta(before["kernels"].get(k, 0.0), v)
                                   for k, v in now["kernels"].items()}
         before = now
+    rounded = idle_split(device_work(events, rounded=True, scope="hta", kinds="hta"))
+    exact = idle_split(works["rounding"])
+    ours = idle_split(works["kinds"], windows=gpu_windows)
+    moves["idle_split"] = {stream: {k: (exact.get(stream, {}).get(k, 0.0) - v,
+                                        ours.get(stream, {}).get(k, 0.0) - exact.get(stream, {}).get(k, 0.0))
+                                    for k, v in split.items()}
+                           for stream, split in rounded.items()}
     return moves
 
 
@@ -204,7 +223,22 @@ def rows_of(label: str, rank: int, hta: dict, ours: dict, moves: dict,
             row("delay", f"{name} {stream} (ms)", h, p, _pct_why(h, p, because))
         p, h = _mean(ql["p50"]), _mean(delays.get("hta_p50", []))
         row("delay", f"launch delay median {stream}, HTA's (ms)", h, p, _pct_why(h, p, WHY["delay"]))
+        for key in IDLE_KINDS:
+            split = hta["idle_split"].get(stream)  # a kind HTA found no gap of is absent: 0
+            h, p = None if split is None else split.get(key, 0.0), ours["idle_split"][stream][key]
+            move = moves["idle_split"].get(stream, {}).get(key)
+            row("idle", f"idle {key.replace('_', ' ')} {stream} (ms)", h, p,
+                _split_why(h, p, move) if h is not None else "")
     return out
+
+
+def _split_why(h: float, p: float, move: tuple[float, float] | None) -> str:
+    """The reasons for an idle split's difference: rounding's move and scope's, each beyond 1%."""
+    if move is None or abs(p - h) <= EXPLAIN * max(abs(h), 1e-9):
+        return ""
+    parts = [(abs(m), f"{WHY[name]} ({_signed(m, 'idle')})")
+             for name, m in zip(("rounding", "idle_split"), move) if abs(m) > EXPLAIN * max(abs(h), 1e-9)]
+    return "; ".join(text for _, text in sorted(parts, reverse=True)) or "(none beyond 1% alone)"
 
 
 def _pct_why(h, p, why: str) -> str:
@@ -237,7 +271,10 @@ def main() -> None:
         events = load(path)
         hta["rounded"] = any(e["ts"] != e["ts"].to_integral_value() for e in events)
         model = figures(device_work(events, rounded=True, scope="hta", kinds="hta"))
-        moves = reasons(events, requests[path], model)
+        g = span.gpu
+        gpu_windows = [(a, a + w) for a, w in zip(g.window_start_us.tolist(), g.window_us.tolist())
+                       if a == a]  # NaN: a step without device work
+        moves = reasons(events, requests[path], gpu_windows, model)
         label = f"{folder}/{Path(path).name}"
         table += rows_of(label, hta["rank"], hta, phaseprof_figures(span), moves,
                          launches_hta_leaves_out(events), args.streams)

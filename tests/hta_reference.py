@@ -91,7 +91,8 @@ def _common(a, b) -> float:
 def device_work(events: list[dict], *, rounded: bool, scope: str, kinds: str,
                 windows: list[tuple[float, float]] = ()) -> dict[str, list]:
     """The device work kept: per kind (``compute``, ``comm``, ``memory``, and HTA's ``other``: busy
-    but of no kind), its (start, end, name) intervals; ``windows``: phaseprof's step windows (host
+    but of no kind), its (start, end, name, stream, launching call's start or None, category)
+    intervals; ``windows``: phaseprof's step windows (host
     start and end, µs as the trace states them) for its scope."""
     events = [dict(e) for e in events]
     if rounded:
@@ -133,7 +134,9 @@ def device_work(events: list[dict], *, rounded: bool, scope: str, kinds: str,
             corr = d["args"].get("correlation")
             kind = ("comm" if COMM_KERNEL.search(name) or corr in under else
                     "memory" if d.get("cat") in COPY else "compute")
-        out[kind].append((d["ts"], d["ts"] + d["dur"], name))
+        call = calls.get(d["args"].get("correlation"))
+        out[kind].append((d["ts"], d["ts"] + d["dur"], name, _stream(d),
+                          call["ts"] if call is not None else None, d.get("cat")))
     return out
 
 
@@ -162,8 +165,8 @@ def figures(work: dict[str, list]) -> dict:
     """Busy, compute, communication, memory (µs, unions over all streams), HTA's idle share of the
     span from the first to the last device activity (%), the share of communication time compute
     overlaps (%, None without communication) and each kernel name's total (µs)."""
-    merged = {k: _union((a, b) for a, b, _ in v) for k, v in work.items()}
-    every = _union((a, b) for v in work.values() for a, b, _ in v)
+    merged = {k: _union((a, b) for a, b, *_ in v) for k, v in work.items()}
+    every = _union((a, b) for v in work.values() for a, b, *_ in v)
     out = {k: _length(merged[k]) for k in ("compute", "comm", "memory")}
     out["busy"] = _length(every)
     out.pop("other", None)
@@ -173,7 +176,7 @@ def figures(work: dict[str, list]) -> dict:
                           if out["comm"] else None)
     totals: dict[str, Decimal] = defaultdict(Decimal)
     for v in work.values():
-        for a, b, name in v:
+        for a, b, name, *_ in v:
             totals[name] += b - a
     out["kernels"] = {k: float(v) for k, v in totals.items()}
     return out
@@ -184,6 +187,48 @@ HTA_LAUNCH_CALLS = frozenset((
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync",
     "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel", "hipExtModuleLaunchKernel",
     "hipMemcpyAsync", "hipMemsetAsync", "hipMemcpyWithStream"))
+
+
+def _stream(e: dict) -> str:
+    """A device event's stream as phaseprof labels it."""
+    args = e["args"]
+    return f"GPU {args.get('device', e['pid'])} stream {args.get('stream', e['tid'])}"
+
+
+#: Gaps between queued kernels under this are kernel wait (HTA's ``consecutive_kernel_delay``: 30,
+#: in its frames' unit, µs).
+KERNEL_WAIT_US = 30
+
+
+def idle_split(work: dict[str, list], windows: list[tuple[float, float]] | None = None
+               ) -> dict[str, dict[str, float]]:
+    """Per stream, HTA's idle time breakdown (``get_idle_time_breakdown``, µs): each gap between
+    consecutive device events on the stream is host wait when the later one's launching call
+    started after the earlier one ended, else kernel wait when under `KERNEL_WAIT_US`, else other.
+    HTA sums every gap of the trace; with ``windows`` (per step, its GPU window: start and end, µs
+    as the trace states them) only the gaps inside one of them count, as phaseprof's split of each
+    step's window does (the gaps between steps' windows are no step's)."""
+    by_stream = defaultdict(list)
+    for v in work.values():
+        for a, b, _, stream, launch, cat in v:
+            if cat != "cuda_sync":  # HTA splits the idle time between kernels, copies and sets
+                by_stream[stream].append((a, b, launch))
+    bounds = sorted((Decimal(repr(a)), Decimal(repr(b))) for a, b in windows or ())
+    out: dict[str, dict[str, float]] = {}
+    for stream, events in by_stream.items():
+        events.sort(key=lambda x: x[0])
+        split = dict.fromkeys(("host_wait", "kernel_wait", "other"), Decimal(0))
+        reach = None
+        for a, b, launch in events:
+            if reach is not None and (windows is None or any(
+                    x - Decimal("0.001") <= reach and a <= y + Decimal("0.001") for x, y in bounds)):
+                gap = a - reach
+                kind = ("host_wait" if launch is not None and launch > reach else
+                        "kernel_wait" if gap < KERNEL_WAIT_US else "other")
+                split[kind] += max(gap, Decimal(0)) if windows is not None else gap
+            reach = b if windows is None or reach is None else max(reach, b)
+        out[stream] = {k: float(v) for k, v in split.items()}
+    return out
 
 
 def launches_hta_leaves_out(events: list[dict]) -> dict[str, dict[str, int]]:

@@ -20,10 +20,11 @@ import pytest
 from phaseprof.plugin.reading.discovery import discover
 from phaseprof.plugin.spans import analyze_file
 from tests.conftest import DATA
-from tests.hta_reference import device_work, figures, launches_hta_leaves_out, load
+from tests.hta_reference import device_work, figures, idle_split, launches_hta_leaves_out, load
 
 RECORDED = DATA / "hta_figures.json"
 GPU_TRACES = sorted(str(p.relative_to(DATA)) for p in (DATA / "gpu").rglob("*.json.gz"))
+IDLE_KINDS = ("host_wait", "kernel_wait", "other")
 HTA_KEYS = {"busy": "busy_us", "compute": "compute_us", "comm": "communication_us",
             "memory": "memory_us"}
 
@@ -161,3 +162,29 @@ def test_a_queue_hta_counts_short_is_fed_by_calls_it_leaves_out():
     hta, q = recorded()["traces"][trace], span(trace).queues
     s = q.streams.index("GPU 0 stream 7")
     assert max(q.max[:, s]) > max(hta["queues"]["GPU 0 stream 7"]["step_max"])
+
+
+@pytest.mark.parametrize("trace", GPU_TRACES)
+def test_idle_split_is_htas_gaps_inside_each_steps_gpu_window(trace):
+    # HTA's split (host wait, kernel wait, other) per stream is every gap on the stream over the
+    # trace, from its rounded times; phaseprof's, summed over the steps, the same rule on the gaps
+    # inside each step's GPU window: the reasons "rounding" and "scope" of the idle rows
+    hta = recorded()["traces"][trace]["idle_split"]
+    theirs = idle_split(device_work(events(trace), rounded=True, scope="hta", kinds="hta"))
+    assert set(theirs) == set(hta)
+    for stream, split in hta.items():
+        for key, us in split.items():
+            assert theirs[stream][key] == pytest.approx(us, abs=0.01), (stream, key)
+    g = span(trace).gpu
+    opened = [(a, a + w) for a, w in zip(g.window_start_us.tolist(), g.window_us.tolist()) if a == a]
+    ours = idle_split(device_work(events(trace), rounded=False, scope="steps", kinds="phaseprof",
+                                  windows=windows(trace)), windows=opened)
+    for s, stream in enumerate(g.streams):
+        got = dict(zip(IDLE_KINDS, g.idle_split_us[:, s].sum(axis=0).tolist()))
+        want = ours.get(stream, dict.fromkeys(IDLE_KINDS, 0.0))
+        if rounds(trace):  # float64 µs near the epoch (0.25 µs coarse) sorts a few gaps of a trace
+            # in fractions of a µs into another kind: their total agrees
+            assert sum(got.values()) == pytest.approx(sum(want.values()), rel=0.001), stream
+            continue
+        for key in IDLE_KINDS:
+            assert got[key] == pytest.approx(want[key], rel=0.001, abs=0.01), (stream, key)
