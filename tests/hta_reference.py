@@ -88,8 +88,14 @@ def _common(a, b) -> float:
     return float(total)
 
 
-def device_work(events: list[dict], *, rounded: bool, scope: str, kinds: str,
-                windows: list[tuple[float, float]] = ()) -> dict[str, list]:
+def device_work(
+    events: list[dict],
+    *,
+    rounded: bool,
+    scope: str,
+    kinds: str,
+    windows: list[tuple[float, float]] = (),
+) -> dict[str, list]:
     """The device work kept: per kind (``compute``, ``comm``, ``memory``, and HTA's ``other``: busy
     but of no kind), its (start, end, name, stream, launching call's start or None, category)
     intervals; ``windows``: phaseprof's step windows (host
@@ -99,20 +105,29 @@ def device_work(events: list[dict], *, rounded: bool, scope: str, kinds: str,
         _round(events)
     calls = {}
     for e in events:
-        if "correlation" in e.get("args", {}) and e["args"].get("stream", -1) == -1 and (
-                kinds == "hta" or e.get("cat") in RUNTIME):
+        if (
+            "correlation" in e.get("args", {})
+            and e["args"].get("stream", -1) == -1
+            and (kinds == "hta" or e.get("cat") in RUNTIME)
+        ):
             calls[e["args"]["correlation"]] = e
     if kinds == "hta":  # events on a stream, CUDA's sync events on the GPU included
-        device = [e for e in events if e.get("args", {}).get("stream", -1) != -1
-                  and e.get("cat") in DEVICE + ("cuda_sync",)]
+        device = [
+            e
+            for e in events
+            if e.get("args", {}).get("stream", -1) != -1 and e.get("cat") in DEVICE + ("cuda_sync",)
+        ]
     else:
         device = [e for e in events if e.get("cat") in DEVICE]
     if scope == "hta":
         steps = [e for e in events if e["name"].startswith("ProfilerStep#")]
         if len({e["name"] for e in steps}) > 1:
             last = max(e["ts"] + e["dur"] for e in steps)
-            device = [d for d in device if (c := calls.get(d["args"].get("correlation"))) is not None
-                      and c["ts"] <= last]
+            device = [
+                d
+                for d in device
+                if (c := calls.get(d["args"].get("correlation"))) is not None and c["ts"] <= last
+            ]
     else:
         bounds = sorted((Decimal(repr(a)), Decimal(repr(b))) for a, b in windows)
         starts = [a for a, _ in bounds]
@@ -121,22 +136,46 @@ def device_work(events: list[dict], *, rounded: bool, scope: str, kinds: str,
             k = bisect.bisect_right(starts, t) - 1
             return k >= 0 and t < bounds[k][1]
 
-        device = [d for d in device if (c := calls.get(d["args"].get("correlation"))) is not None
-                  and _fuzzy_inside(inside, c["ts"])]
+        device = [
+            d
+            for d in device
+            if (c := calls.get(d["args"].get("correlation"))) is not None
+            and _fuzzy_inside(inside, c["ts"])
+        ]
     under = _under_collective(events) if kinds == "phaseprof" else set()
     out: dict[str, list] = {"compute": [], "comm": [], "memory": [], "other": []}
     for d in device:
         name = d["name"]
         if kinds == "hta":
-            kind = ("comm" if HTA_COMM.match(name) else "memory" if HTA_MEMORY.match(name)
-                    else "compute" if not HTA_NOT_COMPUTE.match(name) else "other")
+            kind = (
+                "comm"
+                if HTA_COMM.match(name)
+                else "memory"
+                if HTA_MEMORY.match(name)
+                else "compute"
+                if not HTA_NOT_COMPUTE.match(name)
+                else "other"
+            )
         else:
             corr = d["args"].get("correlation")
-            kind = ("comm" if COMM_KERNEL.search(name) or corr in under else
-                    "memory" if d.get("cat") in COPY else "compute")
+            kind = (
+                "comm"
+                if COMM_KERNEL.search(name) or corr in under
+                else "memory"
+                if d.get("cat") in COPY
+                else "compute"
+            )
         call = calls.get(d["args"].get("correlation"))
-        out[kind].append((d["ts"], d["ts"] + d["dur"], name, _stream(d),
-                          call["ts"] if call is not None else None, d.get("cat")))
+        out[kind].append(
+            (
+                d["ts"],
+                d["ts"] + d["dur"],
+                name,
+                _stream(d),
+                call["ts"] if call is not None else None,
+                d.get("cat"),
+            )
+        )
     return out
 
 
@@ -150,13 +189,18 @@ def _under_collective(events: list[dict]) -> set:
     """Correlations of the runtime calls made under a collective op of their thread."""
     ops = defaultdict(list)
     for e in events:
-        if e.get("cat") in HOST_OPS and (e["name"] == "record_param_comms"
-                                         or re.match(r"^(nccl|gloo|mpi|ucc|c10d)(:|::)", e["name"])):
+        if e.get("cat") in HOST_OPS and (
+            e["name"] == "record_param_comms"
+            or re.match(r"^(nccl|gloo|mpi|ucc|c10d)(:|::)", e["name"])
+        ):
             ops[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
     found = set()
     for e in events:
-        if e.get("cat") in RUNTIME and "correlation" in e.get("args", {}) and any(
-                a <= e["ts"] <= b for a, b in ops.get((e["pid"], e["tid"]), ())):
+        if (
+            e.get("cat") in RUNTIME
+            and "correlation" in e.get("args", {})
+            and any(a <= e["ts"] <= b for a, b in ops.get((e["pid"], e["tid"]), ()))
+        ):
             found.add(e["args"]["correlation"])
     return found
 
@@ -172,8 +216,9 @@ def figures(work: dict[str, list]) -> dict:
     out.pop("other", None)
     span = float(every[-1][1] - every[0][0]) if every else 0.0
     out["idle_pct"] = 100 * (span - out["busy"]) / span if span else None
-    out["overlap_pct"] = (100 * _common(merged["compute"], merged["comm"]) / out["comm"]
-                          if out["comm"] else None)
+    out["overlap_pct"] = (
+        100 * _common(merged["compute"], merged["comm"]) / out["comm"] if out["comm"] else None
+    )
     totals: dict[str, Decimal] = defaultdict(Decimal)
     for v in work.values():
         for a, b, name, *_ in v:
@@ -183,10 +228,21 @@ def figures(work: dict[str, list]) -> dict:
 
 
 #: The runtime calls whose launches HTA's queue length counts (``get_runtime_launch_events_query``).
-HTA_LAUNCH_CALLS = frozenset((
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync",
-    "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel", "hipExtModuleLaunchKernel",
-    "hipMemcpyAsync", "hipMemsetAsync", "hipMemcpyWithStream"))
+HTA_LAUNCH_CALLS = frozenset(
+    (
+        "cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cuLaunchKernel",
+        "cudaMemcpyAsync",
+        "cudaMemsetAsync",
+        "runFunction - job_prep_and_submit_for_execution",
+        "hipLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "hipMemcpyAsync",
+        "hipMemsetAsync",
+        "hipMemcpyWithStream",
+    )
+)
 
 
 def _stream(e: dict) -> str:
@@ -200,8 +256,9 @@ def _stream(e: dict) -> str:
 KERNEL_WAIT_US = 30
 
 
-def idle_split(work: dict[str, list], windows: list[tuple[float, float]] | None = None
-               ) -> dict[str, dict[str, float]]:
+def idle_split(
+    work: dict[str, list], windows: list[tuple[float, float]] | None = None
+) -> dict[str, dict[str, float]]:
     """Per stream, HTA's idle time breakdown (``get_idle_time_breakdown``, µs): each gap between
     consecutive device events on the stream is host wait when the later one's launching call
     started after the earlier one ended, else kernel wait when under `KERNEL_WAIT_US`, else other.
@@ -220,11 +277,20 @@ def idle_split(work: dict[str, list], windows: list[tuple[float, float]] | None 
         split = dict.fromkeys(("host_wait", "kernel_wait", "other"), Decimal(0))
         reach = None
         for a, b, launch in events:
-            if reach is not None and (windows is None or any(
-                    x - Decimal("0.001") <= reach and a <= y + Decimal("0.001") for x, y in bounds)):
+            if reach is not None and (
+                windows is None
+                or any(
+                    x - Decimal("0.001") <= reach and a <= y + Decimal("0.001") for x, y in bounds
+                )
+            ):
                 gap = a - reach
-                kind = ("host_wait" if launch is not None and launch > reach else
-                        "kernel_wait" if gap < KERNEL_WAIT_US else "other")
+                kind = (
+                    "host_wait"
+                    if launch is not None and launch > reach
+                    else "kernel_wait"
+                    if gap < KERNEL_WAIT_US
+                    else "other"
+                )
                 split[kind] += max(gap, Decimal(0)) if windows is not None else gap
             reach = b if windows is None or reach is None else max(reach, b)
         out[stream] = {k: float(v) for k, v in split.items()}
@@ -234,12 +300,17 @@ def idle_split(work: dict[str, list], windows: list[tuple[float, float]] | None 
 def launches_hta_leaves_out(events: list[dict]) -> dict[str, dict[str, int]]:
     """Per stream (``GPU d stream s``): how many kernels, copies and sets were launched by a runtime
     call HTA's queue length does not count (``cudaGraphLaunch``, ``cudaMemcpy``), by call name."""
-    calls = {e["args"]["correlation"]: e["name"] for e in events
-             if e.get("cat") in RUNTIME and "correlation" in e.get("args", {})}
+    calls = {
+        e["args"]["correlation"]: e["name"]
+        for e in events
+        if e.get("cat") in RUNTIME and "correlation" in e.get("args", {})
+    }
     out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for e in events:
         name = calls.get(e.get("args", {}).get("correlation")) if e.get("cat") in DEVICE else None
         if name is not None and name not in HTA_LAUNCH_CALLS:
             args = e["args"]
-            out[f"GPU {args.get('device', e['pid'])} stream {args.get('stream', e['tid'])}"][name] += 1
+            out[f"GPU {args.get('device', e['pid'])} stream {args.get('stream', e['tid'])}"][
+                name
+            ] += 1
     return out

@@ -417,18 +417,20 @@ def test_no_finding_names_communication_or_a_copy_as_compute(gpu_case):
 
 #: A clause of a finding naming device work that is not compute (a collective's kernel, a copy or
 #: a set, as the trace names them) ...
-NAMES_NOT_COMPUTE = re.compile(r"nccl\w*Kernel|rccl\w*Kernel|gloo\w*Kernel|\bMemcpy [DHP]|\bMemset \(",
-                               re.I)
+NAMES_NOT_COMPUTE = re.compile(
+    r"nccl\w*Kernel|rccl\w*Kernel|gloo\w*Kernel|\bMemcpy [DHP]|\bMemset \(", re.I)
 #: ... never calls it compute ("no compute on any stream" says the opposite).
 CALLS_IT_COMPUTE = re.compile(r"(?<!no )\bcompute\b|tensor cores|fp32|GPU-bound", re.I)
 
 
-@pytest.mark.parametrize("case", [f"data:{name}" for name in GPU_FOLDERS] + [f"built:{name}" for name in BUILT])
+@pytest.mark.parametrize("case", [f"data:{name}" for name in GPU_FOLDERS]
+                         + [f"built:{name}" for name in BUILT])
 def test_no_list_or_sentence_names_communication_or_a_copy_as_compute(case, tmp_path):
     # every finding's text, clause by clause; the kernel table over every step: a collective's
     # kernel or a copy is never given a compute property (tensor cores: null, as for a copy)
     kind, name = case.split(":")
-    folder = DATA / "gpu" / name if kind == "data" else BUILT[name](tmp_path / "run" / "w.1.pt.trace.json").parent
+    folder = (DATA / "gpu" / name if kind == "data"
+              else BUILT[name](tmp_path / "run" / "w.1.pt.trace.json").parent)
     r = report(str(folder), kernels=True)
     assert r.errors == [], r.errors
     workers = [w for run in r.runs for w in run.workers]

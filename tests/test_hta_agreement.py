@@ -1,9 +1,9 @@
 """The reasons benchmarks/hta_agreement.py gives for each difference from Holistic Trace Analysis,
 checked against the traces' raw events without HTA: HTA's figures, as its 0.5.0 release stated them
 on every GPU trace under tests/data/gpu (recorded by the benchmark in tests/data/hta_figures.json),
-are reproduced in plain Python (tests/hta_reference.py) by HTA's choices (its rounding to whole µs,
-its scope, its kinds), and phaseprof's by its own; so each choice named as a reason is what moves the
-figure. phaseprof's busy, compute, communication and memory against the unrounded raw events are
+are reproduced in plain Python (tests/hta_reference.py) by HTA's choices (its rounding to whole
+µs, its scope, its kinds), and phaseprof's by its own; so each choice named as a reason is what
+moves the figure. phaseprof's busy, compute, communication and memory against the unrounded raw events are
 tests/test_gpu_measures.py's (`test_one_owner_per_gpu_instant`); here its kernel totals and
 overlap, and its launch queues and delays against HTA's on HTA's own event tables.
 """
@@ -25,13 +25,19 @@ from tests.hta_reference import device_work, figures, idle_split, launches_hta_l
 RECORDED = DATA / "hta_figures.json"
 GPU_TRACES = sorted(str(p.relative_to(DATA)) for p in (DATA / "gpu").rglob("*.json.gz"))
 IDLE_KINDS = ("host_wait", "kernel_wait", "other")
-HTA_KEYS = {"busy": "busy_us", "compute": "compute_us", "comm": "communication_us",
-            "memory": "memory_us"}
+HTA_KEYS = {
+    "busy": "busy_us",
+    "compute": "compute_us",
+    "comm": "communication_us",
+    "memory": "memory_us",
+}
 
 
 @cache
 def recorded() -> dict:
-    assert RECORDED.exists(), f"{RECORDED} missing: python benchmarks/hta_agreement.py --record {RECORDED}"
+    assert RECORDED.exists(), (
+        f"{RECORDED} missing: python benchmarks/hta_agreement.py --record {RECORDED}"
+    )
     return json.loads(RECORDED.read_text())
 
 
@@ -103,8 +109,11 @@ def test_phaseprof_kernel_totals_and_overlap_are_the_unrounded_raw_events_of_its
     # events give phaseprof's kernel totals and overlap: a difference from HTA's figure is the
     # choices that differ, never an error of either
     s = span(trace)
-    model = figures(device_work(events(trace), rounded=False, scope="steps", kinds="phaseprof",
-                                windows=windows(trace)))
+    model = figures(
+        device_work(
+            events(trace), rounded=False, scope="steps", kinds="phaseprof", windows=windows(trace)
+        )
+    )
     totals: dict[str, float] = {}
     for name, us in zip(s.kernels.name.tolist(), s.kernels.us.tolist()):
         totals[s.names[name]] = totals.get(s.names[name], 0.0) + us
@@ -176,9 +185,15 @@ def test_idle_split_is_htas_gaps_inside_each_steps_gpu_window(trace):
         for key, us in split.items():
             assert theirs[stream][key] == pytest.approx(us, abs=0.01), (stream, key)
     g = span(trace).gpu
-    opened = [(a, a + w) for a, w in zip(g.window_start_us.tolist(), g.window_us.tolist()) if a == a]
-    ours = idle_split(device_work(events(trace), rounded=False, scope="steps", kinds="phaseprof",
-                                  windows=windows(trace)), windows=opened)
+    opened = [
+        (a, a + w) for a, w in zip(g.window_start_us.tolist(), g.window_us.tolist()) if a == a
+    ]
+    ours = idle_split(
+        device_work(
+            events(trace), rounded=False, scope="steps", kinds="phaseprof", windows=windows(trace)
+        ),
+        windows=opened,
+    )
     for s, stream in enumerate(g.streams):
         got = dict(zip(IDLE_KINDS, g.idle_split_us[:, s].sum(axis=0).tolist()))
         want = ours.get(stream, dict.fromkeys(IDLE_KINDS, 0.0))

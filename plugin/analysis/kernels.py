@@ -128,8 +128,8 @@ def kernel_rows(w: Worker, rows: list[int], phase: str | None = None) -> tuple[l
             grid=unpack_dims(grid), block=unpack_dims(block), registers=registers if registers >= 0 else None,
             shared_memory=shared if shared >= 0 else None,
             # a collective's kernel is communication, not compute: no tensor cores to tell of
-            tensor_cores=(uses_tensor_cores(name) if kind == "kernel" and not COLLECTIVE_KERNEL.search(name)
-                          else None),
+            tensor_cores=(uses_tensor_cores(name)
+                          if kind == "kernel" and not COLLECTIVE_KERNEL.search(name) else None),
         ))
     out.sort(key=lambda r: (-r.total_us, r.name))
     return out, gpu
