@@ -54,6 +54,17 @@ def span(trace: str):
     return analyze_file(found, beside=False)
 
 
+@cache
+def work(trace: str, config: str) -> dict[str, list]:
+    """The device work of ``trace`` as HTA keeps it (``hta``: rounded, its scope and kinds), HTA's
+    unrounded (``exact``), or as phaseprof does (``phaseprof``)."""
+    if config == "phaseprof":
+        return device_work(
+            events(trace), rounded=False, scope="steps", kinds="phaseprof", windows=windows(trace)
+        )
+    return device_work(events(trace), rounded=config == "hta", scope="hta", kinds="hta")
+
+
 def windows(trace: str) -> list[tuple[float, float]]:
     return [(s.start, s.end) for s in span(trace).steps]
 
@@ -74,7 +85,7 @@ def test_hta_figures_follow_from_its_rounding_scope_and_kinds(trace):
     # total, from the raw events with its three choices: to the µs (HTA's figures are whole µs;
     # its shares are rounded to 0.01)
     hta = recorded()["traces"][trace]
-    model = figures(device_work(events(trace), rounded=True, scope="hta", kinds="hta"))
+    model = figures(work(trace, "hta"))
     for key, theirs in HTA_KEYS.items():
         assert model[key] == pytest.approx(hta[theirs], abs=0.5), key
     for key in ("idle_pct", "overlap_pct"):
@@ -91,14 +102,13 @@ def test_rounding_is_a_reason_only_where_the_trace_has_fractions_of_a_us(trace):
     # the reason "rounding": the same figures unrounded differ only on a trace whose times hold
     # fractions of a µs; there by up to 2 µs an event: on the V100 trace 31% of the copies and sets
     # and 1% of GPU busy
-    rounded = figures(device_work(events(trace), rounded=True, scope="hta", kinds="hta"))
-    exact = figures(device_work(events(trace), rounded=False, scope="hta", kinds="hta"))
+    rounded = figures(work(trace, "hta"))
+    exact = figures(work(trace, "exact"))
     moved = {k: exact[k] - rounded[k] for k in HTA_KEYS}
     if not rounds(trace):
         assert moved == dict.fromkeys(HTA_KEYS, 0.0)
         return
-    work = device_work(events(trace), rounded=False, scope="hta", kinds="hta")
-    count = sum(len(v) for v in work.values())
+    count = sum(len(v) for v in work(trace, "exact").values())
     assert all(0 <= m <= 2 * count for m in moved.values()), moved
     assert moved["memory"] > 0.3 * exact["memory"] and moved["busy"] > 0.009 * exact["busy"]
 
@@ -109,11 +119,7 @@ def test_phaseprof_kernel_totals_and_overlap_are_the_unrounded_raw_events_of_its
     # events give phaseprof's kernel totals and overlap: a difference from HTA's figure is the
     # choices that differ, never an error of either
     s = span(trace)
-    model = figures(
-        device_work(
-            events(trace), rounded=False, scope="steps", kinds="phaseprof", windows=windows(trace)
-        )
-    )
+    model = figures(work(trace, "phaseprof"))
     totals: dict[str, float] = {}
     for name, us in zip(s.kernels.name.tolist(), s.kernels.us.tolist()):
         totals[s.names[name]] = totals.get(s.names[name], 0.0) + us
@@ -179,7 +185,7 @@ def test_idle_split_is_htas_gaps_inside_each_steps_gpu_window(trace):
     # trace, from its rounded times; phaseprof's, summed over the steps, the same rule on the gaps
     # inside each step's GPU window: the reasons "rounding" and "scope" of the idle rows
     hta = recorded()["traces"][trace]["idle_split"]
-    theirs = idle_split(device_work(events(trace), rounded=True, scope="hta", kinds="hta"))
+    theirs = idle_split(work(trace, "hta"))
     assert set(theirs) == set(hta)
     for stream, split in hta.items():
         for key, us in split.items():
@@ -189,9 +195,7 @@ def test_idle_split_is_htas_gaps_inside_each_steps_gpu_window(trace):
         (a, a + w) for a, w in zip(g.window_start_us.tolist(), g.window_us.tolist()) if a == a
     ]
     ours = idle_split(
-        device_work(
-            events(trace), rounded=False, scope="steps", kinds="phaseprof", windows=windows(trace)
-        ),
+        work(trace, "phaseprof"),
         windows=opened,
     )
     for s, stream in enumerate(g.streams):
