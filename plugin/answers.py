@@ -509,6 +509,8 @@ class Evidence(Answer, omit_defaults=True):
     queue_stream: str | None = None  # the stream holding most of them
     frame: str | None = None  # the user's code that made that call (with_stack)
     queue: float | None = None  # launched kernels waiting to start, mean over the phase
+    #: the time the finding's what-if bound takes off its chain (`Finding.what_if_ms`), per step
+    removed_ms: float | None = None
 
 
 class Finding(Answer, omit_defaults=True):

@@ -271,6 +271,7 @@ export interface Evidence {
   queue_stream?: string;
   frame?: string;
   queue?: number;
+  removed_ms?: number;
 }
 
 /** A file (or path) that could not be read or analysed, and why, in one line. */

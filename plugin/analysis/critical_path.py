@@ -59,8 +59,9 @@ LAUNCH_CALL = re.compile(r"^(cuda|hip|cu)(LaunchKernel|LaunchCooperativeKernel|G
 #: A device event ending this much after the call waiting for it ends is still the one it waited
 #: for (the two clocks are read apart).
 _END_SLACK_US = 1.0
-# how the work before a device event bound it
-_STOP, _SAME, _LAUNCH, _CROSS, _HOST = range(5)
+# what bound a device event's start: its stream's work before it, its launch, another stream's
+# work, or nothing known (the path goes on on the loop's thread)
+_SAME, _LAUNCH, _CROSS, _HOST = range(4)
 
 
 class _Host:
@@ -169,14 +170,17 @@ def _hosts(trace: Trace, n: Nesting, part: Partition, blocks: np.ndarray, copy_o
     by_end = np.lexsort((n.end[held], n.thread[held]))
     held, waited = held[by_end], waited[by_end]
     out = {}
-    for t in np.unique(n.thread[top]).tolist():
-        o = top[n.thread[top] == t]
-        c = calls[n.thread[calls] == t]
-        h = n.thread[held] == t
+    threads = np.unique(n.thread[top])
+    # each list is in thread order (the nesting's, and ``by_end``): a thread's part is one slice
+    parts = [np.searchsorted(n.thread[x], np.r_[threads, threads + 1]).reshape(2, -1)
+             for x in (top, calls, held)]
+    for k, t in enumerate(threads.tolist()):
+        o, c, h = (x[a[0, k]:a[1, k]] for x, a in zip((top, calls, held), parts))
+        w = waited[parts[2][0, k]:parts[2][1, k]]
         out[t] = _Host(n.ts[o] - base, n.end[o] - base, n.name[o],
                        n.ts[c] - base, n.end[c] - base, n.name[c],
-                       (n.ts[held[h]] - base).tolist(), (n.end[held[h]] - base).tolist(),
-                       waited[h].tolist(), n.name[held[h]].tolist())
+                       (n.ts[h] - base).tolist(), (n.end[h] - base).tolist(),
+                       w.tolist(), n.name[h].tolist())
     return out
 
 

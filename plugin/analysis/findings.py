@@ -92,8 +92,9 @@ def _what_if(f: Finding, paths: PathFigures, blocking: list[Blocked], wall_us: f
     if f.saving_ms is not None and f.saving_ms > ms(most):
         f.saving_ms = ms(most)
         f.share = _share(most, costs.total_us)
+    f.evidence.removed_ms = ms(gone)
     f.text += (f"; with it gone the step would still take at least {f.what_if_ms:,.2f} ms (the "
-               f"{chain} less {ms(gone):,.2f} ms)")
+               f"{chain} less {f.evidence.removed_ms:,.2f} ms)")
     return f
 
 
