@@ -12,10 +12,11 @@ difference beyond 1% its reasons, each with its share. The reasons are measured,
 figure is recomputed from the trace's raw events in plain Python (tests/hta_reference.py) with
 HTA's choices, then with phaseprof's one at a time (rounding to whole µs, scope, kinds and which
 events count); each choice's part of the difference is what changing it alone moves the figure.
-Where the figure is HTA's by its definition but phaseprof states another (idle over the span, not
-over each step's GPU window; a queue's mean over its change points, not weighted by time; a launch
-delay from the runtime call's end, not its start), a second row gives HTA's figure by phaseprof's
-definition, from HTA's own event tables. ``--record FILE``: HTA's figures as JSON, what
+Where phaseprof defines a figure another way than HTA, the reason says so (idle over each step's
+GPU window, not over the span); for the launch queue and delay, the first row is HTA's figure by
+phaseprof's definition, from HTA's own event tables (weighted by time over the same windows; from
+the runtime call's start), and a second row HTA's own (a mean over the queue series' change
+points; a delay from the call's end). ``--record FILE``: HTA's figures as JSON, what
 tests/test_hta_agreement.py checks the reasons with (tests/data/hta_figures.json).
 """
 
@@ -209,7 +210,7 @@ def _signed(value: float, figure: str) -> str:
 def _fmt(value, figure: str) -> str:
     if value is None:
         return "-"
-    if figure.endswith("_pct") or figure.startswith(("queue", "max")):
+    if figure.endswith("_pct") or figure == "queue":
         return f"{value:.2f}"
     return f"{value / 1000:,.3f}"
 
