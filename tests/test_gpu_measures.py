@@ -14,7 +14,6 @@ import json
 import re
 import shutil
 from collections import defaultdict
-from decimal import Decimal
 from pathlib import Path
 
 import msgspec
@@ -27,6 +26,7 @@ from phaseprof.plugin.analysis.ranks import ranks
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
 from phaseprof.plugin.spans import analyze_file
+from tests import hta_reference
 from tests.conftest import DATA
 from tests.logdir import write_trace
 from tests.tracebuilder import Loop, annotation, kernel, launch, op, step, thread_names
@@ -369,43 +369,12 @@ def test_communication_agrees_with_an_independent_computation(folder):
 
 
 def _trace_own(path: Path, windows: list[tuple[float, float]]) -> dict[str, float]:
-    """The trace's own GPU figures (µs), from its raw events: the union over all streams of the
-    device work launched inside the step ``windows`` (host start, end), of each kind and of all
-    (busy)."""
-    # exact decimals: a float64 µs near the epoch is 0.25 µs coarse
-    with gzip.open(path, "rt") as f:
-        raw = json.load(f, parse_float=Decimal)
-    listed = raw["traceEvents"] if isinstance(raw, dict) else raw
-    events = [e for e in listed if e.get("ph") == "X"]
-    base = min(Decimal(e["ts"]) for e in events)
-    for e in events:
-        e["ts"], e["dur"] = float(Decimal(e["ts"]) - base), float(e["dur"])
-    windows = [(a - float(base), b - float(base)) for a, b in windows]
-    ops = defaultdict(list)  # collective ops per thread
-    for e in events:
-        if e.get("cat") in ("cpu_op", "user_annotation", "Operator") and (
-                e["name"] == "record_param_comms" or e["name"].startswith("nccl:")):
-            ops[(e["pid"], e["tid"])].append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
-    launched = {e["args"]["correlation"]: (float(e["ts"]), (e["pid"], e["tid"])) for e in events
-                if e.get("cat") in ("cuda_runtime", "cuda_driver", "Runtime")
-                and "correlation" in e.get("args", {})}
-    work = defaultdict(list)
-    for e in events:
-        cat = e.get("cat")
-        found = launched.get(e.get("args", {}).get("correlation"))
-        device = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
-        if cat not in device or found is None:
-            continue
-        t, thread = found
-        if not any(a <= t < b for a, b in windows):
-            continue
-        under = any(a <= t <= b for a, b in ops[thread])
-        kind = ("comm" if COMM.search(e["name"]) or under else
-                "memory" if cat in ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset") else "compute")
-        work[kind].append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
-    out = {kind: _length(_union(v)) for kind, v in work.items()}
-    out["busy"] = _length(_union([i for v in work.values() for i in v]))
-    return out
+    """The trace's own GPU figures (µs), from its raw events, exact: the union over all streams of
+    the device work launched inside the step ``windows`` (host start, end), of each kind and of all
+    (busy), with phaseprof's kinds (tests/hta_reference.py, which the HTA agreement uses too)."""
+    work = hta_reference.device_work(hta_reference.load(path), rounded=False, scope="steps",
+                                     kinds="phaseprof", windows=windows)
+    return {k: v for k, v in hta_reference.figures(work).items() if k in hta_reference.FIGURES}
 
 
 @pytest.mark.parametrize("folder", GPU_FOLDERS)
@@ -444,6 +413,43 @@ def test_no_finding_names_communication_or_a_copy_as_compute(gpu_case):
             assert not [k for k in named if NOT_COMPUTE.search(k)], (w.worker, f.kind, named)
             if f.kind == "gpu-bound":
                 assert not re.search(r"nccl|rccl|gloo|Memcpy|Memset", f.text, re.I), f.text
+
+
+#: A clause of a finding naming device work that is not compute (a collective's kernel, a copy or
+#: a set, as the trace names them) ...
+NAMES_NOT_COMPUTE = re.compile(
+    r"nccl\w*Kernel|rccl\w*Kernel|gloo\w*Kernel|\bMemcpy [DHP]|\bMemset \(", re.I)
+#: ... never calls it compute ("no compute on any stream" says the opposite).
+CALLS_IT_COMPUTE = re.compile(r"(?<!no )\bcompute\b|tensor cores|fp32|GPU-bound", re.I)
+
+
+@pytest.mark.parametrize("case", [f"data:{name}" for name in GPU_FOLDERS]
+                         + [f"built:{name}" for name in BUILT])
+def test_no_list_or_sentence_names_communication_or_a_copy_as_compute(case, tmp_path):
+    # every finding's text, clause by clause; the kernel table over every step: a collective's
+    # kernel or a copy is never given a compute property (tensor cores: null, as for a copy)
+    kind, name = case.split(":")
+    folder = (DATA / "gpu" / name if kind == "data"
+              else BUILT[name](tmp_path / "run" / "w.1.pt.trace.json").parent)
+    r = report(str(folder), kernels=True)
+    assert r.errors == [], r.errors
+    workers = [w for run in r.runs for w in run.workers]
+    assert workers
+    named = 0
+    for w in workers:
+        for f in w.summary.findings:
+            for clause in re.split(r"[;:]\s", f.text):
+                if NAMES_NOT_COMPUTE.search(clause):
+                    named += 1
+                    assert not CALLS_IT_COMPUTE.search(clause), (f.kind, clause)
+        rows = w.kernels.kernels
+        assert rows, w.worker
+        for row in rows:
+            if NOT_COMPUTE.search(row.name):
+                assert row.tensor_cores is None, row.name
+                if re.match(r"Memcpy|Memset", row.name):
+                    assert row.kind in ("memcpy", "memset"), row.name
+    assert named or kind == "data", "the built loops' findings name their all-reduce"
 
 
 def test_exposed_communication_gets_advice_for_its_collective():

@@ -16,6 +16,8 @@ from .model import KernelTable
 from .worker import Worker
 
 KINDS = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset"}
+#: Device work of collectives (NCCL/RCCL/gloo kernels) is communication by its name.
+COLLECTIVE_KERNEL = re.compile(r"nccl|rccl|gloo", re.I)
 
 #: Kernels of matrix products and convolutions (cuBLAS, cuDNN, CUTLASS, xmma) ...
 MATRIX_KERNEL = re.compile(r"gemm|conv|dgrad|wgrad|winograd|scudnn|hcudnn|cutlass|xmma|fft", re.I)
@@ -125,7 +127,9 @@ def kernel_rows(w: Worker, rows: list[int], phase: str | None = None) -> tuple[l
             occupancy=round(occupancy / occupancy_weight, 2) if occupancy_weight > 0 else None,
             grid=unpack_dims(grid), block=unpack_dims(block), registers=registers if registers >= 0 else None,
             shared_memory=shared if shared >= 0 else None,
-            tensor_cores=uses_tensor_cores(name) if kind == "kernel" else None,
+            # a collective's kernel is communication, not compute: no tensor cores to tell of
+            tensor_cores=(uses_tensor_cores(name)
+                          if kind == "kernel" and not COLLECTIVE_KERNEL.search(name) else None),
         ))
     out.sort(key=lambda r: (-r.total_us, r.name))
     return out, gpu

@@ -24,7 +24,7 @@ from .collectives import collective_table
 from .critical_path import critical_paths
 from .cut import cut_steps
 from .idle import idle_split
-from .kernels import kernel_table
+from .kernels import COLLECTIVE_KERNEL, kernel_table
 from .memory import has_baseline, memory_curve, running_allocated
 from .memory_ops import memory_tables
 from .model import Apart, GpuMeasures, Lanes, OpTable, SpanAnalysis
@@ -45,10 +45,9 @@ SYNC_CALLS = re.compile(r"^(cuda|hip)((Stream|Device|Event)Synchronize|Memcpy(2D
 #: a full launch queue or an implicit synchronization. What it took beyond the usual is waiting.
 _STALL_FACTOR = 4.0
 _STALL_US = 50.0
-#: Device work of collectives (NCCL/RCCL/gloo kernels) is communication by its name ...
-COLLECTIVE_KERNEL = re.compile(r"nccl|rccl|gloo", re.I)
-#: ... and so is any device work launched under a collective op (``record_param_comms`` wraps each
-#: c10d collective, with the copies it makes).
+#: Device work of collectives (NCCL/RCCL/gloo kernels: `kernels.COLLECTIVE_KERNEL`) is
+#: communication by its name, and so is any device work launched under a collective op
+#: (``record_param_comms`` wraps each c10d collective, with the copies it makes).
 COLLECTIVE_OP = re.compile(r"^(nccl|gloo|mpi|ucc|c10d)(:|::)|^record_param_comms$")
 
 
