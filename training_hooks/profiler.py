@@ -68,7 +68,7 @@ from .signals import CloseOnSigterm
 from .source_analysis import SourceAnalysis
 from .summary import print_summary
 from .traces import TraceWriter, worker_name
-from .tracker import PhaseError, PhaseTracker, phase_ns
+from .tracker import AFTER_LAST, PhaseError, PhaseTracker, phase_ns
 from .upload import Uploader, close_wait_s, staging_root
 
 __all__ = ["PhaseProfiler", "PhaseError"]
@@ -79,7 +79,7 @@ _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 _NEW, _RUNNING, _CLOSED = "new", "running", "closed"
 _INHERITED = "inherited"  # the running profiler as a forked child sees it: its parent's run
 #: Phases that are not a step's training work: a step open at close with only these is dropped.
-_NOT_WORK = {DATA, OTHER, OPTIMIZER, *OUT_OF_STEP}
+_NOT_WORK = {DATA, OTHER, OPTIMIZER, AFTER_LAST, *OUT_OF_STEP}
 _running: PhaseProfiler | None = None  # the one running in this process
 
 
@@ -246,7 +246,7 @@ class PhaseProfiler:
             self._module_ranges.remove()
         now = time.perf_counter_ns()
         gpu = self._phases.gpu
-        last = StepTimes(self.step_num, time.time(), self._phases.stop(now))
+        last = StepTimes(self.step_num, time.time(), self._phases.stop(now), final=True)
         # The step open at close counts if it did training work (the loop ended inside it), not if it
         # only waited for a batch that never came, ran an evaluation or a trailing zero_grad().
         last.training = bool(set(phase_ns(last.host_log)) - _NOT_WORK)

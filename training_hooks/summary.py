@@ -52,6 +52,8 @@ def print_summary(console: Console, stats: PhaseStats, *, run: str, logdir: str,
         evals = np.frombuffer(stats.eval_ms)
         console.print(f"evaluation, outside the steps: {len(evals)} pass(es), {evals.sum():,.1f} ms in all, "
                       f"median {np.median(evals):,.1f} ms")
+    if stats.after_last_ms:
+        console.print(f"after the last step, in no step and no pass: {stats.after_last_ms:,.1f} ms")
     profiler = np.frombuffer(stats.profiler_ms)
     if profiler.size and profiler.sum() > 0:
         worst = int(np.argmax(profiler))

@@ -30,6 +30,11 @@ from .ranges import Ranges
 _get_ident = threading.get_ident
 _TRAINING_WORK = frozenset((FORWARD, BACKWARD, OPTIMIZER))
 
+#: What the log calls the time from the last step's end to close when no evaluation ran in it: an
+#: evaluation pass still open at the last step boundary ended there (the loop's end, a save, are
+#: not evaluation). In no step, and no pass.
+AFTER_LAST = "after the last step"
+
 #: A step's host timeline: ``[t0, phase, t1, phase, t2, …]`` in perf_counter ns, each phase running
 #: from the time before it to the time after it.
 Log = list
@@ -44,13 +49,15 @@ class PhaseTracker:
     the user's ``with prof.phase(...)`` calls `open` and `close`; the profiler calls `start_step`
     (first), then `cut` and `start_step` at each step boundary, and `stop` on close."""
 
-    __slots__ = ("stack", "running", "gpu", "apart", "_log", "_thread", "_ranges", "_faults", "_record", "_marks")
+    __slots__ = ("stack", "running", "gpu", "apart", "_eval_ran", "_log", "_thread", "_ranges", "_faults",
+                 "_record", "_marks")
 
     def __init__(self, thread: int, ranges: Ranges, faults: Faults) -> None:
         self.stack: list[str] = []  # open phases, outermost first
         self.running = True
         self.gpu: CudaPhaseTimer | None = None
         self.apart = False  # an out-of-step phase (eval, paused) is open
+        self._eval_ran = False  # an evaluation forward ran since the step began
         self._log: Log = []
         self._thread = thread
         self._ranges = ranges
@@ -107,6 +114,7 @@ class PhaseTracker:
         ``since_work``: the pass began before its first forward (the eval loader's first batch,
         ``model.eval()``): when the step has done no training work and no phase is open, the
         time since the last phase closed is the pass's too."""
+        self._eval_ran = True
         stack = self.stack
         if EVAL in stack or not self.begin(EVAL):
             return
@@ -162,6 +170,7 @@ class PhaseTracker:
         """Start a step's clock at ``now`` (the time since `cut` belongs to no step); ``record``:
         whether torch.profiler records it; ``gpu``: the CUDA timer, if CUDA is in use."""
         self._log.append(now)
+        self._eval_ran = False
         self._record = record
         self.gpu = gpu
         self._marks = record or self._ranges.nvtx or gpu is not None
@@ -175,8 +184,12 @@ class PhaseTracker:
                 self._faults.report("internal error reopening ranges", e)
 
     def stop(self, now: int) -> Log:
-        """The log of the last step, at close; phases left open are closed."""
+        """The log of the last step, at close; phases left open are closed. An evaluation pass left
+        open at the last step boundary with no evaluation forward since ended at that boundary."""
+        ended_at_cut = EVAL in self.stack and not self._eval_ran
         log = self.cut(now)
+        if ended_at_cut:
+            log[1::2] = [AFTER_LAST if phase == EVAL else phase for phase in log[1::2]]
         self.running = False
         self.stack.clear()
         self.apart = False
