@@ -14,7 +14,7 @@ import torch
 
 from phaseprof.contract import BACKWARD, COMPILE, EVAL, FORWARD, OPTIMIZER, OTHER
 from phaseprof.training_hooks.hooks import Attachment, Detached
-from phaseprof.training_hooks.tracker import PhaseTracker
+from phaseprof.training_hooks.tracker import HOOK, PhaseTracker
 from tests.test_tracker import Faults, Ranges
 
 ORIGINAL_BACKWARD = torch.autograd.backward
@@ -35,12 +35,13 @@ class Loop:
 
     def phases(self) -> list[str]:
         """The phases of the step so far, in order, runs of one phase joined (a phase opened
-        inside itself never shows, so a run of one name is one phase)."""
+        inside itself never shows, so a run of one name is one phase), the hook's own time left
+        out (`tests.test_tracker` checks where it lies)."""
         log = self.tracker.cut(2**62)
         self.tracker.start_step(2**62, False, None)
         out = []
         for phase in log[1::2]:
-            if not out or out[-1] != phase:
+            if phase != HOOK and (not out or out[-1] != phase):
                 out.append(phase)
         return out
 

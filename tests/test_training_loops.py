@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import io
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -616,7 +617,8 @@ def test_torch_compile_before_or_after_attach(tmp_path, order):
 
 
 @pytest.mark.parametrize("where", ["before_step", "after_step", "at_end", "none"])
-def test_evaluation_passes_are_counted_and_timed_as_the_loops_own_timers_see_them(tmp_path, capsys, where):
+def test_evaluation_passes_are_counted_and_timed_as_the_loops_timers_see_them(tmp_path, capsys,
+                                                                               where):
     """A hand-written update loop ending each step with ``prof.step()``, evaluating every 4th step
     before it, after it, once after the last step, or never; then (but at the end) 20 ms of work
     before close: a save, no evaluation. Each pass is one pass (never a pass and the tail after
@@ -669,6 +671,8 @@ def test_evaluation_passes_are_counted_and_timed_as_the_loops_own_timers_see_the
         assert f"evaluation, outside the steps: {len(spans)} pass(es)" in out, out
     else:
         assert "evaluation, outside the steps" not in out, out
-    # The save after the last step is in no step and no pass.
-    assert ("after the last step" in out) == (where == "before_step"), out
-    assert all(ms < 20 for ms in values[host_tag(OTHER)].values()), values[host_tag(OTHER)]
+    # The save after the last step is in no step and no pass: where a pass was open at the last step
+    # boundary, the summary says it was after the last step (its 20 ms of CPU at least).
+    after = re.search(r"after the last step, in no step and no pass: ([\d,.]+) ms", out)
+    assert (after is not None) == (where == "before_step"), out
+    assert after is None or float(after[1].replace(",", "")) >= 20, out
