@@ -175,9 +175,10 @@ def main(argv: list[str] | None = None) -> int:
             size = max(size, bytes_)
         load.append(os.getloadavg()[0])
     print(f"python benchmarks/trace_export.py --rounds {args.rounds} --active {args.active}"
-          + (f" --before {args.before}" if args.before else "")
+          + (f" --before {args.before}" if args.before else "") + (f" --only {args.only}" if args.only else "")
           + f"   (torch {torch.__version__}, {os.cpu_count()} CPUs, load average {min(load):.1f}–{max(load):.1f}; "
-          f"uncompressed trace {size / 1e6:.1f} MB)\n")
+          + (f"uncompressed trace {size / 1e6:.1f} MB" if size else "trace size: from the torch-plain variant")
+          + ")\n")
     print("| export of the active window's trace | blocks the loop, median ms [range over rounds] |\n|---|---:|")
     for name in names:
         values = blocked[name]
