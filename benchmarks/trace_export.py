@@ -146,9 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--active", type=int, default=10)
     parser.add_argument("--before", metavar="TREE", help="also PhaseProfiler from this tree, in the same rounds")
-    parser.add_argument("--only", choices=("phaseprof",), help="PhaseProfiler's variants alone (no torch handler)")
-    parser.add_argument("--one", choices=("torch-gzip", "torch-plain", "phaseprof", "phaseprof-capture"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=("phaseprof",),
+                        help="PhaseProfiler's variants alone (no torch handler)")
+    parser.add_argument("--one", help=argparse.SUPPRESS,
+                        choices=("torch-gzip", "torch-plain", "phaseprof", "phaseprof-capture"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.one:
@@ -162,9 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.before:
         variants["PhaseProfiler (gzip), --before checkout"] = ("phaseprof", os.path.abspath(args.before))
-        variants["PhaseProfiler capture (gzip), --before checkout"] = ("phaseprof-capture",
-                                                                        os.path.abspath(args.before))
-    names = [name for name in variants if args.only is None or variants[name][0].startswith(args.only)]
+        before = ("phaseprof-capture", os.path.abspath(args.before))
+        variants["PhaseProfiler capture (gzip), --before checkout"] = before
+    names = [name for name, (variant, _) in variants.items()
+             if args.only is None or variant.startswith(args.only)]
     blocked: dict[str, list[float]] = {name: [] for name in names}
     size = 0
     load = [os.getloadavg()[0]]
@@ -175,9 +177,11 @@ def main(argv: list[str] | None = None) -> int:
             size = max(size, bytes_)
         load.append(os.getloadavg()[0])
     print(f"python benchmarks/trace_export.py --rounds {args.rounds} --active {args.active}"
-          + (f" --before {args.before}" if args.before else "") + (f" --only {args.only}" if args.only else "")
+          + (f" --before {args.before}" if args.before else "")
+          + (f" --only {args.only}" if args.only else "")
           + f"   (torch {torch.__version__}, {os.cpu_count()} CPUs, load average {min(load):.1f}–{max(load):.1f}; "
-          + (f"uncompressed trace {size / 1e6:.1f} MB" if size else "trace size: from the torch-plain variant")
+          + (f"uncompressed trace {size / 1e6:.1f} MB" if size
+             else "trace size: from the torch-plain variant")
           + ")\n")
     print("| export of the active window's trace | blocks the loop, median ms [range over rounds] |\n|---|---:|")
     for name in names:

@@ -108,7 +108,7 @@ SCALAR_PREFIX = "phaseprof/"
 STEP_TAG = SCALAR_PREFIX + "step_ms"
 STEP_GPU_TAG = SCALAR_PREFIX + "step_gpu_ms"
 #: Host time of the evaluation passes that ended in the step, each whole (a pass begun before the
-#: previous ``prof.step()`` included): written at the step they precede; not part of any step's time.
+#: previous ``prof.step()`` included): written at the step they precede; in no step's time.
 EVAL_TAG = SCALAR_PREFIX + "eval_ms"
 #: The profiler's own time at the end of a step: torch.profiler's step, and writing the trace at the
 #: end of an active window. Not part of any step's time.

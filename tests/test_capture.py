@@ -478,7 +478,7 @@ def test_a_captures_gzip_runs_off_the_loop_and_close_waits_for_it(tmp_path, monk
 
     def compress_when_released(self, pending) -> None:
         held.append(pending.exported)
-        release.wait(60)  # never reached in time only if the loop waited for it: then the test fails
+        release.wait(60)  # times out only if the loop waited for it: then the test fails
         self._compress_here(pending.exported)
 
     monkeypatch.setattr(SourceAnalysis, "_compress", compress_when_released)
@@ -492,7 +492,8 @@ def test_a_captures_gzip_runs_off_the_loop_and_close_waits_for_it(tmp_path, monk
         prof.attach(model, optimizer)
         for _ in range(3):
             train_step(model, optimizer, data, target, loss)
-        request = Request(id="c0ffee00c0ffee00", written=time.time(), by=BY_CLI, steps=2, start=prof.step_num + 2)
+        request = Request(id="c0ffee00c0ffee00", written=time.time(), by=BY_CLI, steps=2,
+                          start=prof.step_num + 2)
         with channel_folder(prof.run_dir) as folder:
             write_atomic(folder, request_name(request.id), msgspec.json.encode(request))
         prof._capture.tick()

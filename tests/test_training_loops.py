@@ -661,10 +661,12 @@ def test_evaluation_passes_are_counted_and_timed_as_the_loops_timers_see_them(tm
     values = scalars(tmp_path / "r")
     assert sorted(values[STEP_TAG]) == list(range(steps))
     for phase in (FORWARD, BACKWARD):
-        timers.agree(phase, [values[host_tag(phase)][step] for step in range(steps)], timers.per_step(phase, 1))
+        measured = [values[host_tag(phase)][step] for step in range(steps)]
+        timers.agree(phase, measured, timers.per_step(phase, 1))
     passes = values.get(EVAL_TAG, {})
     spans = timers.spans("evaluation")
-    assert len(passes) == len(spans) == {"before_step": 2, "after_step": 1, "at_end": 1, "none": 0}[where], passes
+    expected = {"before_step": 2, "after_step": 1, "at_end": 1, "none": 0}[where]
+    assert len(passes) == len(spans) == expected, passes
     out = capsys.readouterr().out
     if spans:
         timers.agree("evaluation", [sum(passes.values())], [spans], rel=0)

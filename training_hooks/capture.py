@@ -131,7 +131,7 @@ class CaptureWatcher:
         # a plan leaves ACCEPTED once: for the loop (tracing, missed) or the watcher (expired)
         self._states = threading.Lock()
         self._stop = threading.Event()
-        self._compressions: list[threading.Thread] = []  # `_written_once_in_place`'s, one per capture
+        self._compressions: list[threading.Thread] = []  # one `_written_once_in_place` a capture
         self._off = False  # a link was found on the way to the folder: nothing more is written
         os.makedirs(self.run_dir, exist_ok=True)
         with channel_folder(self.run_dir, create=True) as folder:  # NotAFolder: a link
@@ -170,7 +170,8 @@ class CaptureWatcher:
             plan.files = tuple(os.path.basename(f) for f in paths)
             plan.end = min(plan.end, prof.step_num + 1)  # shorter if the run closed inside it
             if not plan.files:
-                plan.state, plan.reason = REFUSED, "the trace could not be written (see the profiler's summary)"
+                plan.state = REFUSED
+                plan.reason = "the trace could not be written (see the profiler's summary)"
                 return
             # The answer says "written" once the files are in place. The loop waits only for torch's
             # export, as for a scheduled window: the background gzip is awaited on a thread of its
@@ -234,8 +235,8 @@ class CaptureWatcher:
         plan.state = WRITTEN
 
     def _settle_compressions(self) -> None:
-        """At close: every capture's trace in place (its gzip awaited, as close awaits every trace's),
-        then its answer: written, or refused if the gzip failed."""
+        """At close: every capture's trace in place (its gzip awaited, as close awaits every
+        trace's), then its answer: written, or refused if the gzip failed."""
         if not self._compressions:
             return
         for waiter in self._compressions:
@@ -247,7 +248,8 @@ class CaptureWatcher:
                 if all(os.path.isfile(path) for path in paths):
                     plan.state = WRITTEN
                 else:
-                    plan.state, plan.reason = REFUSED, "the trace could not be compressed (see the summary)"
+                    plan.state = REFUSED
+                    plan.reason = "the trace could not be compressed (see the summary)"
 
     def close(self) -> None:
         """The run ends: captures still compressing are awaited, those not written are refused,

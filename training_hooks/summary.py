@@ -56,8 +56,8 @@ def print_summary(console: Console, stats: PhaseStats, *, run: str, logdir: str,
         console.print(f"after the last step, in no step and no pass: {stats.after_last_ms:,.1f} ms")
     hook = np.frombuffer(stats.hook_ms)
     if hook.size and hook.sum() > 0:
-        console.print(f"phaseprof's hooks, outside the phases: median {np.median(hook) * 1e3:,.1f} µs "
-                      f"a step, {hook.sum():,.1f} ms in all")
+        console.print(f"phaseprof's hooks, outside the phases: median "
+                      f"{np.median(hook) * 1e3:,.1f} µs a step, {hook.sum():,.1f} ms in all")
     profiler = np.frombuffer(stats.profiler_ms)
     if profiler.size and profiler.sum() > 0:
         worst = int(np.argmax(profiler))

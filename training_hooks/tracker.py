@@ -54,8 +54,8 @@ class PhaseTracker:
     the user's ``with prof.phase(...)`` calls `open` and `close`; the profiler calls `start_step`
     (first), then `cut` and `start_step` at each step boundary, and `stop` on close."""
 
-    __slots__ = ("stack", "running", "gpu", "apart", "_idle_pass", "_log", "_thread", "_ranges", "_faults",
-                 "_record", "_marks")
+    __slots__ = ("stack", "running", "gpu", "apart", "_idle_pass", "_log", "_thread", "_ranges",
+                 "_faults", "_record", "_marks")
 
     def __init__(self, thread: int, ranges: Ranges, faults: Faults) -> None:
         self.stack: list[str] = []  # open phases, outermost first
@@ -127,7 +127,8 @@ class PhaseTracker:
         if EVAL in stack or not self.begin(EVAL):
             return
         log = self._log
-        if since_work and len(stack) == 1 and log[-4] == OTHER and not _TRAINING_WORK.intersection(log[1::2]):
+        if (since_work and len(stack) == 1 and log[-4] == OTHER
+                and not _TRAINING_WORK.intersection(log[1::2])):
             log[-4] = EVAL  # the segment before the hook's own time in `begin`
 
     def leave_eval(self) -> None:
@@ -177,7 +178,8 @@ class PhaseTracker:
                 self._faults.report("internal error closing the step's ranges", e)
         return log
 
-    def start_step(self, now: int, record: bool, gpu: CudaPhaseTimer | None, hook_since: int | None = None) -> None:
+    def start_step(self, now: int, record: bool, gpu: CudaPhaseTimer | None,
+                   hook_since: int | None = None) -> None:
         """Start a step's clock at ``now`` (the time since `cut` belongs to no step); ``record``:
         whether torch.profiler records it; ``gpu``: the CUDA timer, if CUDA is in use;
         ``hook_since``: the step's time begins there, with the hook's own until ``now`` (the

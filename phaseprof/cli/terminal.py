@@ -422,7 +422,8 @@ def _ranks_whole_run(run: str, ranks: list[WholeRun], console: Console) -> None:
         phases += [p.phase for p in w.phases if p.clock == "host" and p.phase not in phases]
     medians = [{p.phase: p.median_ms for p in w.phases if p.clock == "host"} for w in ranks]
     worst = {ph: max(m.get(ph, float("-inf")) for m in medians) for ph in phases}
-    kinds = (("eval ms in all", "eval"), ("profiler ms in all", "profiler"), ("hook ms in all", "hook"))
+    kinds = (("eval ms in all", "eval"), ("profiler ms in all", "profiler"),
+             ("hook ms in all", "hook"))
     apart = [(label, kind) for label, kind in kinds
                if any(getattr(w, kind) and getattr(w, kind).total_ms for w in ranks)]
     t = _table(caption="median ms per step over every steady step (the first and compiling ones left out); the "
