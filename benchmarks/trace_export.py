@@ -1,6 +1,6 @@
 """How long writing a trace blocks training: PhaseProfiler's export against torch's own, same window.
 
-    python benchmarks/trace_export.py [--rounds 5] [--active 10] [--before TREE]
+    python benchmarks/trace_export.py [--rounds 5] [--active 10] [--before TREE] [--only phaseprof]
 
 At the end of the active window torch.profiler exports the trace inside ``prof.step()``: the loop
 waits for it. Each measurement trains the MNIST CNN (`MnistNet`, batch 64, Adadelta, one torch
@@ -12,6 +12,9 @@ writes the trace:
 * the same with ``use_gzip=False``: the export of the uncompressed bytes alone;
 * PhaseProfiler (gzip on, the default): its ``phaseprof/profiler_ms`` of that step (torch.profiler's
   step with the export, and whatever PhaseProfiler does there);
+* PhaseProfiler's capture of a window of the same size (``phaseprof capture``'s request, written
+  into the run's channel once the schedule is over): ``phaseprof/profiler_ms`` of the step boundary
+  that ends the capture; it should block the loop no longer than the scheduled window's;
 * with ``--before TREE``, the same PhaseProfiler run from another checkout (a directory holding a
   ``phaseprof`` package with its ``plugin`` and ``training_hooks`` inside, put first on PYTHONPATH):
   before and after a change, measured in the same rounds.
@@ -27,16 +30,19 @@ import contextlib
 import glob
 import io
 import os
+import secrets
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+import msgspec
 import torch
 import torch.nn.functional as F
 
 from phaseprof import PhaseProfiler
+from phaseprof.capture_channel import BY_CLI, Request, channel_folder, request_name, write_atomic
 from phaseprof.training_hooks.models import MnistNet
 
 WAIT, WARMUP = 1, 1
@@ -87,10 +93,36 @@ def phaseprof_export(logdir: str, active: int) -> float:
     return max(stats.profiler_ms)
 
 
+def phaseprof_capture(logdir: str, active: int) -> float:
+    """PhaseProfiler's own time after the step that ends a capture of ``active`` steps (ms), asked
+    once the scheduled window is over."""
+    model, optimizer, step = _loop(active)
+    prof = PhaseProfiler(logdir=logdir, run="r", wait=WAIT, warmup=WARMUP, active=active, repeat=1,
+                         record_shapes=True, profile_memory=True, analyze_traces=False)
+    prof.attach(model, optimizer)
+    for _ in range(WAIT + WARMUP + active + 1):
+        step()
+    request = Request(id=secrets.token_hex(8), written=time.time(), by=BY_CLI, steps=active,
+                      start=prof.step_num + 2)
+    with channel_folder(prof.run_dir) as folder:
+        write_atomic(folder, request_name(request.id), msgspec.json.encode(request))
+    prof._capture.tick()
+    (plan,) = [p for p in prof._capture._plans if p.request.id == request.id]
+    while prof.step_num <= plan.end:
+        step()
+    with contextlib.redirect_stdout(io.StringIO()):
+        prof.close()
+    assert plan.files, plan.reason
+    stats = prof._recorder.stats
+    return stats.profiler_ms[list(stats.numbers).index(plan.end - 1)]
+
+
 def measure(variant: str, active: int) -> float:
     with tempfile.TemporaryDirectory() as logdir:
         if variant == "phaseprof":
             return phaseprof_export(logdir, active)
+        if variant == "phaseprof-capture":
+            return phaseprof_capture(logdir, active)
         ms = torch_handler(logdir, active, use_gzip=variant == "torch-gzip")
         if variant == "torch-plain":
             sizes = [os.path.getsize(p) for p in glob.glob(os.path.join(logdir, "*.json"))]
@@ -114,7 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--active", type=int, default=10)
     parser.add_argument("--before", metavar="TREE", help="also PhaseProfiler from this tree, in the same rounds")
-    parser.add_argument("--one", choices=("torch-gzip", "torch-plain", "phaseprof"), help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=("phaseprof",),
+                        help="PhaseProfiler's variants alone (no torch handler)")
+    parser.add_argument("--one", help=argparse.SUPPRESS,
+                        choices=("torch-gzip", "torch-plain", "phaseprof", "phaseprof-capture"))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.one:
@@ -124,10 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         "torch tensorboard_trace_handler(use_gzip=True)": ("torch-gzip", None),
         "torch tensorboard_trace_handler(use_gzip=False)": ("torch-plain", None),
         "PhaseProfiler (gzip), this checkout": ("phaseprof", None),
+        "PhaseProfiler capture (gzip), this checkout": ("phaseprof-capture", None),
     }
     if args.before:
         variants["PhaseProfiler (gzip), --before checkout"] = ("phaseprof", os.path.abspath(args.before))
-    names = list(variants)
+        before = ("phaseprof-capture", os.path.abspath(args.before))
+        variants["PhaseProfiler capture (gzip), --before checkout"] = before
+    names = [name for name, (variant, _) in variants.items()
+             if args.only is None or variant.startswith(args.only)]
     blocked: dict[str, list[float]] = {name: [] for name in names}
     size = 0
     load = [os.getloadavg()[0]]
@@ -139,8 +178,11 @@ def main(argv: list[str] | None = None) -> int:
         load.append(os.getloadavg()[0])
     print(f"python benchmarks/trace_export.py --rounds {args.rounds} --active {args.active}"
           + (f" --before {args.before}" if args.before else "")
+          + (f" --only {args.only}" if args.only else "")
           + f"   (torch {torch.__version__}, {os.cpu_count()} CPUs, load average {min(load):.1f}–{max(load):.1f}; "
-          f"uncompressed trace {size / 1e6:.1f} MB)\n")
+          + (f"uncompressed trace {size / 1e6:.1f} MB" if size
+             else "trace size: from the torch-plain variant")
+          + ")\n")
     print("| export of the active window's trace | blocks the loop, median ms [range over rounds] |\n|---|---:|")
     for name in names:
         values = blocked[name]

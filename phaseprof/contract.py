@@ -107,14 +107,17 @@ def module_range_name(path: str) -> str:
 SCALAR_PREFIX = "phaseprof/"
 STEP_TAG = SCALAR_PREFIX + "step_ms"
 STEP_GPU_TAG = SCALAR_PREFIX + "step_gpu_ms"
-#: Host time of the evaluation passes that ran since the previous training step (written at the
-#: step they precede; not part of any step's time).
+#: Host time of the evaluation passes that ended in the step, each whole (a pass begun before the
+#: previous ``prof.step()`` included): written at the step they precede; in no step's time.
 EVAL_TAG = SCALAR_PREFIX + "eval_ms"
 #: The profiler's own time at the end of a step: torch.profiler's step, and writing the trace at the
 #: end of an active window. Not part of any step's time.
 PROFILER_TAG = SCALAR_PREFIX + "profiler_ms"
+#: The training hook's own time in a step (its bookkeeping, trace ranges and CUDA marks, the
+#: handover at the step boundary): kept out of every phase and of ``step_ms``, written beside them.
+HOOK_TAG = SCALAR_PREFIX + "hook_ms"
 #: Tags under the prefix that are not a phase's.
-NOT_PHASE_TAGS = (EVAL_TAG, PROFILER_TAG)
+NOT_PHASE_TAGS = (EVAL_TAG, PROFILER_TAG, HOOK_TAG)
 
 
 def host_tag(phase: str) -> str:
@@ -145,8 +148,8 @@ def validate_phase_name(name: str) -> str:
     """``name`` if it can name a phase, else ValueError.
 
     A phase's scalar tags must read back as that phase: ``step`` is the step total's tag and a name
-    ending in ``_gpu`` would read as the GPU time of another phase. ``eval``, ``paused`` and
-    ``profiler`` name time outside the steps.
+    ending in ``_gpu`` would read as the GPU time of another phase. ``eval``, ``paused``,
+    ``profiler`` and ``hook`` name time outside the phases.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"a phase name must be a non-empty string, not {name!r}")

@@ -646,8 +646,9 @@ class SlowStep(Answer):
 
 
 class ApartTime(Answer):
-    """Time the run spent outside every step's time: evaluation passes (``phaseprof/eval_ms``) or the
-    profiler's own (``phaseprof/profiler_ms``). ``steps``: the steps that had some (for evaluation,
+    """Time the run spent outside every step's time: evaluation passes (``phaseprof/eval_ms``), the
+    profiler's own (``phaseprof/profiler_ms``) or the training hook's own (``phaseprof/hook_ms``,
+    in the steps' windows but in no phase). ``steps``: the steps that had some (for evaluation,
     the passes); ``median_ms`` over those; ``max_step``: where the most was (an evaluation pass is
     written at the step it precedes); ``share``: of the run's wall time (steps, evaluation and
     profiler together)."""
@@ -675,6 +676,7 @@ class WholeRun(Answer):
     profiler: ApartTime | None
     eval: ApartTime | None
     left_out: list[str] = msgspec.field(default_factory=list)
+    hook: ApartTime | None = None
 
 
 # --- ranks and the timeline -----------------------------------------------------------------------
@@ -750,7 +752,9 @@ class TimelineAnswer(Answer):
     """``GET /timeline``: every step's phase times from the per-step scalars, and the profiled
     windows as ``[first, last]`` step pairs. ``eval``: host time of the evaluation passes run before
     each step (``phaseprof/eval_ms``); ``profiler``: the profiler's own time after each step
-    (``phaseprof/profiler_ms``): both outside every step's time, never part of ``wall`` or a phase."""
+    (``phaseprof/profiler_ms``): both outside every step's time, never part of ``wall`` or a phase.
+    ``hook``: the training hook's own time in each step (``phaseprof/hook_ms``), in no phase and not
+    in ``wall`` either; null for runs written before it was measured."""
 
     run: str
     phases: list[str]
@@ -763,6 +767,7 @@ class TimelineAnswer(Answer):
     profiler: Series
     profiled: list[tuple[int, int]]
     downsampled: bool
+    hook: Series | None = None
 
 
 # --- where in the code: modules ----------------------------------------------------------------------

@@ -501,3 +501,54 @@ def test_a_store_going_away_mid_run_costs_one_warning_and_captures_resume_once_i
     assert log.count("the capture channel in") <= 1 and "times)" not in log
     starts = job.starts()
     assert any(down < t < back for t in starts.values())  # steps went on while the store was away
+
+
+def test_a_captures_gzip_runs_off_the_loop_and_close_waits_for_it(tmp_path, monkeypatch):
+    """The loop goes on past a capture's last step while its trace is still being compressed (held
+    here until the test lets it go), as it does for a scheduled window; close() waits for it, and
+    the answer says written."""
+    import threading
+
+    import torch
+
+    from phaseprof import PhaseProfiler
+    from phaseprof.capture_channel import BY_CLI, TRACING
+    from phaseprof.training_hooks.source_analysis import SourceAnalysis
+    from tests.timing import train_step
+
+    release, held = threading.Event(), []
+
+    def compress_when_released(self, pending) -> None:
+        held.append(pending.exported)
+        release.wait(60)  # times out only if the loop waited for it: then the test fails
+        self._compress_here(pending.exported)
+
+    monkeypatch.setattr(SourceAnalysis, "_compress", compress_when_released)
+    model = torch.nn.Linear(8, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data, target = torch.randn(4, 8), torch.randint(0, 4, (4,))
+    loss = torch.nn.functional.cross_entropy
+    prof = PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=0, active=1, repeat=1,
+                         analyze_traces=False)
+    try:
+        prof.attach(model, optimizer)
+        for _ in range(3):
+            train_step(model, optimizer, data, target, loss)
+        request = Request(id="c0ffee00c0ffee00", written=time.time(), by=BY_CLI, steps=2,
+                          start=prof.step_num + 2)
+        with channel_folder(prof.run_dir) as folder:
+            write_atomic(folder, request_name(request.id), msgspec.json.encode(request))
+        prof._capture.tick()
+        (plan,) = [p for p in prof._capture._plans if p.request.id == request.id]
+        while prof.step_num <= plan.end:  # through the window, and one step beyond it
+            train_step(model, optimizer, data, target, loss)
+        # the loop is past the window, its trace exported but not compressed yet
+        assert plan.files and plan.state == TRACING and not release.is_set()
+        assert not any((tmp_path / "r" / name).exists() for name in plan.files), plan.files
+    finally:
+        release.set()
+        prof.close()
+    assert plan.state == WRITTEN and all((tmp_path / "r" / name).is_file() for name in plan.files)
+    assert len(held) == 2  # the schedule's trace and the capture's, both compressed off the loop
+    (answer,) = _answers(tmp_path / "r", request.id).values()
+    assert answer.state == WRITTEN

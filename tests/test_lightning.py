@@ -16,7 +16,18 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
-from phaseprof.contract import BACKWARD, DATA, EVAL_TAG, FORWARD, OPTIMIZER, OTHER, STEP_TAG, host_tag
+from phaseprof.contract import (
+    BACKWARD,
+    DATA,
+    EVAL_TAG,
+    FORWARD,
+    HOOK_TAG,
+    OPTIMIZER,
+    OTHER,
+    STEP_TAG,
+    host_tag,
+)
+from phaseprof.training_hooks.integrations.lightning import LIGHTNING
 from tests.timing import TimedGradScaler, Timers, assert_two_ranks, busy, scalars, time_forward, time_optimizer
 
 
@@ -242,12 +253,12 @@ class Gan(L.LightningModule):
         loss_d = (F.binary_cross_entropy_with_logits(self.discriminator(real), ones)
                   + F.binary_cross_entropy_with_logits(self.discriminator(fake.detach()), zeros))
         opt_d.zero_grad()
-        self.manual_backward(loss_d)
-        opt_d.step()
+        self.timers.timed(LIGHTNING, self.manual_backward, loss_d, inside=False)
+        self.timers.timed(LIGHTNING, opt_d.step, inside=False)
         loss_g = F.binary_cross_entropy_with_logits(self.discriminator(fake), ones)
         opt_g.zero_grad()
-        self.manual_backward(loss_g)
-        opt_g.step()
+        self.timers.timed(LIGHTNING, self.manual_backward, loss_g, inside=False)
+        self.timers.timed(LIGHTNING, opt_g.step, inside=False)
         busy(0.003)  # logging: other
         self.log_dict({"d": loss_d, "g": loss_g})
 
@@ -279,6 +290,18 @@ def test_lightning_manual_optimization_with_two_optimizers(tmp_path):
     for phase, calls in ((FORWARD, 4), (BACKWARD, 2), (OPTIMIZER, 4)):
         timers.agree(phase, [values[host_tag(phase)][step] for step in steps], timers.per_step(phase, calls))
     assert all(values[host_tag(OTHER)][step] >= 3 for step in steps)
+    # Lightning's wrappers (manual_backward, its optimizers' step) are the framework's phase: the
+    # timers around those calls hold it, the backward and the update inside, and some of the hook's
+    # own time (phaseprof/hook_ms, its ranges in traced steps), no more, on every step.
+    wrappers = timers.per_step(LIGHTNING, 4)
+    for i, step in enumerate(steps):
+        inner = [s for s in timers.log if s.what in (BACKWARD, OPTIMIZER)
+                 and any(w.t0 <= s.t0 and s.t1 <= w.t1 for w in wrappers[i])]
+        own = values[host_tag(LIGHTNING)][step]
+        gap = sum(w.ms for w in wrappers[i]) - sum(s.ms for s in inner) - own
+        slack = 0.5 + sum(timers.interrupted_ms(s) for s in wrappers[i] + inner)
+        hook = values[HOOK_TAG][step]
+        assert -slack <= gap <= hook + slack, (step, gap, hook, slack)
 
 
 DDP_SCRIPT = """

@@ -9,11 +9,12 @@ order of its times, never their values.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from phaseprof.contract import BACKWARD, EVAL, FORWARD, OPTIMIZER, OTHER, PAUSED
-from phaseprof.training_hooks.tracker import PhaseError, PhaseTracker, phase_ns
+from phaseprof.training_hooks.tracker import HOOK, PhaseError, PhaseTracker, phase_ns
 
 
 class Ranges:
@@ -64,8 +65,8 @@ def tracker(nvtx: bool = False, fail: bool = False) -> tuple[PhaseTracker, Range
 
 
 def phases(log: list) -> list[str]:
-    """The phases of a log, in order (its odd places)."""
-    return log[1::2]
+    """The phases of a log, in order (its odd places), less the hook's own time between them."""
+    return [phase for phase in log[1::2] if phase != HOOK]
 
 
 def times_in_order(log: list) -> bool:
@@ -384,3 +385,21 @@ def test_a_users_phase_inside_another_closes_with_the_evaluation_pass_opened_in_
     t.open("b")
     with pytest.raises(PhaseError, match="cannot close phase 'epoch': phase 'b' is still open inside it"):
         t.close("epoch")
+
+
+def test_the_hooks_own_time_and_its_marks_are_a_segment_of_their_own():
+    """Each transition's bookkeeping and marks lie between two clock reads of their own: the hook's
+    time, in no phase; a step ended by a hook ends with the hook's time, and the handover at the
+    boundary begins the next step."""
+    t, ranges, _ = tracker(nvtx=True)
+    reads: list[int] = []
+    push = ranges.push
+    ranges.push = lambda *args: (reads.append(time.perf_counter_ns()), push(*args))
+    t.start_step(time.perf_counter_ns(), False, None)
+    t.begin(FORWARD)
+    t.end(FORWARD, True)
+    log = t.cut(time.perf_counter_ns(), by_hook=True)
+    assert log[1::2] == [OTHER, HOOK, FORWARD, HOOK, HOOK] and times_in_order(log)
+    assert log[2] < reads[0] < log[4]  # the forward's range was pushed in the hook's time
+    t.start_step(20, False, None, hook_since=10)
+    assert t.cut(30) == [10, HOOK, 20, OTHER, 30]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import io
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -610,3 +611,70 @@ def test_torch_compile_before_or_after_attach(tmp_path, order):
     timers.agree(FORWARD, [values[host_tag(FORWARD)][step] for step in range(1, 6)], timers.per_step(FORWARD, 1)[1:])
     rows = analyze(str(tmp_path))["runs"][0]["workers"][0]["steps"]
     assert all(row["phases"][FORWARD]["host_ms"] > 0 and not row["phases"][FORWARD]["inferred"] for row in rows)
+
+
+# -- evaluation passes, wherever the loop runs them ----------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["before_step", "after_step", "at_end", "none"])
+def test_evaluation_passes_are_counted_and_timed_as_the_loops_timers_see_them(tmp_path, capsys,
+                                                                               where):
+    """A hand-written update loop ending each step with ``prof.step()``, evaluating every 4th step
+    before it, after it, once after the last step, or never; then (but at the end) 20 ms of work
+    before close: a save, no evaluation. Each pass is one pass (never a pass and the tail after
+    ``prof.step()``), and the passes' number and total are the timers' around the evaluations."""
+    torch.manual_seed(0)
+    timers = Timers()
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(), torch.nn.Linear(128, 64))
+    time_forward(model, timers, FORWARD)
+    x, y = torch.randn(32, 64), torch.randn(32, 64)
+    steps = 8
+
+    def evaluate() -> None:
+        started = timers.start()
+        model.eval()
+        with torch.no_grad():
+            for _ in range(3):
+                model(x)
+                busy(0.005)  # the metrics
+        model.train()
+        timers.stop("evaluation", started, inside=False)
+
+    with timers.watching(), timers.timing_backward(), \
+            PhaseProfiler(logdir=str(tmp_path), run="r", wait=1, warmup=1, active=2) as prof:
+        prof.attach(model)
+        for step in range(steps):
+            model.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(p.grad, alpha=-0.01)
+            if where == "before_step" and step % 4 == 3:
+                evaluate()
+            prof.step()
+            if where == "after_step" and step % 4 == 3 and step < steps - 1:
+                evaluate()
+        if where == "at_end":
+            evaluate()
+        else:
+            busy(0.02)
+    values = scalars(tmp_path / "r")
+    assert sorted(values[STEP_TAG]) == list(range(steps))
+    for phase in (FORWARD, BACKWARD):
+        measured = [values[host_tag(phase)][step] for step in range(steps)]
+        timers.agree(phase, measured, timers.per_step(phase, 1))
+    passes = values.get(EVAL_TAG, {})
+    spans = timers.spans("evaluation")
+    expected = {"before_step": 2, "after_step": 1, "at_end": 1, "none": 0}[where]
+    assert len(passes) == len(spans) == expected, passes
+    out = capsys.readouterr().out
+    if spans:
+        timers.agree("evaluation", [sum(passes.values())], [spans], rel=0)
+        assert f"evaluation, outside the steps: {len(spans)} pass(es)" in out, out
+    else:
+        assert "evaluation, outside the steps" not in out, out
+    # The save after the last step is in no step and no pass: where a pass was open at the last step
+    # boundary, the summary says it was after the last step (its 20 ms of CPU at least).
+    after = re.search(r"after the last step, in no step and no pass: ([\d,.]+) ms", out)
+    assert (after is not None) == (where == "before_step"), out
+    assert after is None or float(after[1].replace(",", "")) >= 20, out

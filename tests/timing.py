@@ -305,8 +305,10 @@ class Timers:
         two Python calls, so it never straddles a read)."""
         return sum(self._gc_cpu[bisect.bisect_left(self._gc_ns, w0):bisect.bisect_left(self._gc_ns, w1)])
 
-    def agree(self, what: str, measured: list[float], reference: list[list[Span]], abs_ms: float = 0.5) -> int:
-        """Every step's ``measured`` ms within 5% or ``abs_ms`` of its reference spans' sum, or off by
+    def agree(self, what: str, measured: list[float], reference: list[list[Span]],
+              abs_ms: float = 0.5, rel: float = 0.05) -> int:
+        """Every step's ``measured`` ms within ``rel`` (5%) or ``abs_ms`` of its reference spans' sum,
+        or off by
         no more than the time the thread was shown interrupted between phaseprof's clock and the
         timers'. Returns how many steps needed that excuse (each is printed)."""
         assert self._read_ns, "watch phaseprof's clock (Timers.watching) while the loop runs"
@@ -315,7 +317,7 @@ class Timers:
         for step, (m, spans) in enumerate(zip(measured, reference)):
             ref = sum(span.ms for span in spans)
             pairs.append((m, ref))
-            gap, tol = m - ref, tolerance(ref, abs_ms=abs_ms)
+            gap, tol = m - ref, tolerance(ref, rel, abs_ms)
             if abs(gap) <= tol:
                 continue
             # An interruption in the code between the clocks stretches phaseprof's figure beyond an

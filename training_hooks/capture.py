@@ -142,6 +142,7 @@ class CaptureWatcher:
         # a plan leaves ACCEPTED once: for the loop (tracing, missed) or the watcher (expired)
         self._states = threading.Lock()
         self._stop = threading.Event()
+        self._compressions: list[threading.Thread] = []  # one `_written_once_in_place` a capture
         self._off = False  # a link was found on the way to the folder: nothing more is written
         if not self.remote:
             os.makedirs(self.run_dir, exist_ok=True)
@@ -177,14 +178,20 @@ class CaptureWatcher:
 
         def trace_ready(p: torch.profiler.profile) -> None:
             prof._traces(p)
-            # The answer says "written" once the files are there: wait for the background gzip (the
-            # loop waits for a capture's compression, as it did for every trace's before).
-            prof._traces.background.wait_for_traces()
-            plan.files = tuple(os.path.basename(f) for f in prof._traces.written[written:])
+            paths = prof._traces.written[written:]
+            plan.files = tuple(os.path.basename(f) for f in paths)
             plan.end = min(plan.end, prof.step_num + 1)  # shorter if the run closed inside it
-            plan.state = WRITTEN if plan.files else REFUSED
             if not plan.files:
+                plan.state = REFUSED
                 plan.reason = "the trace could not be written (see the profiler's summary)"
+                return
+            # The answer says "written" once the files are in place. The loop waits only for torch's
+            # export, as for a scheduled window: the background gzip is awaited on a thread of its
+            # own, and `close` waits for it.
+            waiter = threading.Thread(target=self._written_once_in_place, args=(plan, paths),
+                                      name="phaseprof-capture-gzip", daemon=True)
+            self._compressions.append(waiter)
+            waiter.start()
 
         try:
             profiler = torch.profiler.profile(schedule=plan.action, on_trace_ready=trace_ready, **prof._options)
@@ -250,13 +257,40 @@ class CaptureWatcher:
         self._stop.set()
         self._prof._faults.report("the capture channel is off (nothing is written there now)", e)
 
+    def _written_once_in_place(self, plan: Plan, paths: list[str]) -> None:
+        """``plan`` is written once its trace files are in place (gzipped in the background);
+        if the run closes first, `close` settles it."""
+        while not all(os.path.isfile(path) for path in paths):
+            if self._stop.wait(0.05):
+                return
+        plan.state = WRITTEN
+
+    def _settle_compressions(self) -> None:
+        """At close: every capture's trace in place (its gzip awaited, as close awaits every
+        trace's), then its answer: written, or refused if the gzip failed."""
+        if not self._compressions:
+            return
+        for waiter in self._compressions:
+            waiter.join()
+        self._prof._traces.background.wait_for_traces()
+        for plan in self._plans:
+            if plan.state == TRACING and plan.files:
+                paths = [os.path.join(self._prof._traces.run_dir, name) for name in plan.files]
+                if all(os.path.isfile(path) for path in paths):
+                    plan.state = WRITTEN
+                else:
+                    plan.state = REFUSED
+                    plan.reason = "the trace could not be compressed (see the summary)"
+
     def close(self) -> None:
-        """The run ends: captures not written are refused, the heartbeat says it ended. A look
-        held by a store that does not answer is not waited for beyond `CLOSE_S` in all (nor is the
-        store written to while it fails: the heartbeat then goes stale, which says the same). The
-        lines of the store's outages that ended leave the summary: nothing was lost."""
+        """The run ends: captures still compressing are awaited, those not written are refused,
+        the heartbeat says it ended. A look held by a store that does not answer is not waited for
+        beyond `CLOSE_S` in all (nor is the store written to while it fails: the heartbeat then goes
+        stale, which says the same). The lines of the store's outages that ended leave the summary:
+        nothing was lost."""
         self.plan = None
         self._stop.set()
+        self._settle_compressions()
         deadline = time.monotonic() + CLOSE_S
         self._thread.join(timeout=CLOSE_S)
         if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):

@@ -23,11 +23,11 @@ on `Attachment` and undone on `remove`.
   their order; with an optimizer stepped every k-th iteration (a WGAN's generator), after it.
   A closure passed to ``step``, positionally or by keyword (LBFGS, which may call it several times;
   Lightning's training_step and backward), runs outside the optimizer phase: its forward, backward
-  and ``zero_grad`` are theirs, the rest of it ``other``. The optimizer's step post-hooks would be
-  too early: they run inside torch's own ``Optimizer.step#<Cls>.step`` range, and ending
-  ``ProfilerStep#N`` there leaves that range straddling two steps in the trace. Accelerate's
-  ``AcceleratedOptimizer.step`` does nothing while gradients accumulate (``accelerator.accumulate``):
-  such a call ends no step.
+  and ``zero_grad`` are theirs, the rest of it the phase around the step (``other`` if none). The
+  optimizer's step post-hooks would be too early: they run inside torch's own
+  ``Optimizer.step#<Cls>.step`` range, and ending ``ProfilerStep#N`` there leaves that range
+  straddling two steps in the trace. Accelerate's ``AcceleratedOptimizer.step`` does nothing
+  while gradients accumulate (``accelerator.accumulate``): such a call ends no step.
 * GradScaler (``torch.amp.GradScaler`` and its subclasses, patched on the class while attached):
   ``unscale_``, ``step`` and ``update`` of the attached optimizer are the optimizer phase, and the
   step ends when ``scaler.update()`` returns, not inside ``scaler.step()``: the update is the step's,
@@ -65,7 +65,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from phaseprof.contract import BACKWARD, COMPILE, FORWARD, OPTIMIZER, OTHER
+from phaseprof.contract import BACKWARD, COMPILE, FORWARD, OPTIMIZER
 
 from .tracker import PhaseTracker
 
@@ -369,18 +369,17 @@ def _closure_apart(tracker: PhaseTracker, args: tuple, kwargs: dict) -> tuple[tu
     """The arguments of ``optimizer.step(...)`` with the closure (the first positional argument, or
     ``closure=``) charged as it would be outside the step, however often it is called: what it does
     (a forward, a backward, Lightning's training_step and ``zero_grad``) keeps its own phase, the
-    rest is ``other`` — only the update is the optimizer's."""
+    rest is the phase around the step (``other`` where none is open; ``lightning`` for the work
+    Lightning wraps around a manual optimizer's closure) — only the update is the optimizer's."""
     closure = kwargs["closure"] if "closure" in kwargs else args[0] if args else None
     if not callable(closure):
         return args, kwargs
 
     def run_closure(*a: Any, **kw: Any) -> Any:
         tracker.end(OPTIMIZER, True)  # the step's own phase pauses while the closure runs...
-        other = tracker.begin(OTHER)
         try:
             return closure(*a, **kw)
         finally:
-            tracker.end(OTHER, other)
             tracker.begin(OPTIMIZER)  # ...and resumes for the update
 
     if "closure" in kwargs:

@@ -68,7 +68,7 @@ from .signals import CloseOnSigterm
 from .source_analysis import SourceAnalysis
 from .summary import print_summary
 from .traces import TraceWriter, worker_name
-from .tracker import PhaseError, PhaseTracker, phase_ns
+from .tracker import AFTER_LAST, HOOK, PhaseError, PhaseTracker, phase_ns
 from .upload import Uploader, close_wait_s, staging_root
 
 __all__ = ["PhaseProfiler", "PhaseError"]
@@ -79,7 +79,7 @@ _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 _NEW, _RUNNING, _CLOSED = "new", "running", "closed"
 _INHERITED = "inherited"  # the running profiler as a forked child sees it: its parent's run
 #: Phases that are not a step's training work: a step open at close with only these is dropped.
-_NOT_WORK = {DATA, OTHER, OPTIMIZER, *OUT_OF_STEP}
+_NOT_WORK = {DATA, OTHER, OPTIMIZER, AFTER_LAST, HOOK, *OUT_OF_STEP}
 _running: PhaseProfiler | None = None  # the one running in this process
 
 
@@ -179,7 +179,8 @@ class PhaseProfiler:
         self._start()
         self._attachment = Attachment(models, optimizers, self._phases, also=also,
                                       watch_eval=bool(optimizers) if watch_eval is None else watch_eval,
-                                      on_optimizer_step=self._end_step, optimizers_end_steps=optimizers_end_steps)
+                                      on_optimizer_step=self._end_step_by_hook,
+                                      optimizers_end_steps=optimizers_end_steps)
         self._steps_with_optimizer = bool(optimizers) and optimizers_end_steps
         if self._modules:
             try:
@@ -246,7 +247,7 @@ class PhaseProfiler:
             self._module_ranges.remove()
         now = time.perf_counter_ns()
         gpu = self._phases.gpu
-        last = StepTimes(self.step_num, time.time(), self._phases.stop(now))
+        last = StepTimes(self.step_num, time.time(), self._phases.stop(now), final=True)
         # The step open at close counts if it did training work (the loop ended inside it), not if it
         # only waited for a batch that never came, ran an evaluation or a trailing zero_grad().
         last.training = bool(set(phase_ns(last.host_log)) - _NOT_WORK)
@@ -364,17 +365,22 @@ class PhaseProfiler:
 
     # -- steps ------------------------------------------------------------------------------------
 
-    def _end_step(self) -> None:
+    def _end_step_by_hook(self) -> None:
+        self._end_step(by_hook=True)
+
+    def _end_step(self, by_hook: bool = False) -> None:
         """Close step ``step_num`` and open the next: step torch.profiler (which may write a trace)
         with no phase range open, then hand the step's times over; the time between the two steps
-        is the profiler's own (`phaseprof.contract.PROFILER_TAG`), in no step.
-        Never raises; does nothing once closed, or for an optimizer stepped off the loop's thread."""
+        is the profiler's own (`phaseprof.contract.PROFILER_TAG`), in no step, and the handover
+        the hook's own, in the next step (`tracker.HOOK`). ``by_hook``: an optimizer's wrapper ends
+        the step. Never raises; does nothing once closed, or for an optimizer stepped off the
+        loop's thread."""
         if self._state != _RUNNING or threading.get_ident() != self._thread:
             return
         try:
             phases = self._phases
             now = time.perf_counter_ns()
-            record = StepTimes(self.step_num, time.time(), phases.cut(now))
+            record = StepTimes(self.step_num, time.time(), phases.cut(now, by_hook))
             gpu = phases.gpu
             self.step_num += 1
             if self._profiler is not None:
@@ -389,7 +395,7 @@ class PhaseProfiler:
             resumed = time.perf_counter_ns()
             record.profiler_ns = resumed - now
             self._recorder.add(gpu.end_step(record) if gpu is not None else (record,), resumed)
-            phases.start_step(time.perf_counter_ns(), self._recording, gpu)
+            phases.start_step(time.perf_counter_ns(), self._recording, gpu, hook_since=resumed)
         except Exception as e:  # noqa: BLE001
             self._faults.report("internal error at the end of a step", e)
 

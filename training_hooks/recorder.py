@@ -13,7 +13,10 @@ that is killed keeps all but its last seconds. (TensorBoard's own ``EventFileWri
 second thread, and it prints a traceback on stderr when the disk fills.)
 
 A step's scalars leave out the time kept outside the steps (evaluation passes, ``prof.paused()``):
-its evaluation time has a tag of its own, as has the profiler's own time after the step.
+its evaluation time has a tag of its own, as has the profiler's own time after the step. An
+evaluation pass runs from its first evaluation forward to the next training work, across a step
+boundary if ``prof.step()`` came in between: it is one pass, written whole at the step where it
+ended (`PhaseStats.add`), never a pass and a tail of microseconds.
 """
 
 from __future__ import annotations
@@ -33,11 +36,24 @@ import google_crc32c
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 
-from phaseprof.contract import EVAL, EVAL_TAG, OUT_OF_STEP, PROFILER_TAG, STEP_GPU_TAG, STEP_TAG, gpu_tag, host_tag
+from phaseprof.contract import (
+    EVAL,
+    EVAL_TAG,
+    HOOK_TAG,
+    OUT_OF_STEP,
+    PROFILER_TAG,
+    STEP_GPU_TAG,
+    STEP_TAG,
+    gpu_tag,
+    host_tag,
+)
 
 from .faults import Faults
 from .records import StepTimes
-from .tracker import phase_ns
+from .tracker import AFTER_LAST, HOOK, phase_ns
+
+#: Segments of a step's log that neither lengthen nor end an evaluation pass open around them.
+_NEUTRAL = frozenset((*OUT_OF_STEP, AFTER_LAST, HOOK)) - {EVAL}
 
 HANDOVER_STEPS = 256
 HANDOVER_S = 1.0
@@ -48,7 +64,9 @@ FLUSH_S = 2.0
 class PhaseStats:
     """Every training step's time per phase (ms), one column per phase in order of first
     appearance, aligned by step; a phase that did not run in a step counts 0 there. Beside them,
-    per step: its number, the profiler's own ms after it, the evaluation ms before it."""
+    per step: its number, the hook's own ms in it, the profiler's own ms after it; each evaluation
+    pass's ms; the ms from
+    the last step to close that were no pass."""
 
     def __init__(self) -> None:
         self.steps = 0
@@ -57,25 +75,50 @@ class PhaseStats:
         self.gpu_steps = 0
         self.gpu: dict[str, array] = {}
         self.profiler_ms = array("d")
-        self.eval_ms = array("d")  # one value per evaluation time seen (a step with some before it)
+        self.hook_ms = array("d")
+        self.eval_ms = array("d")  # one value per evaluation pass
+        self.after_last_ms = 0.0
+        self._pass_ns = 0  # the evaluation pass open at the end of the last step taken
 
-    def add(self, record: StepTimes) -> tuple[float, float]:
-        """Take one step; returns its (evaluation ms, profiler ms)."""
+    def add(self, record: StepTimes) -> tuple[float, float, float]:
+        """Take one step (in order); returns (the ms of the evaluation passes that ended in it, the
+        profiler's ms after it, the hook's ms in it)."""
+        passes = self._passes(record)
+        self.eval_ms.extend(passes)
+        eval_ms = sum(passes)
         host = {p: ns / 1e6 for p, ns in phase_ns(record.host_log).items()}
-        eval_ms = host.pop(EVAL, 0.0)
+        self.after_last_ms += host.pop(AFTER_LAST, 0.0)
+        hook_ms = host.pop(HOOK, 0.0)
         for phase in OUT_OF_STEP:
             host.pop(phase, None)
         profiler_ms = record.profiler_ns / 1e6
-        if eval_ms:
-            self.eval_ms.append(eval_ms)
         if record.training:
             self.steps = _append(self.cpu, self.steps, host)
             self.numbers.append(record.step)
             self.profiler_ms.append(profiler_ms)
+            self.hook_ms.append(hook_ms)
             if record.gpu_ms is not None:
                 gpu = {p: ms for p, ms in record.gpu_ms.items() if p not in OUT_OF_STEP}
                 self.gpu_steps = _append(self.gpu, self.gpu_steps, gpu)
-        return eval_ms, profiler_ms
+        return eval_ms, profiler_ms, hook_ms
+
+
+    def _passes(self, record: StepTimes) -> list[float]:
+        """The ms of each evaluation pass that ended in ``record``: one open at its start began in
+        an earlier step; one open at its end goes on into the next (or ends here at close)."""
+        log, passes, ns = record.host_log, [], self._pass_ns
+        for i in range(1, len(log), 2):
+            phase = log[i]
+            if phase == EVAL:
+                ns += log[i + 1] - log[i - 1]
+            elif ns and phase not in _NEUTRAL:
+                passes.append(ns / 1e6)
+                ns = 0
+        if ns and record.final:
+            passes.append(ns / 1e6)
+            ns = 0
+        self._pass_ns = ns
+        return passes
 
 
 def _append(columns: dict[str, array], rows: int, values: dict[str, float]) -> int:
@@ -156,17 +199,18 @@ class StepRecorder:
             try:
                 events = []
                 for record in batch:  # every step is tallied, whatever the file does
-                    eval_ms, profiler_ms = self.stats.add(record)
+                    apart = self.stats.add(record)
                     if self._file is not None:
-                        events.append(self._event(record, eval_ms, profiler_ms).SerializeToString())
+                        events.append(self._event(record, *apart).SerializeToString())
                 if self._file is not None:
                     self._file.write(events)  # kept for the next write if it fails (a full disk)
             except Exception as e:  # noqa: BLE001 - keep training
                 self._write_error = self._write_error or e
 
-    def _event(self, record: StepTimes, eval_ms: float, profiler_ms: float) -> Event:
+    def _event(self, record: StepTimes, eval_ms: float, profiler_ms: float,
+               hook_ms: float) -> Event:
         """One event for the step: every phase seen so far in the run (0 where it did not run), the
-        total, and the evaluation and profiler times around it where there were any."""
+        total, and the evaluation, profiler and hook times around it where there were any."""
         stats = self.stats
         values = []
         if record.training:
@@ -180,6 +224,8 @@ class StepRecorder:
             values.append(Summary.Value(tag=EVAL_TAG, simple_value=eval_ms))
         if profiler_ms:
             values.append(Summary.Value(tag=PROFILER_TAG, simple_value=profiler_ms))
+        if hook_ms and record.training:
+            values.append(Summary.Value(tag=HOOK_TAG, simple_value=hook_ms))
         return Event(wall_time=record.wall_time, step=record.step, summary=Summary(value=values))
 
 

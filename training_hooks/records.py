@@ -13,3 +13,4 @@ class StepTimes:
     gpu_ms: dict[str, float] | None = None  # CUDA-event ms per phase, once resolved
     profiler_ns: int = 0  # the profiler's own time after the step (torch.profiler's step, trace export)
     training: bool = True  # False: the part-step open at close, with no training work (only its eval time counts)
+    final: bool = False  # the part-step open at close: an evaluation pass still open ends with it

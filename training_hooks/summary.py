@@ -52,6 +52,12 @@ def print_summary(console: Console, stats: PhaseStats, *, run: str, logdir: str,
         evals = np.frombuffer(stats.eval_ms)
         console.print(f"evaluation, outside the steps: {len(evals)} pass(es), {evals.sum():,.1f} ms in all, "
                       f"median {np.median(evals):,.1f} ms")
+    if stats.after_last_ms:
+        console.print(f"after the last step, in no step and no pass: {stats.after_last_ms:,.1f} ms")
+    hook = np.frombuffer(stats.hook_ms)
+    if hook.size and hook.sum() > 0:
+        console.print(f"phaseprof's hooks, outside the phases: median "
+                      f"{np.median(hook) * 1e3:,.1f} µs a step, {hook.sum():,.1f} ms in all")
     profiler = np.frombuffer(stats.profiler_ms)
     if profiler.size and profiler.sum() > 0:
         worst = int(np.argmax(profiler))

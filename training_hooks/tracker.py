@@ -30,6 +30,16 @@ from .ranges import Ranges
 _get_ident = threading.get_ident
 _TRAINING_WORK = frozenset((FORWARD, BACKWARD, OPTIMIZER))
 
+#: What the log calls the time from the last step's end to close when no evaluation ran in it: an
+#: evaluation pass still open at the last step boundary ended there (the loop's end, a save, are
+#: not evaluation). In no step, and no pass.
+AFTER_LAST = "after the last step"
+
+#: What the log calls the hook's own time: from a hook's entry into `PhaseTracker.begin` or `end` to
+#: its exit (its bookkeeping, trace ranges, CUDA marks), and the handover at a step boundary. In no
+#: phase: a phase holds what the user's own timer around that call would, less the hook's time.
+HOOK = "hook"
+
 #: A step's host timeline: ``[t0, phase, t1, phase, t2, …]`` in perf_counter ns, each phase running
 #: from the time before it to the time after it.
 Log = list
@@ -44,13 +54,15 @@ class PhaseTracker:
     the user's ``with prof.phase(...)`` calls `open` and `close`; the profiler calls `start_step`
     (first), then `cut` and `start_step` at each step boundary, and `stop` on close."""
 
-    __slots__ = ("stack", "running", "gpu", "apart", "_log", "_thread", "_ranges", "_faults", "_record", "_marks")
+    __slots__ = ("stack", "running", "gpu", "apart", "_idle_pass", "_log", "_thread", "_ranges",
+                 "_faults", "_record", "_marks")
 
     def __init__(self, thread: int, ranges: Ranges, faults: Faults) -> None:
         self.stack: list[str] = []  # open phases, outermost first
         self.running = True
         self.gpu: CudaPhaseTimer | None = None
         self.apart = False  # an out-of-step phase (eval, paused) is open
+        self._idle_pass = False  # the step began inside a pass, and no evaluation forward ran since
         self._log: Log = []
         self._thread = thread
         self._ranges = ranges
@@ -73,13 +85,14 @@ class PhaseTracker:
         if phase in stack or not self.running or _get_ident() != self._thread or (
                 self.apart and phase not in OUT_OF_STEP):
             return False
+        entered = perf_counter_ns()
         previous = stack[-1] if stack else OTHER
-        if self._marks:  # before the clock: the phase's time leaves out the cost of its own marks
+        if self._marks:  # inside the hook's time: the phase leaves out the cost of its own marks
             self._mark_open(phase, previous)
-        self._log += (previous, perf_counter_ns())
         stack.append(phase)
         if phase in OUT_OF_STEP:
             self.apart = True
+        self._log += (previous, entered, HOOK, perf_counter_ns())
         return True
 
     def end(self, phase: str, opened: bool) -> None:
@@ -88,8 +101,9 @@ class PhaseTracker:
         stack = self.stack
         if not opened or phase not in stack:
             return
-        self._log += (stack[-1], perf_counter_ns())
-        if stack[-1] == phase:
+        entered = perf_counter_ns()
+        closing = stack[-1]
+        if closing == phase:
             stack.pop()
             depth = 1
         else:
@@ -98,7 +112,8 @@ class PhaseTracker:
         if self.apart:
             self.apart = any(p in OUT_OF_STEP for p in stack)
         if self._marks:
-            self._mark_close(phase, depth)
+            self._mark_close(phase, depth, closing)
+        self._log += (closing, entered, HOOK, perf_counter_ns())
 
     # -- evaluation passes ------------------------------------------------------------------------
 
@@ -107,17 +122,20 @@ class PhaseTracker:
         ``since_work``: the pass began before its first forward (the eval loader's first batch,
         ``model.eval()``): when the step has done no training work and no phase is open, the
         time since the last phase closed is the pass's too."""
+        self._idle_pass = False
         stack = self.stack
         if EVAL in stack or not self.begin(EVAL):
             return
         log = self._log
-        if since_work and len(stack) == 1 and log[-2] == OTHER and not _TRAINING_WORK.intersection(log[1::2]):
-            log[-2] = EVAL
+        if (since_work and len(stack) == 1 and log[-4] == OTHER
+                and not _TRAINING_WORK.intersection(log[1::2])):
+            log[-4] = EVAL  # the segment before the hook's own time in `begin`
 
     def leave_eval(self) -> None:
         """Training work starts on the loop's thread: close the evaluation pass, if one is open. (A
         call from another thread, such as a DataParallel replica's forward, changes nothing.)"""
         if EVAL in self.stack and _get_ident() == self._thread:
+            self._idle_pass = False
             self.end(EVAL, True)
 
     # -- the user's phases: strict ----------------------------------------------------------------
@@ -143,25 +161,31 @@ class PhaseTracker:
 
     # -- steps ------------------------------------------------------------------------------------
 
-    def cut(self, now: int) -> Log:
+    def cut(self, now: int, by_hook: bool = False) -> Log:
         """The log of the step ending at ``now``, its open phases' ranges closed (they reopen in
-        `start_step`) so that no range straddles the step boundary in the trace."""
+        `start_step`) so that no range straddles the step boundary in the trace. ``by_hook``: a hook
+        ends the step (an optimizer's step): the time since its last phase closed is the hook's."""
         log = self._log
-        log += (self.stack[-1] if self.stack else OTHER, now)
+        phase = self.stack[-1] if self.stack else OTHER
+        log += (HOOK if by_hook else phase, now)
         self._log = []
         if self._marks:
             try:
                 if self.gpu is not None:
-                    self.gpu.mark(log[-2])
+                    self.gpu.mark(phase)
                 self._ranges.pop_all()
             except Exception as e:  # noqa: BLE001
                 self._faults.report("internal error closing the step's ranges", e)
         return log
 
-    def start_step(self, now: int, record: bool, gpu: CudaPhaseTimer | None) -> None:
+    def start_step(self, now: int, record: bool, gpu: CudaPhaseTimer | None,
+                   hook_since: int | None = None) -> None:
         """Start a step's clock at ``now`` (the time since `cut` belongs to no step); ``record``:
-        whether torch.profiler records it; ``gpu``: the CUDA timer, if CUDA is in use."""
-        self._log.append(now)
+        whether torch.profiler records it; ``gpu``: the CUDA timer, if CUDA is in use;
+        ``hook_since``: the step's time begins there, with the hook's own until ``now`` (the
+        handover at the step boundary)."""
+        self._log += (now,) if hook_since is None else (hook_since, HOOK, now)
+        self._idle_pass = EVAL in self.stack
         self._record = record
         self.gpu = gpu
         self._marks = record or self._ranges.nvtx or gpu is not None
@@ -175,8 +199,12 @@ class PhaseTracker:
                 self._faults.report("internal error reopening ranges", e)
 
     def stop(self, now: int) -> Log:
-        """The log of the last step, at close; phases left open are closed."""
+        """The log of the last step, at close; phases left open are closed. An evaluation pass left
+        open at the last step boundary with no evaluation forward since ended at that boundary."""
+        ended_at_cut = EVAL in self.stack and self._idle_pass
         log = self.cut(now)
+        if ended_at_cut:
+            log[1::2] = [AFTER_LAST if phase == EVAL else phase for phase in log[1::2]]
         self.running = False
         self.stack.clear()
         self.apart = False
@@ -192,12 +220,12 @@ class PhaseTracker:
         except Exception as e:  # noqa: BLE001
             self._faults.report(f"internal error opening phase {phase!r}", e)
 
-    def _mark_close(self, phase: str, depth: int) -> None:
+    def _mark_close(self, phase: str, depth: int, closing: str) -> None:
         try:
             for _ in range(depth):
                 self._ranges.pop()
             if self.gpu is not None:
-                self.gpu.mark(self._log[-2])
+                self.gpu.mark(closing)
         except Exception as e:  # noqa: BLE001
             self._faults.report(f"internal error closing phase {phase!r}", e)
 

@@ -2,8 +2,9 @@
 // The JSON answers of the routes in plugin/http_api.md (and of `phaseprof report --json`).
 
 /**
- * Time the run spent outside every step's time: evaluation passes (`phaseprof/eval_ms`) or the
- * profiler's own (`phaseprof/profiler_ms`). `steps`: the steps that had some (for evaluation,
+ * Time the run spent outside every step's time: evaluation passes (`phaseprof/eval_ms`), the
+ * profiler's own (`phaseprof/profiler_ms`) or the training hook's own (`phaseprof/hook_ms`,
+ * in the steps' windows but in no phase). `steps`: the steps that had some (for evaluation,
  * the passes); `median_ms` over those; `max_step`: where the most was (an evaluation pass is
  * written at the step it precedes); `share`: of the run's wall time (steps, evaluation and
  * profiler together).
@@ -1054,6 +1055,8 @@ export interface Summary {
  * windows as `[first, last]` step pairs. `eval`: host time of the evaluation passes run before
  * each step (`phaseprof/eval_ms`); `profiler`: the profiler's own time after each step
  * (`phaseprof/profiler_ms`): both outside every step's time, never part of `wall` or a phase.
+ * `hook`: the training hook's own time in each step (`phaseprof/hook_ms`), in no phase and not
+ * in `wall` either; null for runs written before it was measured.
  */
 export interface TimelineAnswer {
   run: string;
@@ -1067,6 +1070,7 @@ export interface TimelineAnswer {
   profiler: (number | null)[];
   profiled: [number, number][];
   downsampled: boolean;
+  hook?: (number | null)[] | null;
 }
 
 /** Host and device time of a phase. */
@@ -1120,6 +1124,7 @@ export interface WholeRun {
   profiler: ApartTime | null;
   eval: ApartTime | null;
   left_out?: string[];
+  hook?: ApartTime | null;
 }
 
 /** A worker (a rank) of a run: `ready` once all its spans are ready or failed. */

@@ -397,7 +397,8 @@ def _whole_run(run: str, w: WholeRun, console: Console) -> None:
 
 
 def _apart_lines(w: WholeRun, console: Console) -> None:
-    """The time the run spent outside its steps: evaluation passes and the profiler's own."""
+    """The time the run spent outside its steps (evaluation passes, the profiler's own) and the
+    hook's own."""
     if w.eval and w.eval.total_ms:
         e = w.eval
         console.print(say(f"  evaluation, outside the steps: {e.steps} pass(es), {_fmt(e.total_ms)} ms in all "
@@ -407,6 +408,10 @@ def _apart_lines(w: WholeRun, console: Console) -> None:
         p = w.profiler
         console.print(say(f"  profiler's own time: {_fmt(p.total_ms)} ms in all ({p.share:.2%} of the run), "
                           f"median {_fmt(p.median_ms)} ms, at most {_fmt(p.max_ms)} ms after step {p.max_step}"))
+    if w.hook:
+        h = w.hook
+        console.print(say(f"  phaseprof's hooks, outside the phases: {_fmt(h.total_ms)} ms in all "
+                          f"({h.share:.2%} of the run), median {_fmt(h.median_ms)} ms a step"))
 
 
 def _ranks_whole_run(run: str, ranks: list[WholeRun], console: Console) -> None:
@@ -417,7 +422,9 @@ def _ranks_whole_run(run: str, ranks: list[WholeRun], console: Console) -> None:
         phases += [p.phase for p in w.phases if p.clock == "host" and p.phase not in phases]
     medians = [{p.phase: p.median_ms for p in w.phases if p.clock == "host"} for w in ranks]
     worst = {ph: max(m.get(ph, float("-inf")) for m in medians) for ph in phases}
-    apart = [(label, kind) for label, kind in (("eval ms in all", "eval"), ("profiler ms in all", "profiler"))
+    kinds = (("eval ms in all", "eval"), ("profiler ms in all", "profiler"),
+             ("hook ms in all", "hook"))
+    apart = [(label, kind) for label, kind in kinds
                if any(getattr(w, kind) and getattr(w, kind).total_ms for w in ranks)]
     t = _table(caption="median ms per step over every steady step (the first and compiling ones left out); the "
                        "highest of each column in bold"

@@ -4,7 +4,7 @@ profiler's own time)."""
 
 from __future__ import annotations
 
-from phaseprof.contract import EVAL_TAG, PHASES, PROFILER_TAG, parse_tag
+from phaseprof.contract import EVAL_TAG, HOOK_TAG, PHASES, PROFILER_TAG, parse_tag
 
 from ..answers import TimelineAnswer
 
@@ -27,12 +27,13 @@ def timeline(run: str, series: dict[str, list[tuple[int, float]]], profiled: lis
     """Arrays aligned on the union of steps of all tags; ``None`` where a tag has no value.
 
     ``series`` maps a scalar tag (``phaseprof/<phase>[_gpu]_ms``, ``phaseprof/eval_ms``,
-    ``phaseprof/profiler_ms``) to its ``(step, value)`` points; ``kept_all`` says whether TensorBoard
+    ``phaseprof/profiler_ms``, ``phaseprof/hook_ms``)
+    to its ``(step, value)`` points; ``kept_all`` says whether TensorBoard
     kept every sample (else the series are downsampled).
     """
     cpu: dict[str, dict[int, float]] = {}
     gpu: dict[str, dict[int, float]] = {}
-    apart: dict[str, dict[int, float]] = {EVAL_TAG: {}, PROFILER_TAG: {}}
+    apart: dict[str, dict[int, float]] = {EVAL_TAG: {}, PROFILER_TAG: {}, HOOK_TAG: {}}
     steps: set[int] = set()
     for tag, points in series.items():
         parsed = parse_tag(tag)
@@ -65,4 +66,5 @@ def timeline(run: str, series: dict[str, list[tuple[int, float]]], profiled: lis
         profiler=column(apart[PROFILER_TAG]),
         profiled=windows(profiled),
         downsampled=not kept_all,
+        hook=column(apart[HOOK_TAG]) if HOOK_TAG in series else None,
     )

@@ -16,6 +16,7 @@ import numpy as np
 from phaseprof.contract import (
     COMPILE,
     EVAL_TAG,
+    HOOK_TAG,
     NOT_PHASE_TAGS,
     PHASES,
     PROFILER_TAG,
@@ -79,11 +80,14 @@ def whole_run(scalars: Scalars, rank: int | None = None) -> WholeRun | None:
             spreads.append(_spread(phase, "host", host[phase]))
     spreads = [s for s in spreads + gpu_spreads if s is not None]
     profiler, evaluation = scalars.values.get(PROFILER_TAG), scalars.values.get(EVAL_TAG)
-    run_ms = sum(float(np.nansum(v)) for v in (step_ms, profiler, evaluation) if v is not None)
+    hook = scalars.values.get(HOOK_TAG)
+    run_ms = sum(float(np.nansum(v)) for v in (step_ms, profiler, evaluation, hook)
+                 if v is not None)
     return WholeRun(rank=rank, steps=int(timed.sum()), first_step=int(everything[0]),
                     last_step=int(everything[-1]), phases=spreads, slowest=_slowest(numbers, step_ms[timed], host),
                     profiler=_apart(scalars.steps, profiler, run_ms),
-                    eval=_apart(scalars.steps, evaluation, run_ms), left_out=left_out)
+                    eval=_apart(scalars.steps, evaluation, run_ms), left_out=left_out,
+                    hook=_apart(scalars.steps, hook, run_ms))
 
 
 def _phase_order(tag: str) -> tuple:

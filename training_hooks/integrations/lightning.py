@@ -19,6 +19,11 @@ check, which is left out):
   (through the wrappers ``self.optimizers()`` returns, which Lightning makes from the optimizers as
   they are once attached) is the optimizer phase, and a step ends at each
   ``on_train_batch_end`` instead: one step per batch.
+* lightning: in manual optimization, Lightning's own wrappers around the work they run:
+  ``manual_backward`` (its strategy and precision plugin around ``loss.backward()``) and the
+  ``step`` of the optimizers ``self.optimizers()`` returns (``LightningOptimizer``, the strategy's
+  ``optimizer_step``). The backward and the update inside them keep their phases; the rest of the
+  wrappers' time is the framework's, named so, not ``other``.
 * data: Lightning's batch fetch (its ``train_dataloader_next`` action) and the host→device copy
   (``batch_to_device``), together.
 * validation (``on_validation_start`` to ``on_validation_end``) is an evaluation pass: out of the
@@ -35,12 +40,16 @@ your profiler still gets every call.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any
 
 from phaseprof.contract import DATA
 
 from ..profiler import PhaseProfiler
+
+#: The phase of Lightning's own wrappers' time (manual optimization).
+LIGHTNING = "lightning"
 
 
 def _callback_bases() -> tuple[type, ...]:
@@ -92,6 +101,8 @@ class PhaseProfilerCallback(*_callback_bases()):
         self._steps_by_batch = len(optimizers) != 1
         prof._attach(pl_module, optimizers, also=also, watch_eval=True, optimizers_end_steps=not self._steps_by_batch)
         self._wrap_actions(trainer.profiler)
+        if not pl_module.automatic_optimization:
+            self._wrap_framework(pl_module, trainer.strategy._lightning_optimizers)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._steps_by_batch and self._running():
@@ -123,6 +134,42 @@ class PhaseProfilerCallback(*_callback_bases()):
         while self._undo:
             self._undo.pop()()
         self.profiler.close()
+
+    def _wrap_framework(self, pl_module: Any, optimizers: list) -> None:
+        """Lightning's ``manual_backward`` (on the module's class, so that pickling the module
+        meets none of ours; only this module's calls are timed) and each ``LightningOptimizer``'s
+        ``step`` in the lightning phase."""
+        tracker = self.profiler._phases
+
+        def in_phase(function: Any, only: Any = None) -> Any:
+            def wrapped(*args: Any, **kwargs: Any) -> Any:
+                opened = only is None or args[0] is only
+                opened = opened and tracker.begin(LIGHTNING)
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    tracker.end(LIGHTNING, opened)
+
+            return functools.update_wrapper(wrapped, function)
+
+        cls = type(pl_module)
+        self._patch(cls, "manual_backward", in_phase(cls.manual_backward, only=pl_module))
+        for optimizer in optimizers:
+            self._patch(optimizer, "step", in_phase(optimizer.step))
+
+    def _patch(self, owner: Any, name: str, replacement: Any) -> None:
+        had_own, previous = name in vars(owner), vars(owner).get(name)
+        setattr(owner, name, replacement)
+
+        def undo() -> None:
+            if vars(owner).get(name) is not replacement:
+                return  # wrapped again on top of ours: ours passes through
+            if had_own:
+                setattr(owner, name, previous)
+            else:
+                delattr(owner, name)
+
+        self._undo.append(undo)
 
     def _wrap_actions(self, profiler: Any) -> None:
         """Phases from the actions Lightning announces to ``trainer.profiler``."""
