@@ -39,6 +39,7 @@ class S3Server:
 
     scheme = "s3"
     secrets = ("testing",)
+    tensorboard_args = ()
 
     def __init__(self, outlives_tests: bool = False) -> None:
         self.port = 0

@@ -9,6 +9,7 @@ replaced. `store` runs a test once per store: s3://, gs:// and az://.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -48,6 +49,8 @@ class Emulator:
     scheme = ""
     #: What must never appear in a message the user sees (a credential).
     secrets: tuple[str, ...] = ()
+    #: What `tensorboard` needs to read this store here.
+    tensorboard_args: tuple[str, ...] = ()
 
     def __init__(self, outlives_tests: bool = False) -> None:
         self.port = 0
@@ -89,10 +92,8 @@ class Emulator:
     def stop(self) -> None:
         if self._proc is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self._proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self._proc.wait(30)
         processes.no_longer_exempt(self._proc.pid)
         self._proc.stdin.close()
@@ -140,6 +141,9 @@ class GcsEmulator(Emulator):
     """gcp-storage-emulator, in a Python process of its own."""
 
     scheme = "gs"
+    #: TensorBoard reads gs:// logdirs with its data server (``--load_fast``), whose own GCS client
+    #: knows only Google's endpoint, not ``STORAGE_EMULATOR_HOST``: here it reads through fsspec
+    tensorboard_args = ("--load_fast=false",)
 
     def command(self) -> list[str]:
         return [sys.executable, "-c", _GCS_SERVE, str(self.port)]

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 from collections.abc import Iterator
 
 import pytest
@@ -183,7 +184,7 @@ def test_real_tensorboard_on_a_bucket_serves_runs_steps_and_a_step_trace(store, 
                                                                         traces, tensorboard_server):
     local = _logdir(tmp_path, traces)
     store.upload_tree(local, store_bucket, "p")
-    tb = tensorboard_server(store.url(store_bucket, "p"))
+    tb = tensorboard_server(store.url(store_bucket, "p"), *store.tensorboard_args)
     deadline = time.monotonic() + 180
     while True:
         runs = tb.json("/data/plugin/phaseprof/runs")
@@ -197,8 +198,15 @@ def test_real_tensorboard_on_a_bucket_serves_runs_steps_and_a_step_trace(store, 
     number = steps["steps"][0]["step"]
     trace = tb.json(f"/data/plugin/phaseprof/trace?run=ranks&worker={steps['worker']}&step={number}")
     assert trace["traceEvents"]
-    # the run's own scalars, read by TensorBoard through its reader of the store
-    timeline = tb.json("/data/plugin/phaseprof/timeline?run=cpu")
+    # the run's own scalars, read by TensorBoard through its reader of the store (in its own time:
+    # 404 until its first load of the run is done)
+    while True:
+        try:
+            timeline = tb.json("/data/plugin/phaseprof/timeline?run=cpu")
+            break
+        except urllib.error.HTTPError as e:
+            assert e.code == 404 and time.monotonic() < deadline + 120, e
+            time.sleep(0.5)
     assert timeline["steps"] == list(range(12))
     # a span uploaded now appears on a later reload
     extra = traces.files("cpu", "dist")[0]
