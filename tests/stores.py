@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -55,6 +56,7 @@ class Emulator:
     def __init__(self, outlives_tests: bool = False) -> None:
         self.port = 0
         self._proc: subprocess.Popen | None = None
+        self._drain: threading.Thread | None = None
         self._outlives_tests = outlives_tests
 
     @property
@@ -75,6 +77,9 @@ class Emulator:
             said.append(line)
             if listening := re.search(r"listen\w* on \S*?(\d+)$", line.strip()):
                 self.port = int(listening.group(1))
+                # what it says from now on is read and dropped: a full pipe would stop it
+                self._drain = threading.Thread(target=self._proc.stdout.read, daemon=True)
+                self._drain.start()
                 break
         else:
             self.stop()
@@ -96,6 +101,8 @@ class Emulator:
             os.killpg(self._proc.pid, signal.SIGKILL)
         self._proc.wait(30)
         processes.no_longer_exempt(self._proc.pid)
+        if self._drain is not None:
+            self._drain.join(30)  # at the end of its output now
         self._proc.stdin.close()
         self._proc.stdout.close()
         self._proc = None
@@ -167,7 +174,7 @@ class Azurite(Emulator):
         if not AZURITE.exists():
             raise RuntimeError(f"{AZURITE} is missing: npm ci --prefix tests/azurite")
         return [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
-                "--inMemoryPersistence", "--disableTelemetry", "--skipApiVersionCheck"]
+                "--inMemoryPersistence", "--disableTelemetry", "--skipApiVersionCheck", "--silent"]
 
     def environment(self) -> dict[str, str]:
         connection = (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
