@@ -9,6 +9,16 @@ from pathlib import Path
 
 from setuptools import setup
 
+# Logdirs in object stores (s3://, gs://, az://): each store's client, in ranges that install
+# together in one command. s3fs and gcsfs each need an fsspec of their own release; aiobotocore
+# (s3fs's client) pins botocore to a few releases, and boto3 (TensorBoard's reader of s3://
+# scalars, moto's client) pins botocore too: left open, pip tries every newer boto3 before one
+# that fits (minutes). When aiobotocore moves on, move its range and boto3's together (boto3 X.Y.Z
+# needs botocore X.Y.Z); tests/test_extras.py resolves them all as a fresh install would.
+S3 = ["fsspec>=2026.7", "s3fs>=2026.7,<2027", "aiobotocore>=3.10,<3.11", "boto3>=1.43.115,<1.43.118"]
+GCS = ["fsspec>=2026.7", "gcsfs>=2026.7,<2027"]
+AZURE = ["fsspec>=2026.7", "adlfs>=2026.8,<2027"]
+
 setup(
     name="phaseprof",
     version="0.1.0",
@@ -51,13 +61,13 @@ setup(
         # the framework callbacks (phaseprof.lightning, phaseprof.transformers); install torch first
         "lightning": ["lightning>=2.0"],
         "transformers": ["transformers>=4.40", "accelerate>=0.26"],
-        # logdirs in object stores (s3://, gs://, az://); boto3 also lets TensorBoard read s3:// scalars
-        "s3": ["fsspec>=2023.1", "s3fs>=2023.1", "boto3"],
-        "gcs": ["fsspec>=2023.1", "gcsfs>=2023.1"],
-        "azure": ["fsspec>=2023.1", "adlfs>=2023.1"],
-        "test": ["moto[server]>=5", "fsspec>=2023.1", "s3fs>=2023.1",  # moto brings boto3
-                 "pytest>=8", "pytest-timeout>=2.3", "playwright>=1.45", "ruff>=0.6", "hypothesis>=6.100",
-                 "lightning>=2.0", "transformers>=4.40", "accelerate>=0.26"],
+        "s3": S3, "gcs": GCS, "azure": AZURE,
+        # the tests need every store's client and emulator: moto (S3), gcp-storage-emulator (GCS);
+        # Azurite (Azure) comes from npm, pinned in tests/azurite/package.json
+        "test": S3 + GCS + AZURE + ["moto[server]>=5.2,<5.3", "gcp-storage-emulator==2026.7.19",
+                                    "pytest>=8", "pytest-timeout>=2.3", "playwright>=1.45",
+                                    "ruff>=0.6", "hypothesis>=6.100", "lightning>=2.0",
+                                    "transformers>=4.40", "accelerate>=0.26"],
     },
     entry_points={
         "console_scripts": ["phaseprof = phaseprof.cli:main"],

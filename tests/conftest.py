@@ -87,3 +87,4 @@ def tensorboard_server():
 
 
 from tests.s3 import bucket, s3  # noqa: E402, F401 - fixtures: a real S3 server on the loopback, a bucket in it
+from tests.stores import azurite, gcs, store, store_bucket  # noqa: E402, F401 - gs:// and az:// too

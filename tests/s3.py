@@ -39,7 +39,12 @@ CHECKS_CREDENTIALS = {"INITIAL_NO_AUTH_ACTION_COUNT": "0"}
 
 
 class S3Server:
-    """``start()``, ``stop()`` (the store goes away) and ``start()`` again on the same port."""
+    """``start()``, ``stop()`` (the store goes away) and ``start()`` again on the same port; what the
+    tests do to a store (as `tests.stores.Emulator` does to the others)."""
+
+    scheme = "s3"
+    secrets = ("testing",)
+    tensorboard_args = ()
 
     def __init__(self, outlives_tests: bool = False, env: dict[str, str] | None = None) -> None:
         self.port = 0
@@ -96,6 +101,18 @@ class S3Server:
         import boto3
 
         return boto3.client("s3", endpoint_url=self.endpoint)
+
+    def url(self, bucket: str, prefix: str) -> str:
+        return f"s3://{bucket}/{prefix}"
+
+    def create_bucket(self, bucket: str) -> None:
+        self.client().create_bucket(Bucket=bucket)
+
+    def put(self, bucket: str, key: str, data: bytes) -> None:
+        self.client().put_object(Bucket=bucket, Key=key, Body=data)
+
+    def delete(self, bucket: str, key: str) -> None:
+        self.client().delete_object(Bucket=bucket, Key=key)
 
     def upload_tree(self, local: os.PathLike, bucket: str, prefix: str) -> list[str]:
         """Copy a local logdir into ``s3://bucket/prefix`` as a user would (``aws s3 cp --recursive``)."""

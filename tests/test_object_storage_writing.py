@@ -91,20 +91,22 @@ def _kinds(keys: list[str]) -> dict[str, list[str]]:
             "scalars": [n for n in names if n.startswith("events.out.tfevents.")]}
 
 
-def test_a_run_written_to_a_bucket_leaves_traces_scalars_and_analyses_there_and_nothing_here(s3, bucket, tmp_path):
-    proc, work, temp, _ = _train(tmp_path, f"s3://{bucket}/p")
+def test_a_run_written_to_a_bucket_leaves_traces_scalars_and_analyses_there_and_nothing_here(store, store_bucket,
+                                                                                            tmp_path):
+    url = store.url(store_bucket, "p")
+    proc, work, temp, _ = _train(tmp_path, url)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1]) == []  # no warning
-    keys = s3.keys(bucket)
+    keys = store.keys(store_bucket)
     assert all(k.startswith("p/r/") for k in keys), keys
     kinds = _kinds(keys)
     assert len(kinds["traces"]) == 1 and len(kinds["analyses"]) == 1 and len(kinds["scalars"]) == 1, keys
     assert kinds["analyses"][0].endswith(kinds["traces"][0] + ".analysis")
     assert list(work.iterdir()) == [] and list(temp.iterdir()) == []  # the staging folder is gone
-    assert f"tensorboard --logdir s3://{bucket}/p" in out
+    assert f"tensorboard --logdir {url}" in out
     # and it reads back: the steps of its trace, and every step of the run from its scalars
-    report = subprocess.run([sys.executable, "-m", "phaseprof.cli", "report", f"s3://{bucket}/p", "--json"],
+    report = subprocess.run([sys.executable, "-m", "phaseprof.cli", "report", url, "--json"],
                             capture_output=True, text=True, env={**os.environ, "PHASEPROF_CACHE": "off"})
     data = json.loads(report.stdout)
     assert data["errors"] == [], data["errors"]
@@ -114,28 +116,30 @@ def test_a_run_written_to_a_bucket_leaves_traces_scalars_and_analyses_there_and_
     assert (whole["first_step"], whole["last_step"]) == (0, 4)  # all five steps trained
 
 
-def test_the_store_going_away_costs_one_warning_and_later_traces_are_uploaded(s3, bucket, tmp_path):
-    proc, work, temp, markers = _train(tmp_path, f"s3://{bucket}/p", "--outage")
+def test_the_store_going_away_costs_one_warning_and_later_traces_are_uploaded(store, store_bucket,
+                                                                              tmp_path):
+    url = store.url(store_bucket, "p")
+    proc, work, temp, markers = _train(tmp_path, url, "--outage")
     _wait_for(markers / "first-trace", proc)
     deadline = time.monotonic() + 300
     # the first trace and its analysis reached the store (the restarted store is empty: an analysis
     # uploaded after the restart would have no trace beside it)
-    while not all(_kinds(s3.keys(bucket))[kind] for kind in ("traces", "analyses")):
+    while not all(_kinds(store.keys(store_bucket))[kind] for kind in ("traces", "analyses")):
         assert time.monotonic() < deadline, "the first trace or its analysis was never uploaded"
         time.sleep(0.2)
-    s3.stop()
+    store.stop()
     (markers / "stopped").touch()
     _wait_for(markers / "warned", proc)
-    s3.start()  # back on the same port, empty: the bucket is made again
-    s3.client().create_bucket(Bucket=bucket)
+    store.start()  # back on the same port, empty: the bucket is made again
+    store.create_bucket(store_bucket)
     (markers / "started").touch()
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     (warning,) = json.loads(out.strip().splitlines()[-1])
-    assert f"could not upload to s3://{bucket}/p/r" in warning and "Training goes on" in warning
-    assert "testing" not in warning  # no credential in it
-    kinds = _kinds(s3.keys(bucket))
+    assert f"could not upload to {url}/r" in warning and "Training goes on" in warning
+    assert not [secret for secret in store.secrets if secret in warning]  # no credential in it
+    kinds = _kinds(store.keys(store_bucket))
     # the trace written during the outage and the one written after it, with their analyses and the
     # scalars; and the first trace and analysis again: the restarted store had lost them, and the
     # staging folder goes only once every file is confirmed in the store
