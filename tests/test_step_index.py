@@ -183,6 +183,18 @@ def test_a_step_replaced_by_another_valid_deflate_stream_of_its_length_is_not_us
         step_index.step_trace(f, entry.number)
 
 
+def test_an_index_read_in_short_reads_is_read_whole(cached, monkeypatch):
+    """A read may return fewer bytes than asked (a file on a network file system): the index asks
+    again for the rest, and the step is the same. (The first line is read at most once: a short
+    read there is an index not used.)"""
+    f, _ = indexed(cached)
+    whole = step_index.step_trace(f, 2)
+    real = os.pread
+    monkeypatch.setattr(step_index.os, "pread", lambda fd, n, offset: real(
+        fd, n if n <= step_index._MAX_LINE else max(n // 3, 1), offset))
+    assert step_index.step_trace(f, 2) == whole
+
+
 def test_an_index_whose_columns_do_not_hold_together_is_not_used(cached):
     f, path = indexed(cached)
     cutter = StepCutter(read_trace(f.path))
