@@ -287,20 +287,45 @@ def test_gpu_idle_and_verdict_per_phase(tmp_path):
     assert detail["phases"]["backward"]["verdict"] == "gpu-bound"
 
 
-@pytest.mark.parametrize("host_us, idle_us, has_gpu, expected", [
-    (1_000.0, 500.0, True, "cpu-bound"),  # the GPU idles half the phase: the bound itself
-    (1_000.0, 499.0, True, "balanced"),
-    (1_000.0, 101.0, True, "balanced"),
-    (1_000.0, 100.0, True, "gpu-bound"),  # idle a tenth of it: the bound itself
-    (1_000.0, 0.0, True, "gpu-bound"),
-    (1_000.0, 500.0, False, None),  # no GPU: no verdict
-    (0.0, 0.0, True, None),  # a phase without host time
-    (1_000.0, float("nan"), True, None),  # idle unknown
+def test_a_phase_whose_gpu_only_communicates_or_copies_is_never_gpu_bound(tmp_path):
+    # backward: an all-reduce fills its host window; optimizer: a copy fills its; neither computes
+    span = analyse(tmp_path, [
+        step(1, 0, 3_000),
+        annotation("phaseprof::backward", 0, 1_000),
+        launch(10, corr=1),
+        kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 0, 1_000, corr=1, stream=9),
+        annotation("phaseprof::optimizer", 1_000, 1_000),
+        launch(1_010, corr=2),
+        kernel("Memcpy DtoH (Device -> Pageable)", 1_000, 1_000, corr=2),
+        annotation("phaseprof::forward", 2_000, 1_000),
+        launch(2_010, corr=3),
+        kernel("volta_sgemm_128x64_nn", 2_000, 1_000, corr=3),
+    ])
+    detail = detail_of(span, 1)
+    for phase in ("backward", "optimizer"):
+        assert detail["phases"][phase]["gpu_idle_ms"] == pytest.approx(0.0)  # the GPU was busy
+        assert detail["phases"][phase]["verdict"] == "balanced", phase
+    assert detail["phases"]["forward"]["verdict"] == "gpu-bound"
+
+
+@pytest.mark.parametrize("host_us, idle_us, compute_idle_us, has_gpu, expected", [
+    (1_000.0, 500.0, 500.0, True, "cpu-bound"),  # the GPU idles half the phase: the bound itself
+    (1_000.0, 499.0, 499.0, True, "balanced"),
+    (1_000.0, 101.0, 101.0, True, "balanced"),
+    (1_000.0, 100.0, 100.0, True, "gpu-bound"),  # idle a tenth of it: the bound itself
+    (1_000.0, 0.0, 0.0, True, "gpu-bound"),
+    (1_000.0, 0.0, 101.0, True, "balanced"),  # busy all along, but copying or communicating a part
+    (1_000.0, 0.0, 1_000.0, True, "balanced"),  # busy all along, never computing: never gpu-bound
+    (1_000.0, 500.0, 1_000.0, True, "cpu-bound"),
+    (1_000.0, 500.0, 500.0, False, None),  # no GPU: no verdict
+    (0.0, 0.0, 0.0, True, None),  # a phase without host time
+    (1_000.0, float("nan"), float("nan"), True, None),  # idle unknown
 ])
-def test_the_verdict_bounds_belong_to_the_verdict_they_name(host_us, idle_us, has_gpu, expected):
+def test_the_verdict_bounds_belong_to_the_verdict_they_name(host_us, idle_us, compute_idle_us, has_gpu,
+                                                            expected):
     from phaseprof.plugin.analysis.steps import verdict
 
-    assert verdict(host_us, idle_us, has_gpu) == expected
+    assert verdict(host_us, idle_us, compute_idle_us, has_gpu) == expected
 
 
 def test_a_trace_without_step_markers_is_one_step(tmp_path):

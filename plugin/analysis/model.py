@@ -320,6 +320,9 @@ class SpanAnalysis(msgspec.Struct):
     host_us: np.ndarray  # (steps, phases) host time per phase; rows add up to the step's wall time (`Step.wall`)
     gpu_us: np.ndarray  # (steps, phases) device time of work launched in the phase
     gpu_idle_us: np.ndarray  # (steps, phases) time in the phase's host windows with no device work
+    #: (steps, phases) time in the phase's host windows with no compute kernel running (copies,
+    #: sets and collectives do not count): what a phase's "gpu-bound" verdict rests on
+    compute_idle_us: np.ndarray
     launches: np.ndarray  # (steps, phases) device events launched
     #: (steps, phases) host time spent waiting for the GPU: synchronizing calls (stream, device and
     #: event synchronize, blocking copies, cudaMalloc/cudaFree) and runtime calls stalled far beyond

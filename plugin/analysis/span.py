@@ -88,6 +88,11 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
     blocks, copy_of = blocking_mask(trace, n, launch.runtime)
     wait = np.minimum(_waits(trace, n, part, shape2, blocks), host_us)
     comm = communication(trace, n, launch)
+    computing = (dev.kind == KERNEL) & ~comm  # compute: no copy or set, no collective's work
+    compute_busy = _Busy(dev.ts[computing], dev.ts[computing] + dev.dur[computing])
+    compute_idle = _sums(seg_key, (part.end - part.start) - compute_busy.within(part.start, part.end), shape2)
+    if not has_gpu:
+        compute_idle[:] = np.nan
     gpu = gpu_measures(trace, part, dev_step, dev_phase, comm, shape2, launch.ts)
     allocated = running_allocated(trace)
     peak, delta = _memory(trace, part, shape2, allocated)
@@ -115,6 +120,7 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
         host_us=host_us,
         gpu_us=gpu_us,
         gpu_idle_us=gpu_idle,
+        compute_idle_us=compute_idle,
         launches=launch_count,
         wait_us=wait,
         gpu=gpu,

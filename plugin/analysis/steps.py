@@ -29,20 +29,22 @@ from .path_summary import step_path
 from .stacks import stack, user_frame
 from .worker import Worker, ms
 
-#: A phase whose GPU is idle at least this share of its host time is CPU-bound; at most the lower
-#: share, GPU-bound; in between, balanced.
+#: A phase whose GPU is idle (no device work at all) at least this share of its host time is
+#: CPU-bound; one whose GPU computes (compute kernels: no copy, set or collective) all but at most
+#: the lower share of it, GPU-bound; in between, balanced. A GPU busy only copying or communicating
+#: is never called GPU-bound: that is the measure the verdict names.
 CPU_BOUND_IDLE = 0.5
 GPU_BOUND_IDLE = 0.1
 
 
-def verdict(host_us: float, idle_us: float, has_gpu: bool) -> str | None:
-    """``cpu-bound`` / ``balanced`` / ``gpu-bound`` from how idle the GPU was during the phase."""
+def verdict(host_us: float, idle_us: float, compute_idle_us: float, has_gpu: bool) -> str | None:
+    """``cpu-bound`` / ``balanced`` / ``gpu-bound`` from how idle the GPU was during the phase
+    (``idle_us``: no device work; ``compute_idle_us``: no compute kernel)."""
     if not has_gpu or host_us <= 0 or np.isnan(idle_us):
         return None
-    share = idle_us / host_us
-    if share >= CPU_BOUND_IDLE:
+    if idle_us / host_us >= CPU_BOUND_IDLE:
         return "cpu-bound"
-    if share <= GPU_BOUND_IDLE:
+    if compute_idle_us / host_us <= GPU_BOUND_IDLE:
         return "gpu-bound"
     return "balanced"
 
@@ -60,6 +62,7 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
     ev, pa = OUT_OF_STEP.index(EVAL), OUT_OF_STEP.index(PAUSED)
     phases = w.phases
     cpu_us, idle_us = cpu.tolist(), idle.tolist()  # Python floats: a numpy scalar per cell is slow
+    compute_idle_us = w.compute_idle_us[rows].tolist()
     out = []
     for k, row in enumerate(rows):
         ref = w.refs[row]
@@ -88,7 +91,7 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
                     gpu_ms=gpu_ms[k][j],
                     gpu_idle_ms=idle_ms[k][j],
                     launches=launches[k][j],
-                    verdict=verdict(cpu_us[k][j], idle_us[k][j], has_gpu),
+                    verdict=verdict(cpu_us[k][j], idle_us[k][j], compute_idle_us[k][j], has_gpu),
                     inferred=name in step.inferred,
                     gpu_busy_ms=busy_ms[k][j],
                     gpu_compute_ms=compute_ms[k][j],

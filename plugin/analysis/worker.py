@@ -63,6 +63,7 @@ class Worker:
         self.gpu_us = self._gather("gpu_us")
         # a phase a span lacks had no host time there, so no idle time either (NaN only without GPU)
         self.gpu_idle_us = self._gather("gpu_idle_us")
+        self.compute_idle_us = self._gather("compute_idle_us")
         self.launches = self._gather("launches")
         self.wait_us = self._gather("wait_us")
         #: GPU busy, compute, communication and exposed communication per step and phase (`GpuMeasures`)
