@@ -67,8 +67,8 @@ def _saving_within_bound(summary) -> None:
     assert bounded
     for f in bounded:
         # the sentence says the bound, and what it takes off its chain (in the evidence)
-        assert f"at least {f.what_if_ms:,.2f} ms" in f.text
-        assert f"less {f.evidence.removed_ms:,.2f} ms)" in f.text
+        assert f"at least {f.what_if_ms:,.2f} ms (" in f.text
+        assert f"less the {f.evidence.removed_ms:,.2f} ms" in f.text
         if f.saving_ms is not None:
             assert f.saving_ms <= round(step - f.what_if_ms, 3) + 0.001, (f.kind, f.text)
 

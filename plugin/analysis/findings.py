@@ -75,15 +75,16 @@ def _what_if(f: Finding, paths: PathFigures, blocking: list[Blocked], wall_us: f
                if f.kind in _WAITING and b.phase == f.phase and _WAITING[f.kind](b))
     if held > 0:
         step_us = length = wall_us
-        chain, gone = "host's own work", held
+        chain, gone = "the host thread's {length} ms step less the {gone} ms it was held", held
     elif costs.measure == GPU:
         j = figures.phases.index(f.phase)
         step_us = length = costs.gpu_busy_us
-        chain = "GPU's busy time"
+        chain = "the GPU's {length} ms of busy time less the {gone} ms of this phase's"
         gone = float(figures.exposed_comm_us[j] if f.kind == "exposed-communication"
                      else figures.busy_us[j])
     else:
-        step_us, length, chain = wall_us, paths.length / n, "critical path"
+        step_us, length = wall_us, paths.length / n
+        chain = "the {length} ms critical path less the {gone} ms on it this finding is about"
         gone = (sum(paths.phase_kinds.get((f.phase, k), 0.0) for k in _PATH_KINDS[f.kind]) / n
                 if f.kind in _PATH_KINDS else paths.phases.get(f.phase, 0.0) / n)
     bound = max(float(length - gone), 0.0)
@@ -93,8 +94,8 @@ def _what_if(f: Finding, paths: PathFigures, blocking: list[Blocked], wall_us: f
         f.saving_ms = ms(most)
         f.share = _share(most, costs.total_us)
     f.evidence.removed_ms = ms(gone)
-    f.text += (f"; with it gone the step would still take at least {f.what_if_ms:,.2f} ms (the "
-               f"{chain} less {f.evidence.removed_ms:,.2f} ms)")
+    said = chain.format(length=f"{ms(length):,.2f}", gone=f"{f.evidence.removed_ms:,.2f}")
+    f.text += f"; with it gone the step would still take at least {f.what_if_ms:,.2f} ms ({said})"
     return f
 
 
