@@ -285,14 +285,18 @@ class CaptureWatcher:
     def close(self) -> None:
         """The run ends: captures still compressing are awaited, those not written are refused,
         the heartbeat says it ended. A look held by a store that does not answer is not waited for
-        beyond `CLOSE_S` in all (nor is the store written to while it fails: the heartbeat then goes
-        stale, which says the same). The lines of the store's outages that ended leave the summary:
-        nothing was lost."""
+        beyond `CLOSE_S` in all (a store that failed the last look gets one more in that time; while
+        it fails nothing else is written: the heartbeat then goes stale, which says the same). The
+        lines of the store's outages that ended leave the summary: nothing was lost."""
         self.plan = None
         self._stop.set()
         self._settle_compressions()
         deadline = time.monotonic() + CLOSE_S
         self._thread.join(timeout=CLOSE_S)
+        if self._down is not None and not self._off:  # one more look, in the time left: the store
+            look = threading.Thread(target=self.tick, name="phaseprof-capture-last", daemon=True)
+            look.start()  # may be back, and its outage line then leaves the summary
+            look.join(timeout=max(0.0, deadline - time.monotonic()))
         if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return
         try:

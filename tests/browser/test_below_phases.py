@@ -62,7 +62,9 @@ def open_step(tab: Tab, run: str, **extra) -> tuple[dict, dict]:
     steps = tab.api("steps", run=run)
     number = [s for s in steps["steps"] if not s["empty"]][1]["step"]
     tab.open(view="step", run=run, step=number, **extra)
-    tab.frame.locator(".trace-canvas").wait_for()
+    canvas = tab.frame.locator(".trace-canvas")
+    canvas.wait_for()
+    canvas.scroll_into_view_if_needed()  # below the step's cards: the mouse reaches it only in view
     return steps, tab.api("trace", run=run, worker=steps["worker"], step=number)
 
 
