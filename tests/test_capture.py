@@ -489,6 +489,10 @@ def test_a_store_going_away_mid_run_costs_one_warning_and_captures_resume_once_i
             s3.start()  # back on the same port, empty
             s3.client().create_bucket(Bucket=bucket)
         back = time.time()
+        deadline = time.monotonic() + 300  # the job beats in the store again (its next look)
+        while not any(k.endswith("/.phaseprof/capture/rank0.json") for k in s3.keys(bucket)):
+            assert time.monotonic() < deadline and job.proc.poll() is None, job.log()[-3000:]
+            time.sleep(0.2)
         asked = capture(str(job.logdir), "--run", "long", "--steps", "2", "--wait")
         assert asked.returncode == 0, asked.stderr + asked.stdout + job.log()[-3000:]
         (answer,) = _answers(job.run_dir, _request_id(asked.stdout)).values()
