@@ -315,21 +315,22 @@ class _Walk:
 
     def _op_start(self, host: _Host, t: float) -> float:
         """The start of the outermost op running just before ``t`` on the thread; ``t`` if none."""
-        j = int(np.searchsorted(host.op_start, t, side="left")) - 1
+        j = int(host.op_start.searchsorted(t, side="left")) - 1
         return float(host.op_start[j]) if j >= 0 and host.op_end[j] >= t else t
 
     def _host(self, cols, thread, a, b):
         """The host stretch ``[a, b)`` on ``thread``, cut where an outermost op, a launch call or a
-        phase begins or ends; each piece named by what runs in it (appended latest first)."""
+        phase begins or ends; each piece named by what runs in it (appended latest first). Called
+        per stretch: its searches are the arrays' own binary searches, O(log n) each."""
         if b <= a:
             return
         host = self.hosts.get(thread)
         cuts = [np.array([a, b])]
         if host is not None:
             for xs in (host.op_start, host.op_end, host.launch_start, host.launch_end):
-                lo, hi = np.searchsorted(xs, a, "right"), np.searchsorted(xs, b, "left")
+                lo, hi = xs.searchsorted(a, "right"), xs.searchsorted(b, "left")
                 cuts.append(xs[lo:hi])
-        lo, hi = np.searchsorted(self.bounds, a, "right"), np.searchsorted(self.bounds, b, "left")
+        lo, hi = self.bounds.searchsorted(a, "right"), self.bounds.searchsorted(b, "left")
         cuts.append(self.bounds[lo:hi])
         points = np.unique(np.concatenate(cuts))
         mid = (points[:-1] + points[1:]) / 2
@@ -341,7 +342,7 @@ class _Walk:
                                          (host.launch_start, host.launch_end, host.launch_name, LAUNCH)):
                 if not len(start):
                     continue
-                j = np.searchsorted(start, mid, side="right") - 1
+                j = start.searchsorted(mid, side="right") - 1
                 covered = (j >= 0) & (end[np.maximum(j, 0)] > mid)
                 kind = np.where(covered, k, kind)
                 name = np.where(covered, names[np.maximum(j, 0)], name)

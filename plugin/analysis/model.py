@@ -13,6 +13,15 @@ from .partition import Step
 from .stacks import CallPaths
 
 
+def step_rows(column: np.ndarray, step: int) -> slice:
+    """The rows of step ``step`` in a table sorted by its ``column`` of step indices. The step is
+    given in the column's own type: a Python int beside an int32 column makes numpy copy the whole
+    column to int64 first, a cost per call that a loop over the steps turns quadratic (the array's
+    own method: a binary search, O(log n), whatever the column's length)."""
+    at = column.dtype.type(step)
+    return slice(int(column.searchsorted(at, "left")), int(column.searchsorted(at, "right")))
+
+
 class OpTable(msgspec.Struct):
     """Ops aggregated per (step, phase, name, input shapes), in step then phase order.
 
@@ -37,7 +46,7 @@ class OpTable(msgspec.Struct):
 
     def rows(self, step: int) -> slice:
         """The rows of one step."""
-        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+        return step_rows(self.step, step)
 
 
 class Lanes(msgspec.Struct):
@@ -51,7 +60,7 @@ class Lanes(msgspec.Struct):
     phase: np.ndarray  # int32
 
     def rows(self, step: int) -> slice:
-        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+        return step_rows(self.step, step)
 
 
 class KernelTable(msgspec.Struct):
@@ -82,7 +91,7 @@ class KernelTable(msgspec.Struct):
     shared_memory: np.ndarray  # int64 bytes per block
 
     def rows(self, step: int) -> slice:
-        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+        return step_rows(self.step, step)
 
 
 class ModuleTable(msgspec.Struct):
@@ -132,7 +141,7 @@ class MemoryCurve(msgspec.Struct):
     reserved: np.ndarray  # int64 bytes, -1 where the trace does not record it
 
     def rows(self, step: int) -> slice:
-        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+        return step_rows(self.step, step)
 
 
 class CollectiveTable(msgspec.Struct):
@@ -157,7 +166,7 @@ class CollectiveTable(msgspec.Struct):
     kernel_us: np.ndarray  # device time of its work, summed over streams
 
     def rows(self, step: int) -> slice:
-        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+        return step_rows(self.step, step)
 
 
 class BlockingTable(msgspec.Struct):
@@ -178,8 +187,7 @@ class BlockingTable(msgspec.Struct):
     queue_stream: np.ndarray  # int32 into LaunchQueues.streams: the stream holding most of it
 
     def rows(self, step: int) -> slice:
-        return slice(int(np.searchsorted(self.step, step, "left")),
-                     int(np.searchsorted(self.step, step, "right")))
+        return step_rows(self.step, step)
 
 
 class PathTable(msgspec.Struct):
@@ -205,8 +213,7 @@ class PathTable(msgspec.Struct):
                    kind=np.zeros(0, np.int8), name=i, phase=i, blocked=np.zeros(0, bool))
 
     def rows(self, step: int) -> slice:
-        return slice(int(np.searchsorted(self.step, step, "left")),
-                     int(np.searchsorted(self.step, step, "right")))
+        return step_rows(self.step, step)
 
 
 class LaunchQueues(msgspec.Struct):
@@ -240,7 +247,7 @@ class MemoryOpTable(msgspec.Struct):
     peak_total: np.ndarray
 
     def rows(self, step: int) -> slice:
-        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+        return step_rows(self.step, step)
 
 
 class MemoryEventTable(msgspec.Struct):
@@ -258,7 +265,7 @@ class MemoryEventTable(msgspec.Struct):
     peak_op: np.ndarray  # (steps, devices) int32 the op at the step's peak (-1: no op; -2: no event)
 
     def rows(self, step: int) -> slice:
-        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+        return step_rows(self.step, step)
 
 
 class Apart(msgspec.Struct):
@@ -271,7 +278,7 @@ class Apart(msgspec.Struct):
     end: np.ndarray
 
     def rows(self, step: int) -> slice:
-        return slice(int(np.searchsorted(self.step, step, "left")), int(np.searchsorted(self.step, step, "right")))
+        return step_rows(self.step, step)
 
 
 class GpuMeasures(msgspec.Struct):

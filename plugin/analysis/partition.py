@@ -105,7 +105,7 @@ class Partition(msgspec.Struct):
         """(step index, out-of-step kind) of each instant in ``ts`` kept out of a step; -1 elsewhere."""
         if not len(self.apart_start):
             return np.full(len(ts), -1, np.int32), np.full(len(ts), -1, np.int32)
-        seg = np.searchsorted(self.apart_start, ts, side="right") - 1
+        seg = self.apart_start.searchsorted(ts, side="right") - 1
         inside = (seg >= 0) & (ts < self.apart_end[np.maximum(seg, 0)])
         seg = np.where(inside, seg, -1)
         return np.where(inside, self.apart_step[seg], -1), np.where(inside, self.apart_kind[seg], -1)
@@ -114,7 +114,7 @@ class Partition(msgspec.Struct):
         """(step index, phase code) of each instant in ``ts``; -1 for instants outside every step."""
         if not len(self.start):  # no step holds any time (all steps zero-length, or none)
             return np.full(len(ts), -1, np.int32), np.full(len(ts), -1, np.int32)
-        seg = np.searchsorted(self.start, ts, side="right") - 1
+        seg = self.start.searchsorted(ts, side="right") - 1
         inside = (seg >= 0) & (ts < self.end[np.maximum(seg, 0)])
         seg = np.where(inside, seg, -1)
         return np.where(inside, self.step[seg], -1), np.where(inside, self.phase[seg], -1)
