@@ -79,14 +79,20 @@ def torch_handler(logdir: str, active: int, use_gzip: bool) -> float:
     return blocked[-1] * 1e3
 
 
-def phaseprof_export(logdir: str, active: int) -> float:
-    """PhaseProfiler's own time after the step that ends the window (ms)."""
+def _past_the_window(logdir: str, active: int):
+    """(a PhaseProfiler past its scheduled window of ``active`` steps, the loop's step)."""
     model, optimizer, step = _loop(active)
     prof = PhaseProfiler(logdir=logdir, run="r", wait=WAIT, warmup=WARMUP, active=active, repeat=1,
                          record_shapes=True, profile_memory=True, analyze_traces=False)
     prof.attach(model, optimizer)
     for _ in range(WAIT + WARMUP + active + 1):
         step()
+    return prof, step
+
+
+def phaseprof_export(logdir: str, active: int) -> float:
+    """PhaseProfiler's own time after the step that ends the window (ms)."""
+    prof, _ = _past_the_window(logdir, active)
     with contextlib.redirect_stdout(io.StringIO()):
         prof.close()
     stats = prof._recorder.stats
@@ -96,12 +102,7 @@ def phaseprof_export(logdir: str, active: int) -> float:
 def phaseprof_capture(logdir: str, active: int) -> float:
     """PhaseProfiler's own time after the step that ends a capture of ``active`` steps (ms), asked
     once the scheduled window is over."""
-    model, optimizer, step = _loop(active)
-    prof = PhaseProfiler(logdir=logdir, run="r", wait=WAIT, warmup=WARMUP, active=active, repeat=1,
-                         record_shapes=True, profile_memory=True, analyze_traces=False)
-    prof.attach(model, optimizer)
-    for _ in range(WAIT + WARMUP + active + 1):
-        step()
+    prof, step = _past_the_window(logdir, active)
     request = Request(id=secrets.token_hex(8), written=time.time(), by=BY_CLI, steps=active,
                       start=prof.step_num + 2)
     with channel_folder(prof.run_dir) as folder:

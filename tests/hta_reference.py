@@ -61,8 +61,9 @@ def _round(events: list[dict]) -> None:
         e["dur"] = Decimal(math.floor(end)) - e["ts"]
 
 
-def _union(intervals) -> list[tuple[Decimal, Decimal]]:
-    out: list[list[Decimal]] = []
+def union(intervals) -> list[tuple]:
+    """The union of ``[a, b)`` intervals (floats or Decimals), as disjoint intervals in order."""
+    out: list[list] = []
     for a, b in sorted(intervals):
         if out and a <= out[-1][1]:
             out[-1][1] = max(out[-1][1], b)
@@ -209,8 +210,8 @@ def figures(work: dict[str, list]) -> dict:
     """Busy, compute, communication, memory (µs, unions over all streams), HTA's idle share of the
     span from the first to the last device activity (%), the share of communication time compute
     overlaps (%, None without communication) and each kernel name's total (µs)."""
-    merged = {k: _union((a, b) for a, b, *_ in v) for k, v in work.items()}
-    every = _union((a, b) for v in work.values() for a, b, *_ in v)
+    merged = {k: union((a, b) for a, b, *_ in v) for k, v in work.items()}
+    every = union((a, b) for v in work.values() for a, b, *_ in v)
     out = {k: _length(merged[k]) for k in ("compute", "comm", "memory")}
     out["busy"] = _length(every)
     out.pop("other", None)

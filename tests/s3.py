@@ -228,7 +228,12 @@ class Relay:
 def s3():
     """The server, started once for the session (the store clients of this process keep their endpoint),
     with the environment set for this process and its children."""
-    server = S3Server(outlives_tests=True)
+    yield from session_server(S3Server(outlives_tests=True))
+
+
+def session_server(server):
+    """Start ``server`` for the session, its ``environment()`` set for this process and its
+    children (the fixtures of each store); stopped, and the environment put back, at the end."""
     server.start()
     saved = {k: os.environ.get(k) for k in server.environment()}
     os.environ.update(server.environment())

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests import processes
+from tests.s3 import session_server
 
 AZURITE = Path(__file__).with_name("azurite") / "node_modules" / ".bin" / "azurite-blob"
 #: Azurite's development account, as its documentation publishes it (no secret: every Azurite has it).
@@ -182,32 +183,16 @@ class Azurite(Emulator):
         return {"AZURE_STORAGE_CONNECTION_STRING": connection}
 
 
-def _session_server(server):
-    """Start ``server`` for the session, its environment set for this process and its children."""
-    server.start()
-    saved = {k: os.environ.get(k) for k in server.environment()}
-    os.environ.update(server.environment())
-    try:
-        yield server
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 @pytest.fixture(scope="session")
 def gcs():
-    yield from _session_server(GcsEmulator(outlives_tests=True))
+    yield from session_server(GcsEmulator(outlives_tests=True))
 
 
 @pytest.fixture(scope="session")
 def azurite():
     if shutil.which("node") is None:
         raise RuntimeError("Azurite needs Node.js: apt-get install nodejs npm")
-    yield from _session_server(Azurite(outlives_tests=True))
+    yield from session_server(Azurite(outlives_tests=True))
 
 
 #: The stores `store` runs a test against, and their fixtures.

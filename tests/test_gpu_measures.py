@@ -239,16 +239,6 @@ def test_a_gpu_bound_step_is_measured_by_the_gpu(tmp_path):
 # --- communication against an independent computation from the raw events --------------------------------
 
 
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
 def _length(intervals) -> float:
     return sum(b - a for a, b in intervals)
 
@@ -333,10 +323,10 @@ def independent_comm(path: Path) -> dict[int, dict[str, float]]:
     per_step = owned
     out = {}
     for number, work in per_step.items():
-        compute, comm, memory = (_union(work[k]) for k in ("compute", "comm", "memory"))
+        compute, comm, memory = (hta_reference.union(work[k]) for k in ("compute", "comm", "memory"))
         out[number] = {"compute": _length(compute), "comm": _length(comm),
                        "exposed": _minus(comm, compute), "memory": _length(memory),
-                       "exposed_memory": _minus(memory, _union(work["compute"] + work["comm"]))}
+                       "exposed_memory": _minus(memory, hta_reference.union(work["compute"] + work["comm"]))}
     return out
 
 
