@@ -10,7 +10,6 @@ replaced. `store` runs a test once per store: s3://, gs:// and az://.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import re
 import shutil
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests import processes
+from tests.s3 import _buckets as s3_buckets
 from tests.s3 import session_server
 
 AZURITE = Path(__file__).with_name("azurite") / "node_modules" / ".bin" / "azurite-blob"
@@ -205,12 +205,10 @@ def store(request):
     return request.getfixturevalue(STORES[request.param])
 
 
-_buckets = itertools.count()
-
-
 @pytest.fixture
 def store_bucket(store):
-    """A new empty bucket (a container in Azure's words) in `store`."""
-    name = f"logs{next(_buckets)}"
+    """A new empty bucket (a container in Azure's words) in `store`; named from the one count the
+    `bucket` fixture uses too, so two tests never share a bucket of the session's S3 server."""
+    name = f"logs{next(s3_buckets)}"
     store.create_bucket(name)
     return name
