@@ -49,6 +49,12 @@ PHASE_REGISTRY = (
     Phase(OTHER, "#9e9e9e"),
 )
 
+#: Phases a framework callback names for the framework's own wrappers around the user's phases
+#: (Lightning's ``manual_backward``, the HF Trainer's ``training_step``): named phases like a user's,
+#: listed only where they ran, with colours of their own. Runs written before them read as before.
+LIGHTNING, TRANSFORMERS = "lightning", "transformers"
+FRAMEWORK_PHASES = (Phase(LIGHTNING, "#7e57c2"), Phase(TRANSFORMERS, "#e6c229"))
+
 #: Colours of the user's own phases: each takes one by a hash of its name (FNV-1a), so a phase keeps
 #: its colour whatever order phases appear in.
 USER_PHASE_COLOURS = ("#ab47bc", "#ec407a", "#8d6e63", "#5c6bc0", "#d4e157", "#26c6da", "#ffca28", "#78909c")
@@ -59,7 +65,7 @@ PHASES = tuple(p.name for p in PHASE_REGISTRY)
 
 def phase_colour(phase: str) -> str:
     """The colour of ``phase`` in every view: the registry's, else one picked by its name."""
-    for p in PHASE_REGISTRY:
+    for p in PHASE_REGISTRY + FRAMEWORK_PHASES:
         if p.name == phase:
             return p.colour
     h = 2166136261  # FNV-1a over UTF-16 code units, as the tab computes it

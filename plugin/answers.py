@@ -98,7 +98,8 @@ class Loading(Answer):
 
 
 class PhaseStyle(Answer):
-    """A canonical phase as every view shows it: its name and colour, in display order."""
+    """A canonical phase (or a framework's, ``lightning``, ``transformers``) as every view shows it:
+    its name and colour, in display order."""
 
     name: str
     colour: str
@@ -106,7 +107,8 @@ class PhaseStyle(Answer):
 
 class RunsAnswer(Answer):
     """``GET /runs``: what is under the logdir, loading progress, unreadable files, and how to draw
-    phases (canonical ones in order with their colours; a user's phase takes a colour from
+    phases (canonical ones in order with their colours, then the frameworks' phases, which runs hold
+    only where a framework callback ran; a user's phase takes a colour from
     ``user_phase_colours`` by a hash of its name). ``logdir_error``: why the logdir itself cannot be
     listed (a store's client not installed, credentials the store refuses, no such bucket), one line
     naming it; null when it was listed."""

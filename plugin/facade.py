@@ -28,7 +28,7 @@ from typing import NamedTuple, Protocol, TypeVar
 import msgspec
 import numpy as np
 
-from phaseprof.contract import PHASE_REGISTRY, USER_PHASE_COLOURS
+from phaseprof.contract import FRAMEWORK_PHASES, PHASE_REGISTRY, USER_PHASE_COLOURS
 
 from .analysis.collectives import collectives_answer
 from .analysis.compare import compare
@@ -272,7 +272,8 @@ class Analysis:
             out.append(RunInfo(run=run.name, has_scalars=bool(run.scalar_dirs()), workers=workers))
         problems += [FileError(path=path, error=why) for path, why in self.source.unreadable()]
         return RunsAnswer(runs=out, loading=self.source.progress(), errors=problems,
-                          phases=[PhaseStyle(name=p.name, colour=p.colour) for p in PHASE_REGISTRY],
+                          phases=[PhaseStyle(name=p.name, colour=p.colour)
+                                  for p in PHASE_REGISTRY + FRAMEWORK_PHASES],
                           user_phase_colours=list(USER_PHASE_COLOURS), logdir_error=self.source.logdir_error())
 
     def target(self, run: str, worker: str | None = None, step: int | None = None, *,

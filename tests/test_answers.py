@@ -10,7 +10,13 @@ import sys
 import msgspec
 import pytest
 
-from phaseprof.contract import PHASE_REGISTRY, PHASES, USER_PHASE_COLOURS, phase_colour
+from phaseprof.contract import (
+    FRAMEWORK_PHASES,
+    PHASE_REGISTRY,
+    PHASES,
+    USER_PHASE_COLOURS,
+    phase_colour,
+)
 from phaseprof.plugin import answers
 from phaseprof.plugin.analysis.names import range_phase
 from phaseprof.plugin.typescript import typescript
@@ -93,6 +99,12 @@ def test_phase_registry_names_canonical_phases_in_order_with_colours_and_aliases
     assert PHASES == ("data", "forward", "backward", "optimizer", "other")
     assert [phase_colour(p) for p in PHASES] == [p.colour for p in PHASE_REGISTRY]
     assert len({p.colour for p in PHASE_REGISTRY}) == len(PHASE_REGISTRY)
+    # The frameworks' phases: named like a user's (not canonical: listed only where they ran), each
+    # with a colour of its own, apart from the canonical ones and the user phases' palette.
+    assert [p.name for p in FRAMEWORK_PHASES] == ["lightning", "transformers"]
+    assert [phase_colour(p.name) for p in FRAMEWORK_PHASES] == [p.colour for p in FRAMEWORK_PHASES]
+    colours = [p.colour for p in PHASE_REGISTRY + FRAMEWORK_PHASES] + list(USER_PHASE_COLOURS)
+    assert len(set(colours)) == len(colours)
     assert phase_colour("loss") == "#8d6e63" and phase_colour("mine") == "#ffca28"  # a user's phase keeps its colour
     aliases = {
         "## forward ##": "forward", "##Backward##": "backward", "## zero_grad ##": "optimizer",

@@ -40,16 +40,15 @@ your profiler still gets every call.
 
 from __future__ import annotations
 
-import functools
 import importlib
 from typing import Any
 
-from phaseprof.contract import DATA
+from phaseprof.contract import DATA, LIGHTNING
 
 from ..profiler import PhaseProfiler
+from .wrapping import in_phase, patch
 
-#: The phase of Lightning's own wrappers' time (manual optimization).
-LIGHTNING = "lightning"
+__all__ = ["LIGHTNING", "PhaseProfilerCallback"]
 
 
 def _callback_bases() -> tuple[type, ...]:
@@ -140,36 +139,11 @@ class PhaseProfilerCallback(*_callback_bases()):
         meets none of ours; only this module's calls are timed) and each ``LightningOptimizer``'s
         ``step`` in the lightning phase."""
         tracker = self.profiler._phases
-
-        def in_phase(function: Any, only: Any = None) -> Any:
-            def wrapped(*args: Any, **kwargs: Any) -> Any:
-                opened = only is None or args[0] is only
-                opened = opened and tracker.begin(LIGHTNING)
-                try:
-                    return function(*args, **kwargs)
-                finally:
-                    tracker.end(LIGHTNING, opened)
-
-            return functools.update_wrapper(wrapped, function)
-
         cls = type(pl_module)
-        self._patch(cls, "manual_backward", in_phase(cls.manual_backward, only=pl_module))
+        self._undo.append(patch(cls, "manual_backward",
+                                in_phase(tracker, LIGHTNING, cls.manual_backward, only=pl_module)))
         for optimizer in optimizers:
-            self._patch(optimizer, "step", in_phase(optimizer.step))
-
-    def _patch(self, owner: Any, name: str, replacement: Any) -> None:
-        had_own, previous = name in vars(owner), vars(owner).get(name)
-        setattr(owner, name, replacement)
-
-        def undo() -> None:
-            if vars(owner).get(name) is not replacement:
-                return  # wrapped again on top of ours: ours passes through
-            if had_own:
-                setattr(owner, name, previous)
-            else:
-                delattr(owner, name)
-
-        self._undo.append(undo)
+            self._undo.append(patch(optimizer, "step", in_phase(tracker, LIGHTNING, optimizer.step)))
 
     def _wrap_actions(self, profiler: Any) -> None:
         """Phases from the actions Lightning announces to ``trainer.profiler``."""
