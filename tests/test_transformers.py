@@ -1,11 +1,15 @@
 """The Hugging Face callback on a real ``transformers.Trainer`` (a tiny GPT-2 built from its config,
-random tokens, CPU): every step's forward, backward, optimizer and data against independent
-``perf_counter`` timers just inside phaseprof's hooks on the model and its wrappers of
-``torch.autograd.backward``, the optimizer and the DataLoader's fetches (`tests.timing`); gradient accumulation and an
-evaluation every few steps, in full and in bf16 mixed precision."""
+random tokens, CPU): every step's forward, backward, optimizer, data and transformers (the Trainer's
+own wrappers) against independent ``perf_counter`` timers just inside phaseprof's hooks on the
+model and its wrappers of ``torch.autograd.backward``, the optimizer, the DataLoader's fetches and
+the Trainer's methods (`tests.timing`), and the evaluation passes against timers around
+``evaluate()``; gradient accumulation and an evaluation every few steps, in full and in bf16
+mixed precision."""
 
 from __future__ import annotations
 
+import functools
+import re
 import subprocess
 import sys
 
@@ -13,19 +17,52 @@ import pytest
 import torch
 import transformers  # the test extra installs it
 
-from phaseprof.contract import BACKWARD, DATA, EVAL_TAG, FORWARD, OPTIMIZER, STEP_TAG, host_tag
+from phaseprof.contract import (
+    BACKWARD,
+    DATA,
+    EVAL_TAG,
+    FORWARD,
+    HOOK_TAG,
+    OPTIMIZER,
+    STEP_TAG,
+    TRANSFORMERS,
+    host_tag,
+)
+from phaseprof.training_hooks.integrations.transformers import TRAINER_WRAPPERS
 from tests.timing import Timers, assert_two_ranks, busy, scalars, time_forward, time_optimizer
 
 
 class OptimizerClock(transformers.TrainerCallback):
-    """Times the Trainer's optimizer (Accelerate's ``AcceleratedOptimizer``) from just inside the
-    wrappers phaseprof puts on it: listed before phaseprof's callback, it wraps it first."""
+    """Times the Trainer's optimizer (Accelerate's ``AcceleratedOptimizer``) and its loop's
+    ``model.zero_grad()`` from just inside the wrappers phaseprof puts on them: listed before
+    phaseprof's callback, it wraps them first (the model's class was wrapped before training; its
+    calls are timed from here on: the Trainer's first ``zero_grad`` precedes phaseprof's)."""
 
     def __init__(self, timers: Timers) -> None:
         self.timers = timers
+        self.zero_grad_timed = False
 
     def on_train_begin(self, args, state, control, optimizer=None, **kwargs) -> None:
         time_optimizer(optimizer, self.timers, OPTIMIZER)
+        self.zero_grad_timed = True
+
+
+def time_zero_grad(monkeypatch, model, clock: OptimizerClock, timers: Timers) -> None:
+    """Time ``model.zero_grad()`` on its class, where phaseprof wraps it."""
+    zero_grad = type(model).zero_grad
+
+    def timed(self, *args, **kwargs):
+        if self is not model or not clock.zero_grad_timed:
+            return zero_grad(self, *args, **kwargs)
+        return timers.timed(OPTIMIZER, zero_grad, self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "zero_grad", timed)
+
+
+def time_trainer(trainer, timers: Timers) -> None:
+    """Time the Trainer's wrappers from just inside phaseprof's (set on the instance before it)."""
+    for name in TRAINER_WRAPPERS:
+        setattr(trainer, name, functools.partial(timers.timed, TRANSFORMERS, getattr(trainer, name)))
 
 
 class Collator:
@@ -72,9 +109,12 @@ def train(tmp_path, monkeypatch, timers: Timers, **args) -> dict:
         save_strategy="no", report_to=[], logging_strategy="no", use_cpu=True, dataloader_num_workers=0,
         disable_tqdm=True, remove_unused_columns=False, **args)
     callback = PhaseProfilerCallback(logdir=str(tmp_path), run="hf", wait=1, warmup=1, active=3)
+    clock = OptimizerClock(timers)
+    time_zero_grad(monkeypatch, model, clock, timers)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=list(range(64)),
                                    eval_dataset=list(range(16)), data_collator=collator,
-                                   callbacks=[OptimizerClock(timers), callback])
+                                   callbacks=[clock, callback])
+    time_trainer(trainer, timers)
     evaluate = trainer.evaluate
 
     def timed_evaluate(*a, **kw):
@@ -91,17 +131,49 @@ def train(tmp_path, monkeypatch, timers: Timers, **args) -> dict:
 
 
 def agree_every_phase(timers: Timers, values: dict, steps: list[int], micro_batches: int) -> None:
-    """Forward, backward and optimizer of every step against the timers, and data: Accelerate's
-    loader fetches one batch ahead, so a step's micro-batches need the next one too, and the first
-    step's creates the iterator and fetches the first one as well."""
+    """Forward, backward, optimizer and transformers of every step against the timers, and data:
+    Accelerate's loader fetches one batch ahead, so a step's micro-batches need the next one too,
+    and the first step's creates the iterator and fetches the first one as well. A step's optimizer
+    is the ``model.zero_grad()`` that ended the step before (not the first's) and its update."""
     fetches = timers.spans(DATA)
     data = [fetches[:micro_batches + 2]] + [fetches[n * micro_batches + 2:(n + 1) * micro_batches + 2]
                                             for n in range(1, len(steps))]
     assert sum(map(len, data)) == len(fetches)
+    calls = timers.spans(OPTIMIZER)  # update, zero_grad, update, ...; the last zero_grad ends the run
+    assert len(calls) == 2 * len(steps)
+    optimizer = [calls[:1]] + [calls[2 * n - 1:2 * n + 1] for n in range(1, len(steps))]
     for phase, reference in ((FORWARD, timers.per_step(FORWARD, micro_batches)),
                              (BACKWARD, timers.per_step(BACKWARD, micro_batches)),
-                             (OPTIMIZER, timers.per_step(OPTIMIZER, 1)), (DATA, data)):
+                             (OPTIMIZER, optimizer), (DATA, data)):
         timers.agree(phase, [values[host_tag(phase)][step] for step in steps], reference)
+    # The Trainer's wrappers (training_step per micro-batch, then the gradient's norm and clipping)
+    # less the forward, backward and data inside them: the transformers phase, but for the hook's own
+    # time at the marks of those inner phases (phaseprof/hook_ms holds it), on every step.
+    wrappers = timers.per_step(TRANSFORMERS, micro_batches + 2)
+    assert len(wrappers) == len(steps)
+    for i, step in enumerate(steps):
+        inner = [s for s in timers.log if s.what in (FORWARD, BACKWARD, DATA)
+                 and any(w.t0 <= s.t0 and s.t1 <= w.t1 for w in wrappers[i])]
+        own = sum(w.ms for w in wrappers[i]) - sum(s.ms for s in inner)
+        gap = own - values[host_tag(TRANSFORMERS)][step]
+        slack = 0.5 + sum(timers.interrupted_ms(s) for s in wrappers[i] + inner)
+        assert -slack <= gap <= values[HOOK_TAG][step] + slack, (step, gap, values[HOOK_TAG][step], slack)
+
+
+def agree_evaluation(timers: Timers, values: dict, at: list[int], capsys) -> None:
+    """The passes written at steps ``at``: each the Trainer's ``evaluate()`` within 0.5 ms of the
+    timer around it, and the summary's count and total equal to the timers'."""
+    evals = timers.spans("eval")
+    assert sorted(values[EVAL_TAG]) == at
+    for step, span in zip(at, evals):
+        slack = 0.5 + timers.interrupted_ms(span)
+        assert abs(values[EVAL_TAG][step] - span.ms) <= slack, (step, values[EVAL_TAG][step], span.ms)
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("evaluation, outside the steps"))
+    count, total = re.match(r"evaluation, outside the steps: (\d+) pass\(es\), ([\d,.]+) ms in all", line).groups()
+    assert int(count) == len(evals) == len(at)
+    reference = sum(span.ms for span in evals)
+    assert abs(float(total.replace(",", "")) - reference) <= 0.5 + sum(map(timers.interrupted_ms, evals)), line
 
 
 @pytest.mark.slow
@@ -114,11 +186,7 @@ def test_transformers_steps_match_independent_timers(tmp_path, monkeypatch, caps
     assert steps == list(range(8))  # one step per optimizer step, 2 micro-batches each; evaluation adds none
     agree_every_phase(timers, values, steps, micro_batches=2)
     # Evaluation after steps 3 and 7 (eval_steps=4), kept out of the steps.
-    evals = [span.ms for span in timers.spans("eval")]
-    assert sorted(values[EVAL_TAG]) == [4, 8]
-    for measured, reference in zip((values[EVAL_TAG][4], values[EVAL_TAG][8]), evals):
-        assert 0.8 * reference <= measured <= 1.2 * reference + 5, (measured, reference)
-    assert "evaluation, outside the steps: 2 pass(es)" in capsys.readouterr().out
+    agree_evaluation(timers, values, [4, 8], capsys)
 
 
 @pytest.mark.slow
