@@ -11,7 +11,7 @@ from pathlib import Path
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from phaseprof.contract import EVAL_TAG, PROFILER_TAG, STEP_TAG, gpu_tag, host_tag
+from phaseprof.contract import EVAL_TAG, HOOK_TAG, PROFILER_TAG, STEP_TAG, gpu_tag, host_tag
 from tests.tracebuilder import annotation, kernel, launch, memory, op, step, thread_names
 
 
@@ -147,6 +147,7 @@ def evaluation_run(run_dir) -> None:
         values = {host_tag(p): v for p, v in phases.items()}
         values[STEP_TAG] = sum(phases.values())
         values[PROFILER_TAG] = 30.0 if s == 5 else 0.05
+        values[HOOK_TAG] = 0.5 if s in (1, 2, 3, 4, 5) else 0.02 + 0.001 * s  # the profiled steps' ranges
         if s in (2, 7):
             values[EVAL_TAG] = 14.5 if s == 2 else 15.0
         summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=k, simple_value=v)

@@ -126,6 +126,7 @@ def test_the_timeline_carries_evaluation_and_the_profilers_own_time_apart(evalua
     assert body["steps"] == list(range(10))
     assert body["eval"] == [None, None, 14.5, None, None, None, None, 15.0, None, None]
     assert body["profiler"] == [30.0 if s == 5 else 0.05 for s in range(10)]
+    assert body["hook"] == [pytest.approx(0.5 if s in (1, 2, 3, 4, 5) else 0.02 + 0.001 * s) for s in range(10)]
     assert body["wall"][2] == 10.0  # the pass is not in the step
     assert "eval" not in body["phases"] and "profiler" not in body["phases"]
     assert body["profiled"] == [[1, 5]]
@@ -145,6 +146,9 @@ def test_the_terminal_report_shows_the_time_kept_apart(evaluation, capsys):
     assert row[1] == "10.00" and row[-2:] == ["14.5/5.0", ""]  # the step's own 10 ms; its pass (host/GPU) apart
     assert "evaluation, outside the steps: 2 pass(es), 29.50 ms in all" in out
     assert "profiler's own time: 30.45 ms in all" in out
+    # the hook's own time, and what it is
+    assert ("phaseprof's hooks, outside the phases: 2.63 ms in all" in out
+            and "in no phase and not in the steps' time" in " ".join(out.split()))
 
 
 # -- a real loop: PyTorch's MNIST CNN with an evaluation pass and a paused block in its window -----

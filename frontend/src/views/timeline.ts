@@ -1,7 +1,9 @@
 /**
  * Every step of a run from the per-step scalars (not only the profiled ones): phases stacked,
  * zoomable, a brushed range summarised; the profiled windows are shaded and open in the overview.
- * Evaluation passes and the profiler's own time, outside every step, are drawn apart beneath.
+ * Evaluation passes and the profiler's own time, outside every step, are drawn apart beneath. The
+ * hook's own time (`phaseprof/hook_ms`), in the steps' windows but in no phase and not in a step's
+ * time, is a figure, a line of each step's tooltip and of a selection's note.
  */
 
 import { mountChart, type Chart } from '../charts/echarts';
@@ -19,6 +21,13 @@ import type { Device, Series, TimelineAnswer } from '../types';
 import { deviceLabel, findRun, fetchInto, type View, type ViewContext } from './view';
 
 const MISSING = 'missing' as const;
+
+/** What the hook's own time is, wherever the tab shows it. */
+const HOOK_LABEL = 'phaseprof’s hooks (in no phase)';
+const HOOK_MEANS =
+  'phaseprof’s own time in the steps (phaseprof/hook_ms): its bookkeeping at each phase boundary, the trace ranges of '
+  + 'profiled steps and the CUDA marks. It is in no phase and not in a step’s time, so the phases equal what your own '
+  + 'timers around them measure.';
 
 /** User Timing entries (devtools, benchmarks/timeline_render.py): data in hand, and chart drawn. */
 const DATA_MARK = 'phaseprof:timeline-data';
@@ -92,6 +101,7 @@ function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
   const selection = el('div');
   const n = data.steps.length;
   const evaluation = sum(data.eval);
+  const hook = sum(data.hook ?? []);
   replace(
     ctx.root,
     figures(
@@ -103,6 +113,10 @@ function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
       evaluation.count
         ? figure('Evaluation', `${ms(evaluation.total)} ms`,
           `${thousands(evaluation.count)} evaluation pass(es), outside the steps: in no step’s time (phaseprof/eval_ms)`)
+        : null,
+      hook.count
+        ? figure('phaseprof’s hooks', `${ms(hook.total)} ms`,
+          `${HOOK_MEANS} Over ${thousands(hook.count)} step(s): ${ms(hook.total / hook.count)} ms a step on average.`)
         : null,
     ),
     data.downsampled
@@ -123,6 +137,7 @@ function render(ctx: ViewContext, data: TimelineAnswer, device: Device): void {
       box,
       el('p', { class: 'hint' }, 'Scroll to zoom, drag to select a range of steps, click a profiled step (shaded) to open it.',
         apart.length ? ' Evaluation passes (at the step they preceded) and the profiler’s own time are in no step: they are drawn beneath, never stacked with the phases.' : ''),
+      hook.count ? el('p', { class: 'hint hook-note' }, `${HOOK_MEANS} Each step’s is in its tooltip.`) : null,
     ),
     selection,
     windowsCard(ctx, data),
@@ -168,6 +183,8 @@ function stepTooltip(data: TimelineAnswer, phases: string[], values: Record<stri
   rows.push({ label: 'step (wall)', value: `${ms(data.wall[i])} ms`, strong: true });
   if (data.eval[i] !== null) rows.push({ apart: 'eval', label: apartLabel('eval'), value: `${ms(data.eval[i])} ms` });
   if (data.profiler[i]) rows.push({ apart: 'profiler', label: apartLabel('profiler'), value: `${ms(data.profiler[i])} ms` });
+  const hook = data.hook?.[i];
+  if (hook) rows.push({ label: HOOK_LABEL, value: `${ms(hook)} ms` });
   const step = data.steps[i];
   return tooltipBody(`Step ${step}`, rows, isProfiled(data, step) ? 'profiled: click to open this step' : undefined);
 }
@@ -223,14 +240,17 @@ function selectionCard(
   });
   const evaluation = sum(data.eval, start, end);
   const profiler = sum(data.profiler, start, end);
+  const hook = sum(data.hook ?? [], start, end);
+  const apart = [
+    evaluation.count ? `${thousands(evaluation.count)} evaluation pass(es), ${ms(evaluation.total)} ms` : '',
+    profiler.count ? `the profiler’s own time, ${ms(profiler.total)} ms` : '',
+    hook.count ? `phaseprof’s hooks (in no phase), ${ms(hook.total)} ms` : '',
+  ].filter(Boolean);
   return card(
     `Selected: steps ${range[0]}–${range[1]}`,
     el('p', null, `${thousands(end - start)} steps recorded, mean step ${ms(stepMean)} ms (${deviceLabel(device)}).`),
-    evaluation.count || profiler.count
-      ? el('p', { class: 'apart-note' }, 'Outside the steps, not in the figures above: ',
-        evaluation.count ? `${thousands(evaluation.count)} evaluation pass(es), ${ms(evaluation.total)} ms` : '',
-        evaluation.count && profiler.count ? '; ' : '',
-        profiler.count ? `the profiler’s own time, ${ms(profiler.total)} ms` : '', '.')
+    apart.length
+      ? el('p', { class: 'apart-note' }, `Outside the steps, not in the figures above: ${apart.join('; ')}.`)
       : null,
     table({
       label: 'Selected steps by phase',
