@@ -381,6 +381,23 @@ def test_the_timeline_draws_evaluation_and_the_profilers_time_apart_from_the_ste
     tab.screenshot("timeline-outside")
 
 
+def test_the_timeline_shows_the_hooks_own_time_and_says_what_it_is(tab):
+    timeline = tab.api("timeline", run="evaluation")
+    hooks = [v for v in timeline["hook"] if v]
+    assert len(hooks) == 10
+    tab.open(view="timeline", run="evaluation")
+    assert tab.figure("phaseprof’s hooks") == f"{ms(sum(hooks))} ms"
+    figure = tab.frame.locator(".figure", has=tab.frame.locator(".figure-label", has_text="phaseprof’s hooks"))
+    what = "in no phase and not in a step’s time"
+    title = figure.get_attribute("title")
+    assert what in title and f"{ms(sum(hooks) / len(hooks))} ms a step" in title
+    assert what in tab.card("Every step").locator(".hook-note").inner_text()
+    tab.hover_until(".view-timeline .chart", "Step 7", y_fraction=0.5)
+    tip = tab.text(".view-timeline .chart .tip")
+    assert f"phaseprof’s hooks (in no phase)\t{ms(timeline['hook'][7])} ms" in tip
+    assert f"step (wall)\t{ms(timeline['wall'][7])} ms" in tip  # the step without the hook's time
+
+
 def test_the_overview_and_the_step_show_the_time_kept_out_of_the_step_apart(tab):
     data = tab.api("steps", run="evaluation")
     rows = {r["step"]: r for r in data["steps"]}
