@@ -50,8 +50,8 @@ PHASE_REGISTRY = (
 )
 
 #: Phases a framework callback names for the framework's own wrappers around the user's phases
-#: (Lightning's ``manual_backward``, the HF Trainer's ``training_step``): named phases like a user's,
-#: listed only where they ran, with colours of their own. Runs written before them read as before.
+#: (Lightning's ``manual_backward``, the HF Trainer's ``training_step``): named phases like a
+#: user's, listed only where they ran, with colours of their own. Older runs read as before.
 LIGHTNING, TRANSFORMERS = "lightning", "transformers"
 FRAMEWORK_PHASES = (Phase(LIGHTNING, "#7e57c2"), Phase(TRANSFORMERS, "#e6c229"))
 

@@ -87,6 +87,11 @@ def two_rank_job(run_dir, collectives: bool) -> None:
         settled(f)
 
 
+def hook_ms(step: int) -> float:
+    """`evaluation_run`'s ``phaseprof/hook_ms``: more in the profiled steps (their ranges)."""
+    return 0.5 if step in (1, 2, 3, 4, 5) else 0.02 + 0.001 * step
+
+
 def evaluation_run(run_dir) -> None:
     """A run as the training hook writes it when its profiled window holds an evaluation pass and a
     ``prof.paused()`` block, each launching device work: a trace of steps 1..5 (each 10 ms of
@@ -147,7 +152,7 @@ def evaluation_run(run_dir) -> None:
         values = {host_tag(p): v for p, v in phases.items()}
         values[STEP_TAG] = sum(phases.values())
         values[PROFILER_TAG] = 30.0 if s == 5 else 0.05
-        values[HOOK_TAG] = 0.5 if s in (1, 2, 3, 4, 5) else 0.02 + 0.001 * s  # the profiled steps' ranges
+        values[HOOK_TAG] = hook_ms(s)
         if s in (2, 7):
             values[EVAL_TAG] = 14.5 if s == 2 else 15.0
         summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=k, simple_value=v)

@@ -270,21 +270,40 @@ class Gan(L.LightningModule):
         return opt_g, opt_d
 
 
+def fit_gan(tmp_path, timers: Timers, batches: int) -> dict:
+    """One epoch of `Gan` with the callback, watching phaseprof's clock; its scalars."""
+    from phaseprof.lightning import PhaseProfilerCallback
+
+    torch.manual_seed(0)
+    callback = PhaseProfilerCallback(logdir=str(tmp_path), run="gan", wait=1, warmup=1, active=3)
+    trainer = L.Trainer(max_epochs=1, callbacks=[callback], accelerator="cpu", devices=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    data = DataLoader(torch.utils.data.TensorDataset(torch.randn(batches * 16, 64)), batch_size=16)
+    with timers.watching(), timers.timing_backward():
+        trainer.fit(Gan(timers), data)
+    return scalars(tmp_path / "gan")
+
+
+def lightning_own(timers: Timers, steps: list[int]) -> list[tuple[float, list]]:
+    """Each step's Lightning wrappers (two ``manual_backward``, two ``step``) less the backward and
+    update inside them: ms, and the timings it came from. The lightning phase is that, less the
+    hook's own time at the inner phases' marks."""
+    wrappers = timers.per_step(LIGHTNING, 4)
+    assert len(wrappers) == len(steps)
+    out = []
+    for spans in wrappers:
+        inner = [s for s in timers.log if s.what in (BACKWARD, OPTIMIZER)
+                 and any(w.t0 <= s.t0 and s.t1 <= w.t1 for w in spans)]
+        out.append((sum(w.ms for w in spans) - sum(s.ms for s in inner), spans + inner))
+    return out
+
+
 @pytest.mark.slow
 def test_lightning_manual_optimization_with_two_optimizers(tmp_path):
     """Both optimizers' zero_grad and step are the optimizer phase, both models' forwards the
     forward phase, each batch one step."""
-    from phaseprof.lightning import PhaseProfilerCallback
-
-    torch.manual_seed(0)
     timers = Timers()
-    callback = PhaseProfilerCallback(logdir=str(tmp_path), run="gan", wait=1, warmup=1, active=3)
-    trainer = L.Trainer(max_epochs=1, callbacks=[callback], accelerator="cpu", devices=1, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    data = DataLoader(torch.utils.data.TensorDataset(torch.randn(6 * 16, 64)), batch_size=16)
-    with timers.watching(), timers.timing_backward():
-        trainer.fit(Gan(timers), data)
-    values = scalars(tmp_path / "gan")
+    values = fit_gan(tmp_path, timers, 6)
     steps = sorted(values[STEP_TAG])
     assert steps == list(range(6))
     for phase, calls in ((FORWARD, 4), (BACKWARD, 2), (OPTIMIZER, 4)):
@@ -293,13 +312,9 @@ def test_lightning_manual_optimization_with_two_optimizers(tmp_path):
     # Lightning's wrappers (manual_backward, its optimizers' step) are the framework's phase: the
     # timers around those calls hold it, the backward and the update inside, and some of the hook's
     # own time (phaseprof/hook_ms, its ranges in traced steps), no more, on every step.
-    wrappers = timers.per_step(LIGHTNING, 4)
-    for i, step in enumerate(steps):
-        inner = [s for s in timers.log if s.what in (BACKWARD, OPTIMIZER)
-                 and any(w.t0 <= s.t0 and s.t1 <= w.t1 for w in wrappers[i])]
-        own = values[host_tag(LIGHTNING)][step]
-        gap = sum(w.ms for w in wrappers[i]) - sum(s.ms for s in inner) - own
-        slack = 0.5 + sum(timers.interrupted_ms(s) for s in wrappers[i] + inner)
+    for step, (own, spans) in zip(steps, lightning_own(timers, steps)):
+        gap = own - values[host_tag(LIGHTNING)][step]
+        slack = 0.5 + sum(map(timers.interrupted_ms, spans))
         hook = values[HOOK_TAG][step]
         assert -slack <= gap <= hook + slack, (step, gap, hook, slack)
 

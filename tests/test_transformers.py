@@ -29,7 +29,7 @@ from phaseprof.contract import (
     host_tag,
 )
 from phaseprof.training_hooks.integrations.transformers import TRAINER_WRAPPERS
-from tests.timing import Timers, assert_two_ranks, busy, scalars, time_forward, time_optimizer
+from tests.timing import Span, Timers, assert_two_ranks, busy, scalars, time_forward, time_optimizer
 
 
 class OptimizerClock(transformers.TrainerCallback):
@@ -62,7 +62,8 @@ def time_zero_grad(monkeypatch, model, clock: OptimizerClock, timers: Timers) ->
 def time_trainer(trainer, timers: Timers) -> None:
     """Time the Trainer's wrappers from just inside phaseprof's (set on the instance before it)."""
     for name in TRAINER_WRAPPERS:
-        setattr(trainer, name, functools.partial(timers.timed, TRANSFORMERS, getattr(trainer, name)))
+        method = getattr(trainer, name)
+        setattr(trainer, name, functools.partial(timers.timed, TRANSFORMERS, method))
 
 
 class Collator:
@@ -93,7 +94,7 @@ def time_fetches(monkeypatch, timers: Timers, collator: Collator) -> None:
         monkeypatch.setattr(owner, name, timed)
 
 
-def train(tmp_path, monkeypatch, timers: Timers, **args) -> dict:
+def train(tmp_path, monkeypatch, timers: Timers, samples: int = 64, **args) -> dict:
     """Train the tiny GPT-2 with the callback, watching phaseprof's clock; its scalars."""
     from phaseprof.transformers import PhaseProfilerCallback
 
@@ -101,7 +102,7 @@ def train(tmp_path, monkeypatch, timers: Timers, **args) -> dict:
     config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=512, n_positions=64)
     model = transformers.GPT2LMHeadModel(config)
     time_forward(model, timers, FORWARD)
-    tokens = torch.randint(0, 512, (64, 32), generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(0, 512, (samples, 32), generator=torch.Generator().manual_seed(0))
     collator = Collator(tokens)
     time_fetches(monkeypatch, timers, collator)
     args = transformers.TrainingArguments(
@@ -111,7 +112,7 @@ def train(tmp_path, monkeypatch, timers: Timers, **args) -> dict:
     callback = PhaseProfilerCallback(logdir=str(tmp_path), run="hf", wait=1, warmup=1, active=3)
     clock = OptimizerClock(timers)
     time_zero_grad(monkeypatch, model, clock, timers)
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=list(range(64)),
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=list(range(samples)),
                                    eval_dataset=list(range(16)), data_collator=collator,
                                    callbacks=[clock, callback])
     time_trainer(trainer, timers)
@@ -130,34 +131,49 @@ def train(tmp_path, monkeypatch, timers: Timers, **args) -> dict:
     return scalars(tmp_path / "hf")
 
 
-def agree_every_phase(timers: Timers, values: dict, steps: list[int], micro_batches: int) -> None:
-    """Forward, backward, optimizer and transformers of every step against the timers, and data:
-    Accelerate's loader fetches one batch ahead, so a step's micro-batches need the next one too,
-    and the first step's creates the iterator and fetches the first one as well. A step's optimizer
-    is the ``model.zero_grad()`` that ended the step before (not the first's) and its update."""
+def references(timers: Timers, steps: list[int], micro_batches: int) -> dict[str, list[list[Span]]]:
+    """Each step's timings of forward, backward, optimizer and data. Data: Accelerate's loader
+    fetches one batch ahead, so a step's micro-batches need the next one too, and the first step's
+    creates the iterator and fetches the first one as well. A step's optimizer is the
+    ``model.zero_grad()`` that ended the step before (not the first's) and its update."""
     fetches = timers.spans(DATA)
     data = [fetches[:micro_batches + 2]] + [fetches[n * micro_batches + 2:(n + 1) * micro_batches + 2]
                                             for n in range(1, len(steps))]
     assert sum(map(len, data)) == len(fetches)
-    calls = timers.spans(OPTIMIZER)  # update, zero_grad, update, ...; the last zero_grad ends the run
+    calls = timers.spans(OPTIMIZER)  # update, zero_grad, update, ...; a last zero_grad at the end
     assert len(calls) == 2 * len(steps)
     optimizer = [calls[:1]] + [calls[2 * n - 1:2 * n + 1] for n in range(1, len(steps))]
-    for phase, reference in ((FORWARD, timers.per_step(FORWARD, micro_batches)),
-                             (BACKWARD, timers.per_step(BACKWARD, micro_batches)),
-                             (OPTIMIZER, optimizer), (DATA, data)):
-        timers.agree(phase, [values[host_tag(phase)][step] for step in steps], reference)
-    # The Trainer's wrappers (training_step per micro-batch, then the gradient's norm and clipping)
-    # less the forward, backward and data inside them: the transformers phase, but for the hook's own
-    # time at the marks of those inner phases (phaseprof/hook_ms holds it), on every step.
+    return {FORWARD: timers.per_step(FORWARD, micro_batches),
+            BACKWARD: timers.per_step(BACKWARD, micro_batches), OPTIMIZER: optimizer, DATA: data}
+
+
+def trainer_own(timers: Timers, steps: list[int],
+                micro_batches: int) -> list[tuple[float, list[Span]]]:
+    """Each step's Trainer wrappers (``training_step`` per micro-batch, then the gradient's norm and
+    clipping) less the forward, backward and data inside them: ms, and the timings it came from.
+    The transformers phase is that, less the hook's own time at the inner phases' marks."""
     wrappers = timers.per_step(TRANSFORMERS, micro_batches + 2)
     assert len(wrappers) == len(steps)
-    for i, step in enumerate(steps):
+    out = []
+    for spans in wrappers:
         inner = [s for s in timers.log if s.what in (FORWARD, BACKWARD, DATA)
-                 and any(w.t0 <= s.t0 and s.t1 <= w.t1 for w in wrappers[i])]
-        own = sum(w.ms for w in wrappers[i]) - sum(s.ms for s in inner)
+                 and any(w.t0 <= s.t0 and s.t1 <= w.t1 for w in spans)]
+        out.append((sum(w.ms for w in spans) - sum(s.ms for s in inner), spans + inner))
+    return out
+
+
+def agree_every_phase(timers: Timers, values: dict, steps: list[int], micro_batches: int) -> None:
+    """Forward, backward, optimizer, data (`references`) and transformers (`trainer_own`) of every
+    step against the timers."""
+    for phase, reference in references(timers, steps, micro_batches).items():
+        timers.agree(phase, [values[host_tag(phase)][step] for step in steps], reference)
+    # The transformers phase holds the Trainer's own time, but for the hook's at the marks of the
+    # inner phases (phaseprof/hook_ms holds it), on every step.
+    for step, (own, spans) in zip(steps, trainer_own(timers, steps, micro_batches)):
         gap = own - values[host_tag(TRANSFORMERS)][step]
-        slack = 0.5 + sum(timers.interrupted_ms(s) for s in wrappers[i] + inner)
-        assert -slack <= gap <= values[HOOK_TAG][step] + slack, (step, gap, values[HOOK_TAG][step], slack)
+        slack = 0.5 + sum(map(timers.interrupted_ms, spans))
+        hook = values[HOOK_TAG][step]
+        assert -slack <= gap <= hook + slack, (step, gap, hook, slack)
 
 
 def agree_evaluation(timers: Timers, values: dict, at: list[int], capsys) -> None:
@@ -167,13 +183,15 @@ def agree_evaluation(timers: Timers, values: dict, at: list[int], capsys) -> Non
     assert sorted(values[EVAL_TAG]) == at
     for step, span in zip(at, evals):
         slack = 0.5 + timers.interrupted_ms(span)
-        assert abs(values[EVAL_TAG][step] - span.ms) <= slack, (step, values[EVAL_TAG][step], span.ms)
+        measured = values[EVAL_TAG][step]
+        assert abs(measured - span.ms) <= slack, (step, measured, span.ms)
     out = capsys.readouterr().out
-    line = next(line for line in out.splitlines() if line.startswith("evaluation, outside the steps"))
-    count, total = re.match(r"evaluation, outside the steps: (\d+) pass\(es\), ([\d,.]+) ms in all", line).groups()
+    said = r"evaluation, outside the steps: (\d+) pass\(es\), ([\d,.]+) ms in all"
+    count, total = next(m.groups() for m in map(re.compile(said).match, out.splitlines()) if m)
     assert int(count) == len(evals) == len(at)
     reference = sum(span.ms for span in evals)
-    assert abs(float(total.replace(",", "")) - reference) <= 0.5 + sum(map(timers.interrupted_ms, evals)), line
+    slack = 0.5 + sum(map(timers.interrupted_ms, evals))
+    assert abs(float(total.replace(",", "")) - reference) <= slack, (count, total, reference)
 
 
 @pytest.mark.slow

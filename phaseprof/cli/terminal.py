@@ -411,9 +411,9 @@ def _apart_lines(w: WholeRun, console: Console) -> None:
     if w.hook:
         h = w.hook
         console.print(say(f"  phaseprof's hooks, outside the phases: {_fmt(h.total_ms)} ms in all "
-                          f"({h.share:.2%} of the run), median {_fmt(h.median_ms)} ms a step (phaseprof/hook_ms: "
-                          "its own bookkeeping, trace ranges and CUDA marks at the phase boundaries, in no "
-                          "phase and not in the steps' time)"))
+                          f"({h.share:.2%} of the run), median {_fmt(h.median_ms)} ms a step "
+                          "(phaseprof/hook_ms: its own bookkeeping, trace ranges and CUDA marks at the "
+                          "phase boundaries, in no phase and not in the steps' time)"))
 
 
 def _ranks_whole_run(run: str, ranks: list[WholeRun], console: Console) -> None:

@@ -387,7 +387,8 @@ def test_the_timeline_shows_the_hooks_own_time_and_says_what_it_is(tab):
     assert len(hooks) == 10
     tab.open(view="timeline", run="evaluation")
     assert tab.figure("phaseprof’s hooks") == f"{ms(sum(hooks))} ms"
-    figure = tab.frame.locator(".figure", has=tab.frame.locator(".figure-label", has_text="phaseprof’s hooks"))
+    label = tab.frame.locator(".figure-label", has_text="phaseprof’s hooks")
+    figure = tab.frame.locator(".figure", has=label)
     what = "in no phase and not in a step’s time"
     title = figure.get_attribute("title")
     assert what in title and f"{ms(sum(hooks) / len(hooks))} ms a step" in title

@@ -143,7 +143,8 @@ class PhaseProfilerCallback(*_callback_bases()):
         self._undo.append(patch(cls, "manual_backward",
                                 in_phase(tracker, LIGHTNING, cls.manual_backward, only=pl_module)))
         for optimizer in optimizers:
-            self._undo.append(patch(optimizer, "step", in_phase(tracker, LIGHTNING, optimizer.step)))
+            wrapped = in_phase(tracker, LIGHTNING, optimizer.step)
+            self._undo.append(patch(optimizer, "step", wrapped))
 
     def _wrap_actions(self, profiler: Any) -> None:
         """Phases from the actions Lightning announces to ``trainer.profiler``."""

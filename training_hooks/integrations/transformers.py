@@ -100,7 +100,8 @@ class PhaseProfilerCallback(TrainerCallback):
         frame = sys._getframe(1)
         while frame is not None:
             found = frame.f_locals.get("self")
-            if isinstance(found, Trainer) and self in getattr(found.callback_handler, "callbacks", ()):
+            handler = getattr(found, "callback_handler", None)
+            if isinstance(found, Trainer) and self in getattr(handler, "callbacks", ()):
                 model = frame.f_locals.get("model")
                 return found, model if isinstance(model, nn.Module) else found.model_wrapped
             frame = frame.f_back
@@ -127,11 +128,13 @@ class PhaseProfilerCallback(TrainerCallback):
             finally:
                 tracker.leave_eval()
 
-        self._undo.append(patch(trainer, "evaluate", functools.update_wrapper(evaluating, evaluate)))
+        functools.update_wrapper(evaluating, evaluate)
+        self._undo.append(patch(trainer, "evaluate", evaluating))
         self._evaluate_wrapped = True
         if isinstance(model, nn.Module):
             cls = type(model)
-            self._undo.append(patch(cls, "zero_grad", in_phase(tracker, OPTIMIZER, cls.zero_grad, only=model)))
+            zero_grad = in_phase(tracker, OPTIMIZER, cls.zero_grad, only=model)
+            self._undo.append(patch(cls, "zero_grad", zero_grad))
 
     def _time_fetches(self, loader: Any) -> None:
         """The data phase around the DataLoader's iterator creation and each fetch."""
