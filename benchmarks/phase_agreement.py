@@ -155,8 +155,10 @@ def lbfgs(tmp: Path, steps: int) -> Result:
         {
             FORWARD: pairs(timers, values, s, FORWARD, by_calls(timers.spans(FORWARD), calls)),
             BACKWARD: pairs(timers, values, s, BACKWARD, by_calls(timers.spans(BACKWARD), calls)),
+            # per closure call its zero_grad; per step the update around the closures
             OPTIMIZER: pairs(
-                values, s, OPTIMIZER, by_calls(timers.spans(OPTIMIZER), [2 * n + 1 for n in calls])
+                timers, values, s, OPTIMIZER,
+                by_calls(timers.spans(OPTIMIZER), [2 * n + 1 for n in calls]),
             ),
         },
         None,
