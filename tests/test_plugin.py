@@ -125,6 +125,27 @@ def test_step_detail(served):
     get(client, f"{BASE}/step?run=gpu", 400)
 
 
+def test_a_frameworks_phase_reads_in_its_place_with_its_colour(tmp_path):
+    """A run of the HF callback (a ``transformers`` phase) beside one written before framework
+    phases existed: /runs gives the frameworks' colours, /timeline lists the phase after the
+    canonical ones, and the older run's phases are as they were."""
+    write_scalars(tmp_path / "hf", range(4), phases=("data", "forward", "backward", "optimizer",
+                                                     "transformers", "other"))
+    write_scalars(tmp_path / "old", range(4))
+    plugin, client = make_app(tmp_path)
+    try:
+        assert plugin._store.wait(300)
+        styles = {p["name"]: p["colour"] for p in get(client, f"{BASE}/runs")["phases"]}
+        assert styles["transformers"] == "#e6c229" and styles["lightning"] == "#7e57c2"
+        hf = get(client, f"{BASE}/timeline?run=hf")
+        assert hf["phases"] == ["data", "forward", "backward", "optimizer", "other", "transformers"]
+        assert hf["cpu"]["transformers"] == [4.0, 5.0, 6.0, 7.0]
+        old = get(client, f"{BASE}/timeline?run=old")
+        assert old["phases"] == ["data", "forward", "backward", "optimizer", "other"]
+    finally:
+        plugin._store.close()
+
+
 def test_timeline_reads_every_step_from_the_scalars_and_marks_profiled_windows(served):
     _, client = served
     body = get(client, f"{BASE}/timeline?run=cpu/base")
