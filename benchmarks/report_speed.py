@@ -10,8 +10,9 @@ the process and its children: on a shared machine the CPU figures are the steadi
 The floor decodes the same file into msgspec structs holding only the core fields of a trace event
 (ph, cat, name, pid, tid, ts, dur, id, and the args External id, correlation, Bytes, Total Allocated,
 Device Type, Device Id), with the garbage collector off: no analysis at all. Targets: report end to
-end <= 1.2x the floor on both files, measured quiet; peak memory <= 1.5x the file size (the floor
-itself peaks at ~2.4x); a second report (the cache beside the trace warm) < 0.3 s as a whole process.
+end <= 1.2x the floor on both files, measured quiet; peak memory <= 1.5x the file size (the
+floor itself peaks at ~2.4x); a second report (the cache beside the trace warm) < 0.3 s as a whole
+process.
 """
 
 from __future__ import annotations
@@ -84,9 +85,10 @@ def _run(cmd: list[str], env: dict | None) -> tuple[float, float]:
     return seconds, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def measure(rows: dict[str, tuple[list[str], dict | None]], size_mb: float, repeat: int) -> list[dict]:
-    """Each command of ``rows`` run ``repeat`` times, the commands alternating (a machine whose load
-    changes meanwhile weighs on each alike); medians of wall and CPU seconds, and the peak memory."""
+def measure(rows: dict[str, tuple[list[str], dict | None]], size_mb: float,
+            repeat: int) -> list[dict]:
+    """Each command of ``rows`` run ``repeat`` times, the commands alternating (a machine whose
+    load changes meanwhile weighs on each alike); medians of wall and CPU seconds, peak memory."""
     runs: dict[str, list[tuple[float, float]]] = {label: [] for label in rows}
     for _ in range(repeat):
         for label, (cmd, env) in rows.items():
@@ -94,13 +96,17 @@ def measure(rows: dict[str, tuple[list[str], dict | None]], size_mb: float, repe
     out = []
     for label, (cmd, env) in rows.items():
         t = median([w for w, _ in runs[label]])
+        peak = peak_mib(cmd, os.path.dirname(cmd[-1]), env=env)
         out.append({"label": label, "seconds": t, "cpu": median([c for _, c in runs[label]]),
-                    "mb_per_s": size_mb / t, "peak_mib": peak_mib(cmd, os.path.dirname(cmd[-1]), env=env)})
+                    "mb_per_s": size_mb / t, "peak_mib": peak})
     return out
 
 
 def load() -> str:
-    return " ".join(open("/proc/loadavg").read().split()[:3]) if os.path.exists("/proc/loadavg") else "?"
+    if not os.path.exists("/proc/loadavg"):
+        return "?"
+    with open("/proc/loadavg") as fh:
+        return " ".join(fh.read().split()[:3])
 
 
 def main() -> None:
@@ -115,12 +121,13 @@ def main() -> None:
     plain_mb = os.path.getsize(plain) / 1e6
     print(f"trace: {plain} ({plain_mb:.1f} MB), gzipped {os.path.getsize(packed) / 1e6:.1f} MB; "
           f"{os.cpu_count()} CPUs; median of {args.repeat}; load average {load()}")
-    print(f"{'input':8} {'what':26} {'seconds':>8} {'MB/s':>8} {'x floor':>8} {'CPU s':>7} {'x floor':>8} "
-          f"{'peak MiB':>9} {'x file':>7}")
+    print(f"{'input':8} {'what':26} {'seconds':>8} {'MB/s':>8} {'x floor':>8} {'CPU s':>7} "
+          f"{'x floor':>8} {'peak MiB':>9} {'x file':>7}")
     for name, path in (("plain", plain), ("gzip", packed)):
         report = [phaseprof, "report", "--json", path]
+        floor_cmd = [py, "-c", FLOOR, path]
         rows = measure({"phaseprof report --json": (report, NO_CACHE),
-                        "typed-decode floor": ([py, "-c", FLOOR, path], None)}, plain_mb, args.repeat)
+                        "typed-decode floor": (floor_cmd, None)}, plain_mb, args.repeat)
         if not args.skip_json_load:
             rows += measure({"json.load": ([py, "-c", JSON_LOAD, path], None)}, plain_mb, 1)
         timed(report, os.path.dirname(path))  # fills the cache beside the trace
@@ -131,8 +138,8 @@ def main() -> None:
                   f"{r['cpu']:7.3f} {r['cpu'] / floor_cpu:8.2f} {r['peak_mib']:9.0f} "
                   f"{r['peak_mib'] * 2**20 / 1e6 / plain_mb:7.2f}")
     print(f"load average at the end {load()}")
-    print("MB/s and x file are relative to the uncompressed size; CPU s: user + system time of the process")
-    print("and its children (the decoding child too); peak MiB: PSS of the process tree.")
+    print("MB/s and x file are relative to the uncompressed size; CPU s: user + system time of the")
+    print("process and its children (the decoding child too); peak MiB: PSS of the process tree.")
 
 
 if __name__ == "__main__":

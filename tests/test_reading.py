@@ -213,14 +213,17 @@ def test_memory_addresses_of_every_type_and_other_instants_beside_memory_events(
     # Addresses are integers in today's traces (one conversion for all); anything else is read
     # one by one: text as a number where it is one, the rest "not recorded" (-1).
     addresses = [4096, "0x1000", "12", None, 1 << 70, True, 2.0, 2.5, -7]
-    events = [step(1, 0, 1000)] + [{**memory(10 + i, 8, 8), "args": {**memory(0, 8, 8)["args"], "Addr": a}}
+    args = memory(0, 8, 8)["args"]
+    events = [step(1, 0, 1000)] + [{**memory(10 + i, 8, 8), "args": {**args, "Addr": a}}
                                     for i, a in enumerate(addresses)]
     plain = read_trace(str(write_trace(tmp_path / "a.json", events)))
     assert plain.memory.addr.tolist() == [4096, 4096, 12, -1, -1, -1, 2, -1, -7]
     ints = [e for e, a in zip(events[1:], addresses) if type(a) is int and a < 1 << 63]
-    assert read_trace(str(write_trace(tmp_path / "b.json", ints))).memory.addr.tolist() == [4096, -7]
+    only_ints = read_trace(str(write_trace(tmp_path / "b.json", ints)))
+    assert only_ints.memory.addr.tolist() == [4096, -7]
     # an instant of another name in the memory events' category is no memory event
-    marker = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "mark", "pid": 1, "tid": 1, "ts": 11.5}
+    marker = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "mark", "pid": 1, "tid": 1,
+              "ts": 11.5}
     mixed = read_trace(str(write_trace(tmp_path / "c.json", events[:3] + [marker] + events[3:])))
     assert mixed.memory.ts.tolist() == plain.memory.ts.tolist()
     assert mixed.skipped == plain.skipped == 0  # nor a malformed one

@@ -61,8 +61,8 @@ def read_trace(path: str, *, parallel: bool = True, shapes: bool = True, limits:
         try:
             parts = None
             if parallel and len(buf) >= split.PARALLEL_MIN_BYTES and split.fork_is_safe():
-                parts = split.decode_in_two(
-                    buf, start, lambda half, kept=None: _decode_part(half, path, shapes, deadline, kept))
+                parts = split.decode_in_two(buf, start, lambda half, kept=None: _decode_part(
+                    half, path, shapes, deadline, kept))
             if parts is None:
                 parts = [_decode_part(buf, path, shapes, deadline)]
         finally:

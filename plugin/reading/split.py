@@ -52,8 +52,8 @@ def _halfway(buf, start: int, samples: int = 32, window: int = 1 << 15) -> int:
 
     The work grows with the number of events more than with bytes, and events are not the same
     size along a file (memory events, at the end of today's traces, are half the size of ops), so
-    events are counted in a few small windows spread over the file and the split put where that share
-    of the estimated events lies before it."""
+    events are counted in a few small windows spread over the file and the split put where that
+    share of the estimated events lies before it."""
     size = len(buf) - start
     step = size // samples
     if step < window:
@@ -72,7 +72,7 @@ def decode_in_two(buf, start: int, decode: Callable) -> list | None:
     to fall back to one process. The child calls ``decode(half, kept)`` with a list where what it
     decoded may be left unfreed (it exits at once with ``os._exit``).
 
-    The split is at a ``},{`` between two events near the middle of the work (`_halfway`). Each
+    The split is at a ``},{`` between two events near `FIRST_SHARE` of the work (`_halfway`). Each
     process rewrites a few bytes of its own copy-on-write copy so its half is a whole JSON document
     again: the first half ends ``}]}``, the second starts ``{"traceEvents":[{``. A split that did not
     land between two events fails to decode (or decodes to something odd, which is checked by the
