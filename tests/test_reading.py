@@ -14,7 +14,7 @@ from phaseprof.plugin.reading import split
 from phaseprof.plugin.reading.decode import TraceError, read_trace
 from phaseprof.plugin.reading.discovery import discover
 from tests.logdir import write_trace
-from tests.tracebuilder import op, step
+from tests.tracebuilder import memory, op, step
 
 
 def test_every_trace_in_the_test_data_reads_and_has_steps(traces):
@@ -207,6 +207,26 @@ def test_a_split_that_is_not_between_events_falls_back_to_one_process(tmp_path, 
     trace = read_trace(str(path))
     assert len(trace.host) == 2001
     assert sorted(trace.names) == sorted(set(names) | {"ProfilerStep#1"})
+
+
+def test_memory_addresses_of_every_type_and_other_instants_beside_memory_events(tmp_path):
+    # Addresses are integers in today's traces (one conversion for all); anything else is read
+    # one by one: text as a number where it is one, the rest "not recorded" (-1).
+    addresses = [4096, "0x1000", "12", None, 1 << 70, True, 2.0, 2.5, -7]
+    args = memory(0, 8, 8)["args"]
+    events = [step(1, 0, 1000)] + [{**memory(10 + i, 8, 8), "args": {**args, "Addr": a}}
+                                    for i, a in enumerate(addresses)]
+    plain = read_trace(str(write_trace(tmp_path / "a.json", events)))
+    assert plain.memory.addr.tolist() == [4096, 4096, 12, -1, -1, -1, 2, -1, -7]
+    ints = [e for e, a in zip(events[1:], addresses) if type(a) is int and a < 1 << 63]
+    only_ints = read_trace(str(write_trace(tmp_path / "b.json", ints)))
+    assert only_ints.memory.addr.tolist() == [4096, -7]
+    # an instant of another name in the memory events' category is no memory event
+    marker = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "mark", "pid": 1, "tid": 1,
+              "ts": 11.5}
+    mixed = read_trace(str(write_trace(tmp_path / "c.json", events[:3] + [marker] + events[3:])))
+    assert mixed.memory.ts.tolist() == plain.memory.ts.tolist()
+    assert mixed.skipped == plain.skipped == 0  # nor a malformed one
 
 
 def test_bare_event_list_and_object_without_step_markers(tmp_path):

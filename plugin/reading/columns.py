@@ -109,7 +109,10 @@ def fill_columns(part: Part, events: list[Event], positions: list[int] | None, s
                 if e.ph == "M" and e.name == "thread_name" and e.args.name:
                     part.thread_labels[(e.pid, _thread_id(e.tid))] = e.args.name
         if cat in INSTANT_CATEGORIES:
-            memory.extend(e for e in group if e.name == MEMORY_EVENT and e.ph in "XiI" and e.ph)
+            if phases <= _MEMORY_PHASES and set(map(_NAME, group)) == {MEMORY_EVENT}:
+                memory.extend(group)  # today's: nothing but [memory] instants
+            else:
+                memory.extend(e for e in group if e.name == MEMORY_EVENT and e.ph in _MEMORY_PHASES)
         if cat in HOST_KINDS or cat in DEVICE_KINDS:
             if phases != {"X"}:
                 group = [e for e in group if e.ph == "X" and e.name != MEMORY_EVENT]
@@ -125,6 +128,10 @@ def fill_columns(part: Part, events: list[Event], positions: list[int] | None, s
     part.device = _concat(device, _DEVICE_COLUMNS)
     part.memory = _memory_columns(memory, part, problems)
     problems.events = problems.positions = None  # not sent back from a child process
+
+
+#: The phases a `[memory]` event may be written with (an instant; a complete event in old traces).
+_MEMORY_PHASES = frozenset("XiI")
 
 
 def _valid_complete(group: list[Event], problems: Problems) -> tuple[list[Event], np.ndarray, np.ndarray]:
@@ -160,16 +167,17 @@ _DEVICE_COLUMNS = {"ts": np.float64, "dur": np.float64, "device": np.int32, "str
 def _host_columns(group: list[Event], ts, dur, kind: int, part: Part, shapes: bool) -> dict[str, np.ndarray]:
     n = len(group)
     args = list(map(_ARGS, group)) if kind in (OP, RUNTIME) else None
+    names = _codes(list(map(_NAME, group)), part.names)
     return {
         "ts": ts,
         "dur": dur,
         "thread": _thread_codes(group, part.threads),
-        "name": _codes(list(map(_NAME, group)), part.names),
+        "name": names,
         "kind": np.full(n, kind, np.int8),
         "corr": (_int_column(group, args, _CORRELATION, -1, 0, _INT64_MAX, part.problems, "correlation")
                  if kind == RUNTIME else np.full(n, -1, np.int64)),
         "shapes": _shape_codes(args, part.shapes) if kind == OP and shapes else np.zeros(n, np.int32),
-        "comm": _comm_codes(group, part.comms) if kind == OP else np.zeros(n, np.int32),
+        "comm": _comm_codes(group, names, part) if kind == OP else np.zeros(n, np.int32),
         "seq": (_int_column(group, args, _SEQUENCE, -1, 0, _INT64_MAX, part.problems, "sequence number")
                 if kind == OP else np.full(n, -1, np.int64)),
     }
@@ -183,12 +191,15 @@ def _shape_codes(args: list, table: dict) -> np.ndarray:
     return _codes(list(map(bytes, dims)), table)
 
 
-def _comm_codes(group: list[Event], table: dict) -> np.ndarray:
-    """Per event, the code of its collective's args in ``table`` (0: not a ``record_param_comms``)."""
+def _comm_codes(group: list[Event], names: np.ndarray, part: Part) -> np.ndarray:
+    """Per event, the code of its collective's args in ``part.comms`` (0: not a
+    ``record_param_comms``); ``names``: the events' name codes, which find those ops in C."""
     out = np.zeros(len(group), np.int32)
-    for i, e in enumerate(group):
-        if e.name == COMM_OP:
-            out[i] = table.setdefault(comm_args(e.args), len(table))
+    code = part.names.get(COMM_OP)
+    if code is not None:
+        table = part.comms
+        for i in np.flatnonzero(names == code).tolist():
+            out[i] = table.setdefault(comm_args(group[i].args), len(table))
     return out
 
 
@@ -340,7 +351,7 @@ def _memory_columns(events: list[Event], part: Part, problems: Problems) -> dict
     total[~(np.abs(total) < 2.0**62)] = -1
     reserved = np.fromiter(map(_RESERVED, args), np.float64, n)
     reserved[~(np.abs(reserved) < 2.0**62)] = -1
-    addr = np.array([a if (a := to_int(v)) is not None else -1 for v in map(_ADDR, args)], np.int64)
+    addr = _addresses(args)
     return {
         "ts": ts,
         "nbytes": nbytes.astype(np.int64),
@@ -350,6 +361,18 @@ def _memory_columns(events: list[Event], part: Part, problems: Problems) -> dict
         "addr": addr,
         "thread": _thread_codes(events, part.threads) if n else np.empty(0, np.int32),
     }
+
+
+def _addresses(args: list) -> np.ndarray:
+    """Each [memory] event's address as an int64 (-1: none readable, see `to_int`), converted in
+    one call when every address is a plain integer (the usual case), else one by one."""
+    values = list(map(_ADDR, args))
+    if set(map(type, values)) <= {int}:
+        try:
+            return np.fromiter(values, np.int64, len(values))
+        except OverflowError:  # past 64 bits
+            pass
+    return np.array([a if (a := to_int(v)) is not None else -1 for v in values], np.int64)
 
 
 def _concat(groups: list[dict[str, np.ndarray]], columns: dict[str, type]) -> dict[str, np.ndarray]:

@@ -61,7 +61,8 @@ def read_trace(path: str, *, parallel: bool = True, shapes: bool = True, limits:
         try:
             parts = None
             if parallel and len(buf) >= split.PARALLEL_MIN_BYTES and split.fork_is_safe():
-                parts = split.decode_in_two(buf, start, lambda half: _decode_part(half, path, shapes, deadline))
+                parts = split.decode_in_two(buf, start, lambda half, kept=None: _decode_part(
+                    half, path, shapes, deadline, kept))
             if parts is None:
                 parts = [_decode_part(buf, path, shapes, deadline)]
         finally:
@@ -101,8 +102,10 @@ def _replace_lone_surrogates(data) -> bytes:
     return _SURROGATE_ESCAPE.sub(lambda m: m.group() if len(m.group()) == 12 else rb"\ufffd", bytes(data))
 
 
-def _decode_part(data, path: str, shapes: bool, deadline: float) -> Part:
-    """Decode ``data`` (a whole file, or one half of it made whole) into columns."""
+def _decode_part(data, path: str, shapes: bool, deadline: float, kept: list | None = None) -> Part:
+    """Decode ``data`` (a whole file, or one half of it made whole) into columns. ``kept``: where
+    the decoded events are left instead of freed, for a process about to exit (freeing a few
+    hundred thousand of them costs a tenth of decoding them)."""
     try:
         try:
             part, events, positions = _decode_events(data, path, deadline)
@@ -118,6 +121,8 @@ def _decode_part(data, path: str, shapes: bool, deadline: float) -> Part:
     if time.monotonic() > deadline:
         raise TraceError(path, "took too long to read (see PHASEPROF_MAX_READ_SECONDS)")
     fill_columns(part, events, positions, shapes)
+    if kept is not None:
+        kept.append(events)
     return part
 
 

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
@@ -34,7 +34,9 @@ from ..reading import storage
 from ..reading.decode import TraceError
 from ..reading.discovery import Run, TraceFile, discover, display
 from ..spans import problems_of
-from .loading import LoaderPool, load
+
+if TYPE_CHECKING:  # `loading` (multiprocessing, sockets) is imported when a pool is started:
+    from .loading import LoaderPool  # the CLI and notebooks never start one
 
 logger = logging.getLogger(__name__)
 
@@ -226,6 +228,8 @@ class TraceStore:
 
     def _submit(self, span: Span) -> None:
         if self._pool is None:
+            from .loading import LoaderPool, load
+
             loader = functools.partial(load, beside=self._beside)
             self._pool = LoaderPool(self._done, self._processes, target=loader, backlog=True)
         span.state = LOADING
@@ -338,6 +342,8 @@ class TraceStore:
             if waiting is None:
                 waiting = self._trace_waits[key] = (threading.Event(), [])
                 if self._trace_pool is None:
+                    from .loading import LoaderPool
+
                     cut = functools.partial(cut_step, beside=self._beside)
                     self._trace_pool = LoaderPool(self._trace_done, 1, target=cut)
                 self._trace_pool.submit(key, (f, number))
