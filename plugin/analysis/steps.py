@@ -69,6 +69,7 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
     compute_idle_us = w.compute_idle_us[rows].ravel().tolist()
     on_gpu = w.on_gpu[rows].tolist()
     step_gpu_us, step_idle_us = w.kernel_us[rows].tolist(), w.step_gpu_idle_us[rows].tolist()
+    wall_us = w.wall_us[rows].tolist()
     out = []
     for k, row in enumerate(rows):
         ref = w.refs[row]
@@ -83,7 +84,7 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
             step=step.number,
             span=ref.span.file,
             start_ms=ms(step.start),
-            wall_ms=ms(step.wall),
+            wall_ms=ms(wall_us[k]),
             eval_ms=apart[k * kinds + ev],
             eval_gpu_ms=apart_gpu[k * kinds + ev],
             paused_ms=apart[k * kinds + pa],
