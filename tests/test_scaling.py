@@ -91,7 +91,8 @@ def numpy_calls(path) -> int:
         if event == "call" and NUMPY in frame.f_code.co_filename:
             calls += 1
         elif event == "c_call":
-            module = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__
+            owner = type(getattr(arg, "__self__", None)).__module__
+            module = getattr(arg, "__module__", None) or owner
             calls += bool(module and module.startswith("numpy"))
 
     partition(trace, n)  # first-call caches out of the count
@@ -105,8 +106,8 @@ def numpy_calls(path) -> int:
 
 @pytest.mark.parametrize("dimension", ["steps", "empty steps"])
 def test_the_phase_split_makes_no_numpy_call_per_step(dimension, tmp_path):
-    """Steps are split over whole arrays (`partition._plain_steps`, `partition._ranged_steps`): a few
-    numpy calls per step, each far above a step's work, made 64,000 steps cost seconds."""
+    """Steps are split over whole arrays (`partition._plain_steps`, `partition._ranged_steps`): a
+    few numpy calls per step, each far above a step's work, made 64,000 steps cost seconds."""
     build, _, small = DIMENSIONS[dimension]
     calls = []
     for n in (small, 4 * small):

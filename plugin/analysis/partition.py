@@ -305,7 +305,8 @@ def _steps(nest: Nesting, step_idx: np.ndarray, event_step: np.ndarray, in_proce
     # events starting inside each step, less the step's own marker
     inside = np.searchsorted(sorted_ts, end, "left") - np.searchsorted(sorted_ts, start, "left") - 1
     events = np.maximum(inside, 0).tolist()
-    return [Step(k, a, b, c) for k, a, b, c in zip(event_step[order].tolist(), start.tolist(), end.tolist(), events)]
+    numbers = event_step[order].tolist()
+    return [Step(k, a, b, c) for k, a, b, c in zip(numbers, start.tolist(), end.tolist(), events)]
 
 
 class _Loop:
@@ -633,8 +634,8 @@ def _ranged_steps(steps: list[Step], ctx: _Context, code_of: dict[str, int],
     out = phase < NO_PHASE
     return _Ranged(is_ranged=is_ranged, start=lo[~out], end=hi[~out], phase=phase[~out],
                    step=k[~out].astype(np.int32), apart_start=lo[out], apart_end=hi[out],
-                   apart_kind=(-2 - phase[out]).astype(np.int32), apart_step=k[out].astype(np.int32),
-                   pair_step=pair_step, pair_range=pair_range)
+                   apart_kind=(-2 - phase[out]).astype(np.int32),
+                   apart_step=k[out].astype(np.int32), pair_step=pair_step, pair_range=pair_range)
 
 
 def _runs(lo: np.ndarray, hi: np.ndarray, step: np.ndarray,
@@ -649,7 +650,8 @@ def _runs(lo: np.ndarray, hi: np.ndarray, step: np.ndarray,
 def _step_ranges(steps: list[Step], ctx: _Context, split: list[int], ranged: _Ranged):
     """The phase ranges (indices into ``ctx.ranges``, in order) of each step of ``split``: those
     begun in it, and those begun in an earlier step, or before the first, still open. Lightning's
-    PyTorchProfiler cuts its steps inside the optimizer's step, whose range runs on into the next."""
+    PyTorchProfiler cuts its steps inside the optimizer's step, whose range runs on into the
+    next."""
     if ranged.pair_step is not None:
         lo = np.searchsorted(ranged.pair_step, split, "left").tolist()
         hi = np.searchsorted(ranged.pair_step, split, "right").tolist()

@@ -108,8 +108,8 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
                     comm_ms=comm,
                     exposed_comm_ms=exposed,
                 )
-                for (name, host, gpu, idle_cell, launched, host_us, idle_cell_us, compute_idle, busy,
-                     compute, comm, exposed) in cells
+                for (name, host, gpu, idle_cell, launched, host_us, idle_cell_us, compute_idle,
+                     busy, compute, comm, exposed) in cells
             },
             gpu_time=gpu_time(w, np.array([row])) if has_gpu else None,
         ))
