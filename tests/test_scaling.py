@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 
 from phaseprof.cli.report import analyze
+from phaseprof.plugin.analysis.nesting import nest
+from phaseprof.plugin.analysis.partition import partition
+from phaseprof.plugin.reading.decode import read_trace
 from tests.scaling_traces import DIMENSIONS
 
 #: Per 4x: linear is 4, n log n about 4.5; a cost quadratic anywhere makes it near 16.
@@ -74,3 +77,40 @@ def test_the_analysis_grows_linearly(dimension, tmp_path, monkeypatch):
         counts.append(operations(build(n, folder)))
     for what, at_1x, at_4x in zip(("calls", "bytes", "elements"), *counts):
         assert at_4x / at_1x <= LIMIT, (dimension, what, at_1x, at_4x)
+
+
+def numpy_calls(path) -> int:
+    """The numpy functions `partition` calls on ``path`` (numpy's Python functions and the C
+    functions and array methods the profiler sees; ufuncs are not seen)."""
+    trace = read_trace(str(path))
+    n = nest(trace.host)
+    calls = 0
+
+    def hook(frame, event, arg) -> None:
+        nonlocal calls
+        if event == "call" and NUMPY in frame.f_code.co_filename:
+            calls += 1
+        elif event == "c_call":
+            owner = type(getattr(arg, "__self__", None)).__module__
+            module = getattr(arg, "__module__", None) or owner
+            calls += bool(module and module.startswith("numpy"))
+
+    partition(trace, n)  # first-call caches out of the count
+    sys.setprofile(hook)
+    try:
+        partition(trace, n)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+@pytest.mark.parametrize("dimension", ["steps", "empty steps"])
+def test_the_phase_split_makes_no_numpy_call_per_step(dimension, tmp_path):
+    """Steps are split over whole arrays (`partition._plain_steps`, `partition._ranged_steps`): a
+    few numpy calls per step, each far above a step's work, made 64,000 steps cost seconds."""
+    build, _, small = DIMENSIONS[dimension]
+    calls = []
+    for n in (small, 4 * small):
+        (tmp_path / str(n)).mkdir()
+        calls.append(numpy_calls(build(n, tmp_path / str(n))))
+    assert calls[1] <= 1.1 * calls[0], (dimension, calls)

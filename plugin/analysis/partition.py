@@ -56,8 +56,9 @@ def apart_code(kind: int) -> int:
     return -2 - kind
 
 
-class Step(msgspec.Struct):
-    """One step's host window (µs, trace clock)."""
+class Step(msgspec.Struct, gc=False):
+    """One step's host window (µs, trace clock). Untracked by the garbage collector (it holds no
+    cycle): one per step, 50,000 of them kept it busy."""
 
     number: int
     start: float
@@ -177,27 +178,18 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
     out_start, out_end, out_kind, out_step = [], [], [], []
     work = {code_of[FORWARD], code_of[BACKWARD], code_of[OPTIMIZER]}
     plain = _plain_steps(steps, ctx, code_of)
-    # Phase ranges begun in an earlier step, or before the first (the window began inside one), still open.
-    running_on = np.arange(int(np.searchsorted(ctx.ranges.start, steps[0].start, "left")) if steps else 0)
-    step_start = np.array([s.start for s in steps], dtype=np.float64)
-    opened = np.maximum.accumulate(step_start) if steps else step_start
-    split = np.flatnonzero(~plain.is_plain).tolist()
-    windows = zip(ctx.ranges.per_step(steps, split), ctx.autograd.per_step(steps, split),
+    ranged = _ranged_steps(steps, ctx, code_of, ~plain.is_plain)
+    split = np.flatnonzero(~plain.is_plain & ~ranged.is_ranged).tolist()
+    windows = zip(_step_ranges(steps, ctx, split, ranged), ctx.autograd.per_step(steps, split),
                   ctx.main_top.per_step(steps, split))
-    for index, (ranges, autograd, top) in zip(split, windows):
+    for index, (w, autograd, top) in zip(split, windows):
         step = steps[index]
-        # the plain steps skipped since hold no phase range: only their starts close ranges
-        running_on = running_on[ctx.ranges.end[running_on] > opened[index]]
-        segments = _split_step(step, ctx, code_of, np.concatenate([running_on, np.arange(ranges.start, ranges.stop)]),
-                                autograd, top)
-        running_on = np.concatenate([running_on, ranges.start + np.flatnonzero(ctx.ranges.end[ranges] > step.end)])
-        for s, e, p in _eval_since_work(segments, code_of[OTHER], work):
+        for s, e, p in _eval_since_work(_split_step(step, ctx, code_of, w, autograd, top),
+                                        code_of[OTHER], work):
             if p < NO_PHASE:
-                kind = -2 - p
-                step.apart[OUT_OF_STEP[kind]] = step.apart.get(OUT_OF_STEP[kind], 0.0) + (e - s)
                 out_start.append(s)
                 out_end.append(e)
-                out_kind.append(kind)
+                out_kind.append(-2 - p)
                 out_step.append(index)
                 continue
             seg_start.append(s)
@@ -206,25 +198,33 @@ def partition(trace: Trace, nest: Nesting) -> Partition:
             seg_step.append(index)
     for k in np.flatnonzero(plain.forward).tolist():
         steps[k].inferred.add(FORWARD)
-    # both kinds of step in step order, each step's segments in time order
-    seg_step = np.concatenate([np.array(seg_step, dtype=np.int32), plain.step])
+    # every kind of step in step order, each step's segments in time order
+    r = ranged
+    seg_step = np.concatenate([np.array(seg_step, dtype=np.int32), plain.step, r.step])
     order = np.argsort(seg_step, kind="stable")
-    if out_start:
+    out_step = np.concatenate([np.array(out_step, dtype=np.int32), r.apart_step])
+    out_order = np.argsort(out_step, kind="stable")
+    out_start = np.concatenate([np.array(out_start, dtype=np.float64), r.apart_start])[out_order]
+    out_end = np.concatenate([np.array(out_end, dtype=np.float64), r.apart_end])[out_order]
+    out_kind = np.concatenate([np.array(out_kind, dtype=np.int32), r.apart_kind])[out_order]
+    out_step = out_step[out_order]
+    _count_apart(steps, out_start, out_end, out_kind, out_step)
+    if len(out_start):
         _uncount_apart(steps, nest.ts[in_process], out_start, out_end, out_step)
     return Partition(
         steps=steps,
         phases=phases,
-        start=np.concatenate([np.array(seg_start, dtype=np.float64), plain.start])[order],
-        end=np.concatenate([np.array(seg_end, dtype=np.float64), plain.end])[order],
-        phase=np.concatenate([np.array(seg_phase, dtype=np.int32), plain.phase])[order],
+        start=np.concatenate([np.array(seg_start, dtype=np.float64), plain.start, r.start])[order],
+        end=np.concatenate([np.array(seg_end, dtype=np.float64), plain.end, r.end])[order],
+        phase=np.concatenate([np.array(seg_phase, dtype=np.int32), plain.phase, r.phase])[order],
         step=seg_step[order],
         main_thread=main_thread,
         process_threads=process_threads,
         marker_names=(name_phase != NO_PHASE) | (name_step >= 0),
-        apart_start=np.array(out_start, dtype=np.float64),
-        apart_end=np.array(out_end, dtype=np.float64),
-        apart_kind=np.array(out_kind, dtype=np.int32),
-        apart_step=np.array(out_step, dtype=np.int32),
+        apart_start=out_start,
+        apart_end=out_end,
+        apart_kind=out_kind,
+        apart_step=out_step,
     )
 
 
@@ -246,13 +246,21 @@ def _eval_since_work(segments: list[Segment], other: int, work: set[int]) -> lis
     return out
 
 
-def _uncount_apart(steps: list[Step], process_ts: np.ndarray, start: list[float], end: list[float],
-                     step: list[int]) -> None:
+def _count_apart(steps: list[Step], start: np.ndarray, end: np.ndarray, kind: np.ndarray,
+                 step: np.ndarray) -> None:
+    """Add the time kept out of each step to `Step.apart`, segment by segment in time order."""
+    for s, e, k, i in zip(start.tolist(), end.tolist(), kind.tolist(), step.tolist()):
+        apart = steps[i].apart
+        apart[OUT_OF_STEP[k]] = apart.get(OUT_OF_STEP[k], 0.0) + (e - s)
+
+
+def _uncount_apart(steps: list[Step], process_ts: np.ndarray, start: np.ndarray, end: np.ndarray,
+                   step: np.ndarray) -> None:
     """Take the events that start in time kept out of a step off that step's count: a window
     holding nothing but an evaluation pass is an empty step."""
     ts = np.sort(process_ts)
     inside = np.searchsorted(ts, end, "left") - np.searchsorted(ts, start, "left")
-    for k, n in zip(step, inside.tolist()):
+    for k, n in zip(step.tolist(), inside.tolist()):
         steps[k].events = max(steps[k].events - n, 0)
 
 
@@ -296,8 +304,9 @@ def _steps(nest: Nesting, step_idx: np.ndarray, event_step: np.ndarray, in_proce
     sorted_ts = np.sort(process_ts)
     # events starting inside each step, less the step's own marker
     inside = np.searchsorted(sorted_ts, end, "left") - np.searchsorted(sorted_ts, start, "left") - 1
-    return [Step(number=int(k), start=float(a), end=float(b), events=max(int(c), 0))
-            for k, a, b, c in zip(event_step[order].tolist(), start.tolist(), end.tolist(), inside.tolist())]
+    events = np.maximum(inside, 0).tolist()
+    numbers = event_step[order].tolist()
+    return [Step(k, a, b, c) for k, a, b, c in zip(numbers, start.tolist(), end.tolist(), events)]
 
 
 class _Loop:
@@ -512,6 +521,153 @@ def _plain_steps(steps: list[Step], ctx: _Context, code_of: dict[str, int]) -> _
     seg_step = np.broadcast_to(np.arange(n, dtype=np.int32)[:, None], (n, 3))
     return _Plain(is_plain=is_plain, forward=has, start=seg_start[keep], end=seg_end[keep],
                   phase=seg_phase[keep], step=seg_step[keep])
+
+
+#: A step holding more phase ranges than this goes through `_split_step`: `_ranged_steps` compares
+#: each of a step's elementary intervals with each of its ranges.
+DENSE = 16
+#: Elements compared at once by `_ranged_steps` (intervals times ranges a step): bounds its memory.
+CHUNK = 1 << 20
+
+
+class _Ranged(msgspec.Struct):
+    """The steps that `_ranged_steps` split all at once, their segments (time kept out of the steps
+    apart), and the phase ranges each step holds (``None`` where steps overlap or are out of order:
+    then `_step_ranges` follows the ranges open from step to step)."""
+
+    is_ranged: np.ndarray  # bool per step
+    start: np.ndarray  # the segments: float64 µs, in step order, each step's in time order
+    end: np.ndarray
+    phase: np.ndarray  # int32
+    step: np.ndarray  # int32 index into the steps
+    apart_start: np.ndarray  # the time kept out of those steps, in the same order
+    apart_end: np.ndarray
+    apart_kind: np.ndarray  # int32 index into OUT_OF_STEP
+    apart_step: np.ndarray  # int32
+    pair_step: np.ndarray | None  # int64: each (step, phase range) that overlap, by step then range
+    pair_range: np.ndarray | None  # int64 index into ctx.ranges
+
+
+def _ranged_steps(steps: list[Step], ctx: _Context, code_of: dict[str, int],
+                  candidate: np.ndarray) -> _Ranged:
+    """The ``candidate`` steps whose phases need no inference from the ops (a forward range, and a
+    backward range or no autograd op), split all at once: what `_split_step` gives them.
+
+    A step's phase ranges are those starting in its window and those begun in an earlier step's (or
+    before the first) still open; each instant takes the best range covering it (`_innermost`'s
+    order: time kept out first, then the later start, the earlier end, the earlier range). Over
+    all steps at once: the elementary intervals of every step by one sort, each compared with the
+    ranges of its step (at most `DENSE`), then runs of one phase merged and `_eval_since_work`'s
+    rule applied to the runs."""
+    n = len(steps)
+    a = np.array([s.start for s in steps], dtype=np.float64)
+    b = np.array([s.end for s in steps], dtype=np.float64)
+    f64, i32 = np.zeros(0), np.zeros(0, np.int32)
+    if not n or np.any(a[1:] < b[:-1]):  # steps that overlap: `_split_step` for each, in turn
+        return _Ranged(np.zeros(n, bool), f64, f64, i32, i32, f64, f64, i32, i32, None, None)
+    # every (step, range) whose clipped window holds time
+    rs, re = ctx.ranges.start, ctx.ranges.end
+    home = np.searchsorted(a, rs, "right") - 1
+    begun = (home < 0) | (rs < b[np.maximum(home, 0)])  # in a step's window or before the first
+    first = np.maximum(home, 0)
+    count = np.where(begun, np.maximum(np.searchsorted(a, re, "left") - first, 0), 0)
+    pair_range = np.repeat(np.arange(len(rs)), count)
+    offset = np.arange(len(pair_range)) - np.repeat(np.cumsum(count) - count, count)
+    pair_step = np.repeat(first, count) + offset
+    ps = np.maximum(rs[pair_range], a[pair_step])
+    pe = np.minimum(re[pair_range], b[pair_step])
+    keep = np.flatnonzero(pe > ps)
+    keep = keep[np.lexsort((pair_range[keep], pair_step[keep]))]
+    pair_range, pair_step, ps, pe = pair_range[keep], pair_step[keep], ps[keep], pe[keep]
+    pp = ctx.ranges.phase[pair_range]
+    held = np.bincount(pair_step, minlength=n)
+    marks_forward = np.bincount(pair_step[pp == code_of[FORWARD]], minlength=n) > 0
+    marks_backward = np.bincount(pair_step[pp == code_of[BACKWARD]], minlength=n) > 0
+    ag = ctx.autograd.start
+    no_autograd = np.searchsorted(ag, b, "left") == np.searchsorted(ag, a, "left")
+    is_ranged = candidate & marks_forward & (marks_backward | no_autograd) & (held <= DENSE)
+    if not is_ranged.any():
+        return _Ranged(is_ranged, f64, f64, i32, i32, f64, f64, i32, i32, pair_step, pair_range)
+    sel = is_ranged[pair_step]
+    qs, qe, qp, qk, qr = ps[sel], pe[sel], pp[sel], pair_step[sel], pair_range[sel]
+    ranged = np.flatnonzero(is_ranged)
+    # the elementary intervals of every step: its bounds and its ranges' ends, sorted, distinct
+    point = np.concatenate([a[ranged], b[ranged], qs, qe])
+    point_step = np.concatenate([ranged, ranged, qk, qk])
+    o = np.lexsort((point, point_step))
+    point, point_step = point[o], point_step[o]
+    distinct = np.r_[True, (point_step[1:] != point_step[:-1]) | (point[1:] != point[:-1])]
+    point, point_step = point[distinct], point_step[distinct]
+    iv = np.flatnonzero(point_step[1:] == point_step[:-1])
+    lo, hi, k = point[iv], point[iv + 1], point_step[iv]
+    # rank of each range in its step, best first
+    rank = np.empty(len(qs), np.int64)
+    rank[np.lexsort((qr, qe, -qs, np.where(qp < NO_PHASE, 0, 1), qk))] = np.arange(len(qs))
+    phase_of_rank = np.empty(len(qs), np.int32)
+    phase_of_rank[rank] = qp
+    held_sel = np.bincount(qk, minlength=n)
+    first_pair = np.cumsum(held_sel) - held_sel
+    width = 1 << np.ceil(np.log2(np.maximum(held_sel[k], 1))).astype(np.int64)
+    phase = np.full(len(lo), code_of[OTHER], np.int32)
+    for w in np.unique(width).tolist():
+        rows = np.flatnonzero(width == w)
+        for c in range(0, len(rows), max(CHUNK // w, 1)):
+            r = rows[c:c + max(CHUNK // w, 1)]
+            slot = np.arange(w)
+            pair = np.minimum(first_pair[k[r], None] + slot, max(len(qs) - 1, 0))
+            cover = ((slot < held_sel[k[r], None]) & (qs[pair] <= lo[r, None])
+                     & (qe[pair] >= hi[r, None]))
+            best = np.where(cover, rank[pair], len(qs)).min(axis=1)
+            covered = best < len(qs)
+            phase[r[covered]] = phase_of_rank[best[covered]]
+    lo, hi, k, phase = _runs(lo, hi, k, phase)
+    # an evaluation pass before the step's first work takes the ``other`` time just before it
+    is_work = np.isin(phase, [code_of[FORWARD], code_of[BACKWARD], code_of[OPTIMIZER]])
+    done = np.cumsum(is_work) - is_work  # work segments before each, over all steps
+    step_first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    done -= done[step_first[np.cumsum(np.r_[True, k[1:] != k[:-1]]) - 1]]
+    eval_code = apart_code(OUT_OF_STEP.index(EVAL))
+    takes = np.flatnonzero((phase[:-1] == code_of[OTHER]) & (phase[1:] == eval_code)
+                           & (k[1:] == k[:-1]) & (done[1:] == 0))
+    phase[takes] = eval_code
+    lo, hi, k, phase = _runs(lo, hi, k, phase)
+    out = phase < NO_PHASE
+    return _Ranged(is_ranged=is_ranged, start=lo[~out], end=hi[~out], phase=phase[~out],
+                   step=k[~out].astype(np.int32), apart_start=lo[out], apart_end=hi[out],
+                   apart_kind=(-2 - phase[out]).astype(np.int32),
+                   apart_step=k[out].astype(np.int32), pair_step=pair_step, pair_range=pair_range)
+
+
+def _runs(lo: np.ndarray, hi: np.ndarray, step: np.ndarray,
+          phase: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Adjacent intervals of one step and phase (in step and time order, each step's contiguous)
+    merged into one segment."""
+    head = np.flatnonzero(np.r_[True, (step[1:] != step[:-1]) | (phase[1:] != phase[:-1])])
+    tail = np.r_[head[1:], len(lo)] - 1
+    return lo[head], hi[tail], step[head], phase[head]
+
+
+def _step_ranges(steps: list[Step], ctx: _Context, split: list[int], ranged: _Ranged):
+    """The phase ranges (indices into ``ctx.ranges``, in order) of each step of ``split``: those
+    begun in it, and those begun in an earlier step, or before the first, still open. Lightning's
+    PyTorchProfiler cuts its steps inside the optimizer's step, whose range runs on into the
+    next."""
+    if ranged.pair_step is not None:
+        lo = np.searchsorted(ranged.pair_step, split, "left").tolist()
+        hi = np.searchsorted(ranged.pair_step, split, "right").tolist()
+        for a, b in zip(lo, hi):
+            yield ranged.pair_range[a:b]
+        return
+    # steps that overlap or are out of order: the ranges still open, step after step
+    begun = int(np.searchsorted(ctx.ranges.start, steps[0].start, "left")) if steps else 0
+    running_on = np.arange(begun)
+    opened = np.maximum.accumulate(np.array([s.start for s in steps], dtype=np.float64))
+    for index, ranges in zip(split, ctx.ranges.per_step(steps, split)):
+        # the plain steps skipped since hold no phase range: only their starts close ranges
+        running_on = running_on[ctx.ranges.end[running_on] > opened[index]]
+        yield np.concatenate([running_on, np.arange(ranges.start, ranges.stop)])
+        still = ranges.start + np.flatnonzero(ctx.ranges.end[ranges] > steps[index].end)
+        running_on = np.concatenate([running_on, still])
 
 
 def _split_step(step: Step, ctx: _Context, code_of: dict[str, int], w: np.ndarray, autograd: slice,

@@ -40,7 +40,7 @@ GPU_BOUND_IDLE = 0.1
 def verdict(host_us: float, idle_us: float, compute_idle_us: float, has_gpu: bool) -> str | None:
     """``cpu-bound`` / ``balanced`` / ``gpu-bound`` from how idle the GPU was during the phase
     (``idle_us``: no device work; ``compute_idle_us``: no compute kernel)."""
-    if not has_gpu or host_us <= 0 or np.isnan(idle_us):
+    if not has_gpu or host_us <= 0 or idle_us != idle_us:  # NaN (on a Python float: no numpy call)
         return None
     if idle_us / host_us >= CPU_BOUND_IDLE:
         return "cpu-bound"
@@ -53,52 +53,63 @@ def step_rows(w: Worker, rows: list[int] | None = None) -> list[StepRow]:
     """The figures of each step (all, or ``rows``): wall time, and host/GPU time, GPU idle and
     verdict per phase."""
     rows = list(range(len(w.refs))) if rows is None else rows
+    # flat lists of Python floats (a numpy scalar per cell is slow; a list per row kept the garbage
+    # collector busy), each row's cells at k * width
+    width = len(w.phases)
     cpu, idle = w.host_us[rows], w.gpu_idle_us[rows]
     host_ms, gpu_ms, idle_ms = (_ms_list(t) for t in (cpu, w.gpu_us[rows], idle))
     busy_ms, compute_ms, comm_ms, exposed_ms = (
         _ms_list(t[rows]) for t in (w.gpu_busy_us, w.gpu_compute_us, w.comm_us, w.exposed_comm_us))
-    launches = w.launches[rows].astype(np.int64).tolist()
+    launches = w.launches[rows].astype(np.int64).ravel().tolist()
     apart, apart_gpu = _ms_list(w.apart_us[rows]), _ms_list(w.apart_gpu_us[rows])
     ev, pa = OUT_OF_STEP.index(EVAL), OUT_OF_STEP.index(PAUSED)
+    kinds = len(OUT_OF_STEP)
     phases = w.phases
-    cpu_us, idle_us = cpu.tolist(), idle.tolist()  # Python floats: a numpy scalar per cell is slow
-    compute_idle_us = w.compute_idle_us[rows].tolist()
+    cpu_us, idle_us = cpu.ravel().tolist(), idle.ravel().tolist()
+    compute_idle_us = w.compute_idle_us[rows].ravel().tolist()
+    on_gpu = w.on_gpu[rows].tolist()
+    step_gpu_us, step_idle_us = w.kernel_us[rows].tolist(), w.step_gpu_idle_us[rows].tolist()
+    wall_us = w.wall_us[rows].tolist()
     out = []
     for k, row in enumerate(rows):
         ref = w.refs[row]
-        span, i = ref.span, ref.index
-        step = span.steps[i]
-        has_gpu = span.has_gpu
-        step_idle = span.step_gpu_idle_us[i]
+        step = ref.span.steps[ref.index]
+        has_gpu = on_gpu[k]
+        inferred = step.inferred
+        a, b = k * width, (k + 1) * width
+        cells = zip(phases, host_ms[a:b], gpu_ms[a:b], idle_ms[a:b], launches[a:b], cpu_us[a:b],
+                    idle_us[a:b], compute_idle_us[a:b], busy_ms[a:b], compute_ms[a:b], comm_ms[a:b],
+                    exposed_ms[a:b])
         out.append(StepRow(
             step=step.number,
-            span=span.file,
+            span=ref.span.file,
             start_ms=ms(step.start),
-            wall_ms=ms(step.wall),
-            eval_ms=apart[k][ev],
-            eval_gpu_ms=apart_gpu[k][ev],
-            paused_ms=apart[k][pa],
-            paused_gpu_ms=apart_gpu[k][pa],
-            gpu_ms=ms(span.step_gpu_us[i]),
-            gpu_idle_ms=None if np.isnan(step_idle) else ms(step_idle),
-            inferred=bool(step.inferred),
-            inferred_phases=sorted(step.inferred),
+            wall_ms=ms(wall_us[k]),
+            eval_ms=apart[k * kinds + ev],
+            eval_gpu_ms=apart_gpu[k * kinds + ev],
+            paused_ms=apart[k * kinds + pa],
+            paused_gpu_ms=apart_gpu[k * kinds + pa],
+            gpu_ms=ms(step_gpu_us[k]),
+            gpu_idle_ms=None if step_idle_us[k] != step_idle_us[k] else ms(step_idle_us[k]),
+            inferred=bool(inferred),
+            inferred_phases=sorted(inferred),
             inferred_step=step.inferred_step,
             empty=step.empty,
             phases={
                 name: PhaseTimes(
-                    host_ms=host_ms[k][j],
-                    gpu_ms=gpu_ms[k][j],
-                    gpu_idle_ms=idle_ms[k][j],
-                    launches=launches[k][j],
-                    verdict=verdict(cpu_us[k][j], idle_us[k][j], compute_idle_us[k][j], has_gpu),
-                    inferred=name in step.inferred,
-                    gpu_busy_ms=busy_ms[k][j],
-                    gpu_compute_ms=compute_ms[k][j],
-                    comm_ms=comm_ms[k][j],
-                    exposed_comm_ms=exposed_ms[k][j],
+                    host_ms=host,
+                    gpu_ms=gpu,
+                    gpu_idle_ms=idle_cell,
+                    launches=launched,
+                    verdict=verdict(host_us, idle_cell_us, compute_idle, True) if has_gpu else None,
+                    inferred=name in inferred,
+                    gpu_busy_ms=busy,
+                    gpu_compute_ms=compute,
+                    comm_ms=comm,
+                    exposed_comm_ms=exposed,
                 )
-                for j, name in enumerate(phases)
+                for (name, host, gpu, idle_cell, launched, host_us, idle_cell_us, compute_idle,
+                     busy, compute, comm, exposed) in cells
             },
             gpu_time=gpu_time(w, np.array([row])) if has_gpu else None,
         ))
@@ -167,11 +178,11 @@ def _queues(w: Worker, rows: np.ndarray) -> dict[str, LaunchQueue]:
             for label, acc in sums.items() if acc[1] > 0 or acc[2]}
 
 
-def _ms_list(us: np.ndarray) -> list[list[float | None]]:
-    """µs -> ms rounded to the µs, as nested lists; NaN (no GPU) -> None."""
-    out = np.round(us / 1000.0, 3).tolist()
+def _ms_list(us: np.ndarray) -> list[float | None]:
+    """µs -> ms rounded to the µs, as a flat list (row after row); NaN (no GPU) -> None."""
+    out = np.round(us / 1000.0, 3).ravel().tolist()
     if np.isnan(us).any():
-        out = [[None if v != v else v for v in row] for row in out]
+        out = [None if v != v else v for v in out]
     return out
 
 

@@ -54,8 +54,8 @@ class Worker:
         #: (steps, kinds of OUT_OF_STEP) host and device µs in each step's window kept out of the step
         self.apart_us = np.array([[s.apart.get(k, 0.0) for k in OUT_OF_STEP] for s in steps],
                                    dtype=np.float64).reshape(len(steps), len(OUT_OF_STEP))
-        self.apart_gpu_us = np.array([r.span.apart_gpu_us[r.index] for r in refs],
-                                       dtype=np.float64).reshape(len(steps), len(OUT_OF_STEP))
+        self._every_span = self.by_span(range(len(refs)))  # every row, grouped by span once
+        self.apart_gpu_us = self._per_step("apart_gpu_us", (len(OUT_OF_STEP),))
         self.empty = np.array([s.empty for s in steps], dtype=bool)
         self.on_gpu = np.array([r.span.has_gpu for r in refs], dtype=bool)
         self.has_gpu = any(s.has_gpu for s in spans)
@@ -78,11 +78,11 @@ class Worker:
         self.untraced_us = self._gather("untraced_us")
         #: launched work not yet started, all streams, summed over each phase's host time (queue-µs)
         self.queued_us = self._gather("queues.phase_queued_us")
-        self.step_gpu_idle_us = np.array([r.span.step_gpu_idle_us[r.index] for r in refs], dtype=np.float64)
+        self.step_gpu_idle_us = self._per_step("step_gpu_idle_us")
         #: kernel time (summed over streams), GPU window and how far the GPU work outlasts the host window
-        self.kernel_us = np.array([r.span.step_gpu_us[r.index] for r in refs], dtype=np.float64)
-        self.gpu_window_us = np.array([r.span.gpu.window_us[r.index] for r in refs], dtype=np.float64)
-        self.past_host_us = np.array([r.span.gpu.past_host_us[r.index] for r in refs], dtype=np.float64)
+        self.kernel_us = self._per_step("step_gpu_us")
+        self.gpu_window_us = self._per_step("gpu.window_us")
+        self.past_host_us = self._per_step("gpu.past_host_us")
         #: Steps in which torch.compile compiled (their ``compile`` phase took time).
         self.compiling = (self.host_us[:, self.phases.index(COMPILE)] > 0 if COMPILE in self.phases
                           else np.zeros(len(refs), dtype=bool))
@@ -106,16 +106,22 @@ class Worker:
         this worker's phases; a phase a span lacks is 0 there (NaN in a span whose table is NaN
         throughout: figures that do not exist, as GPU idle without GPU)."""
         out = np.zeros((len(self.refs), len(self.phases)), dtype=np.float64)
-        for span, at, index in self.by_span(range(len(self.refs))):
-            values = span
-            for part in table.split("."):
-                values = getattr(values, part)
+        for span, at, index in self._every_span:
+            values = _table(span, table)
             if values.size and np.isnan(values).all():
                 out[at] = np.nan
             # phases without time anywhere are not listed (nor gathered)
             kept = [j for j, p in enumerate(span.phases) if p in self.phases]
             columns = [self.phases.index(span.phases[j]) for j in kept]
             out[np.ix_(at, columns)] = values[np.ix_(index, kept)]
+        return out
+
+    def _per_step(self, table: str, shape: tuple[int, ...] = ()) -> np.ndarray:
+        """The spans' per-step ``table`` (a step's row: of ``shape``) for every row of this worker
+        (``table`` may be dotted), one copy per span rather than one numpy call per step."""
+        out = np.zeros((len(self.refs), *shape), dtype=np.float64)
+        for span, at, index in self._every_span:
+            out[at] = _table(span, table)[index]
         return out
 
     def streams(self, row: int) -> dict[str, float]:
@@ -252,6 +258,14 @@ class Worker:
             np.add.at(host, (to_row[listed], to_phase[listed]), t.self_us[picked][listed])
             np.add.at(device, (to_row[listed], to_phase[listed]), t.self_gpu_us[picked][listed])
         return np.maximum(host, device)
+
+
+def _table(span: SpanAnalysis, table: str) -> np.ndarray:
+    """The array ``table`` of ``span`` (dotted: ``gpu.busy_us``)."""
+    values = span
+    for part in table.split("."):
+        values = getattr(values, part)
+    return values
 
 
 def _loader(spans: list[SpanAnalysis]) -> str | None:

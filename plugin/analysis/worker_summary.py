@@ -121,11 +121,11 @@ def _step(w: Worker, row: int):
 
 def _judged(w: Worker, full: np.ndarray, band: Noise, typical: int) -> StepNoise:
     """The steps ``full`` against their noise ``band``: the one definition of an outlier."""
-    rows = full.tolist()
+    rows, walls = full.tolist(), w.wall_us.tolist()  # Python floats: no numpy scalar per step
     return StepNoise(judged=band.judged, steps=len(rows), min_steps=MIN_VALUES, median_step=w.numbers[typical],
                      median_ms=ms(w.wall_us[typical]), band_ms=ms(band.band) if band.judged else None,
-                     slow=[w.numbers[k] for k in rows if band.slow(float(w.wall_us[k]))],
-                     fast=[w.numbers[k] for k in rows if band.fast(float(w.wall_us[k]))])
+                     slow=[w.numbers[k] for k in rows if band.slow(walls[k])],
+                     fast=[w.numbers[k] for k in rows if band.fast(walls[k])])
 
 
 def _slowest(w: Worker, full: np.ndarray, band: Noise, typical: int) -> Slowest:
