@@ -431,6 +431,21 @@ def test_the_thread_time_order_is_the_three_key_lexsort():
         assert np.array_equal(order, np.lexsort((-dur, ts, thread)))
 
 
+def test_a_runtime_call_far_slower_than_its_names_median_waited_for_the_excess(tmp_path):
+    # launches of 10, 10, 12 and 300 µs (median 11: the mean of the two middle ones), memcpys of 5, 7
+    # and 400 µs (median 7): the 300 µs launch waited 289 µs, the 400 µs copy 393; the rest none
+    events = [step(1, 0, 10_000), annotation("phaseprof::forward", 0, 5_000),
+              annotation("phaseprof::backward", 5_000, 5_000)]
+    for k, (ts, dur) in enumerate([(100, 10), (200, 10), (5_100, 12), (300, 300)]):
+        events += [launch(ts, corr=k, dur=dur), kernel("k", ts + 700, 1, corr=k)]
+    for k, (ts, dur) in enumerate([(5_300, 5), (1_000, 7), (5_500, 400)], start=10):
+        events += [launch(ts, corr=k, dur=dur, name="cudaMemcpyAsync"),
+                   kernel("Memcpy HtoD (Pinned -> Device)", ts + 1_000, 1, corr=k)]
+    span = analyse(tmp_path, events)
+    waited = {p: float(span.wait_us[0, span.phases.index(p)]) for p in ("forward", "backward")}
+    assert waited == pytest.approx({"forward": 300 - 11, "backward": 400 - 7})
+
+
 def test_op_times_come_from_written_durations_so_self_never_exceeds_total(tmp_path):
     # ``end - ts`` of a 0.004 µs op is 0, and two children each rounded to the ns can add up to a hair
     # more than their parent.

@@ -246,15 +246,26 @@ def _waits(trace: Trace, n: Nesting, part: Partition, shape2: tuple[int, int],
         return out
     names, dur = n.name[rt], n.dur[rt]
     sync = np.array([bool(SYNC_CALLS.match(name)) for name in trace.names] or [False])
-    codes, inverse = np.unique(names, return_inverse=True)
-    inverse = inverse.ravel()
-    usual = np.array([np.median(dur[inverse == k]) for k in range(len(codes))])[inverse]
+    usual = _medians_by(names, dur)
     stalled = (dur >= _STALL_FACTOR * usual) & (dur >= _STALL_US)
     waited = np.where(sync[names] | blocks[rt], dur, np.where(stalled, dur - usual, 0.0))
     step, phase = part.locate(n.ts[rt])
     inside = (step >= 0) & (waited > 0)
     np.add.at(out, (step[inside], phase[inside]), waited[inside])
     return out
+
+
+def _medians_by(key: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Per element, the median of ``value`` over the elements of its ``key`` (as `np.median` gives
+    it: the middle value, or the mean of the two middle ones), by one sort of all: a median per key
+    over a mask of the whole array was a pass per distinct key."""
+    order = np.lexsort((value, key))
+    k, v = key[order], value[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    count = np.diff(np.r_[first, len(k)])
+    lo, hi = first + (count - 1) // 2, first + count // 2
+    median = (v[lo] + v[hi]) / 2  # the middle value itself where lo == hi: (x + x) / 2 == x
+    return median[np.searchsorted(k[first], key)]
 
 
 def communication(trace: Trace, n: Nesting, launch: Launch) -> np.ndarray:
