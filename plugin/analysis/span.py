@@ -540,12 +540,9 @@ def _lanes(trace: Trace, n: Nesting, part: Partition, launch: Launch, dev_step: 
     side_idx = np.flatnonzero(side)
     if len(side_idx):
         step, phase = part.locate(n.ts[side_idx])
-        threads = n.thread[side_idx]
-        lane_of = {}
-        for t in np.unique(threads).tolist():
-            lane_of[t] = len(labels)
-            labels.append(trace.threads[t].label)
-        lane = np.array([lane_of[t] for t in threads.tolist()], dtype=np.int32)
+        threads, lane = np.unique(n.thread[side_idx], return_inverse=True)  # a lane per thread
+        lane = (len(labels) + lane.ravel()).astype(np.int32)
+        labels += [trace.threads[t].label for t in threads.tolist()]
         ok = step >= 0
         pieces.append((step[ok], lane[ok], n.ts[side_idx][ok], n.end[side_idx][ok], phase[ok]))
     dev = trace.device
