@@ -446,6 +446,19 @@ def test_a_runtime_call_far_slower_than_its_names_median_waited_for_the_excess(t
     assert waited == pytest.approx({"forward": 300 - 11, "backward": 400 - 7})
 
 
+def test_the_medians_by_name_are_numpys_medians():
+    from phaseprof.plugin.analysis.span import _medians_by
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):  # odd and even counts, equal values, name codes past a 16-bit sort's range
+        n = int(rng.integers(1, 40))
+        key = rng.integers(0, 6, n).astype(np.int32) * (1 if rng.random() < 0.7 else 20_000)
+        value = np.round(rng.random(n) * 100, int(rng.integers(0, 3)))
+        codes, inverse = np.unique(key, return_inverse=True)
+        medians = np.array([np.median(value[inverse == k]) for k in range(len(codes))])[inverse]
+        assert _medians_by(key, value).tobytes() == medians.tobytes()
+
+
 def test_op_times_come_from_written_durations_so_self_never_exceeds_total(tmp_path):
     # ``end - ts`` of a 0.004 µs op is 0, and two children each rounded to the ns can add up to a hair
     # more than their parent.

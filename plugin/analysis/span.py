@@ -259,7 +259,10 @@ def _medians_by(key: np.ndarray, value: np.ndarray) -> np.ndarray:
     """Per element, the median of ``value`` over the elements of its ``key`` (as `np.median` gives
     it: the middle value, or the mean of the two middle ones), by one sort of all: a median per key
     over a mask of the whole array was a pass per distinct key."""
-    order = np.lexsort((value, key))
+    order = np.argsort(value)  # equal values may come in any order: the medians are the same
+    k = key[order]
+    small = len(k) and k.min() >= 0 and k.max() < np.iinfo(np.int16).max  # radix-sortable
+    order = order[np.argsort(k.astype(np.int16) if small else k, kind="stable")]
     k, v = key[order], value[order]
     first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
     count = np.diff(np.r_[first, len(k)])
