@@ -405,6 +405,60 @@ def test_events_shorter_than_float_resolution_do_not_nest(tmp_path):
     assert (span.ops.self_us >= 0).all()
 
 
+def test_ops_of_one_start_nest_longest_first_whatever_their_order_in_the_file(tmp_path):
+    # µs-resolution traces give a parent and its first child one start; the file may list the child
+    # first. Only the ops that share a start are ordered by duration (`nesting._thread_time_order`).
+    span = forward_step_at_epoch(tmp_path, [("aten::t", 5, 1), ("aten::add", 9, 1), ("aten::linear", 5, 3),
+                                            ("aten::mul", 9, 2), ("aten::relu", 20, 1)])
+    self_us = {span.names[span.ops.name[k]]: float(span.ops.self_us[k]) for k in range(len(span.ops.name))}
+    assert self_us == pytest.approx({"aten::linear": 2, "aten::t": 1, "aten::mul": 1, "aten::add": 1,
+                                     "aten::relu": 1})
+
+
+def test_the_thread_time_order_is_the_three_key_lexsort():
+    from types import SimpleNamespace
+
+    from phaseprof.plugin.analysis.nesting import _thread_time_order
+
+    rng = np.random.default_rng(0)
+    for _ in range(500):  # many equal starts and durations, sorted and not
+        n = int(rng.integers(0, 40))
+        ts = rng.integers(0, n // 3 + 1, n).astype(np.float64)
+        ts = np.sort(ts) if rng.random() < 0.5 else ts
+        dur = rng.integers(0, 4, n).astype(np.float64)
+        thread = rng.integers(0, 3, n).astype(np.int32)
+        order = _thread_time_order(SimpleNamespace(ts=ts, dur=dur, thread=thread))
+        assert np.array_equal(order, np.lexsort((-dur, ts, thread)))
+
+
+def test_a_runtime_call_far_slower_than_its_names_median_waited_for_the_excess(tmp_path):
+    # launches of 10, 10, 12 and 300 µs (median 11: the mean of the two middle ones), memcpys of 5, 7
+    # and 400 µs (median 7): the 300 µs launch waited 289 µs, the 400 µs copy 393; the rest none
+    events = [step(1, 0, 10_000), annotation("phaseprof::forward", 0, 5_000),
+              annotation("phaseprof::backward", 5_000, 5_000)]
+    for k, (ts, dur) in enumerate([(100, 10), (200, 10), (5_100, 12), (300, 300)]):
+        events += [launch(ts, corr=k, dur=dur), kernel("k", ts + 700, 1, corr=k)]
+    for k, (ts, dur) in enumerate([(5_300, 5), (1_000, 7), (5_500, 400)], start=10):
+        events += [launch(ts, corr=k, dur=dur, name="cudaMemcpyAsync"),
+                   kernel("Memcpy HtoD (Pinned -> Device)", ts + 1_000, 1, corr=k)]
+    span = analyse(tmp_path, events)
+    waited = {p: float(span.wait_us[0, span.phases.index(p)]) for p in ("forward", "backward")}
+    assert waited == pytest.approx({"forward": 300 - 11, "backward": 400 - 7})
+
+
+def test_the_medians_by_name_are_numpys_medians():
+    from phaseprof.plugin.analysis.span import _medians_by
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):  # odd and even counts, equal values, name codes past a 16-bit sort's range
+        n = int(rng.integers(1, 40))
+        key = rng.integers(0, 6, n).astype(np.int32) * (1 if rng.random() < 0.7 else 20_000)
+        value = np.round(rng.random(n) * 100, int(rng.integers(0, 3)))
+        codes, inverse = np.unique(key, return_inverse=True)
+        medians = np.array([np.median(value[inverse == k]) for k in range(len(codes))])[inverse]
+        assert _medians_by(key, value).tobytes() == medians.tobytes()
+
+
 def test_op_times_come_from_written_durations_so_self_never_exceeds_total(tmp_path):
     # ``end - ts`` of a 0.004 µs op is 0, and two children each rounded to the ns can add up to a hair
     # more than their parent.

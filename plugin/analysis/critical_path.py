@@ -362,11 +362,12 @@ def _table(cols: list[list], labels: list[str]) -> PathTable:
     merged."""
     if not cols[0]:
         return PathTable.empty(labels)
-    step = np.array(cols[0], np.int32)
-    order = np.lexsort((np.array(cols[2]), np.array(cols[1]), step))
-    step = step[order]
-    start, end = np.array(cols[1])[order], np.array(cols[2])[order]
-    keys = np.stack([step, *(np.array(c, np.int64)[order] for c in cols[3:])])
+    rows = len(cols[0])  # each column made an array once, of its type (no type inferred from a list)
+    step = np.fromiter(cols[0], np.int32, rows)
+    start, end = np.fromiter(cols[1], np.float64, rows), np.fromiter(cols[2], np.float64, rows)
+    order = np.lexsort((end, start, step))
+    step, start, end = step[order], start[order], end[order]
+    keys = np.stack([step, *(np.fromiter(c, np.int64, rows)[order] for c in cols[3:])])
     new = np.r_[True, (keys[:, 1:] != keys[:, :-1]).any(axis=0) | (start[1:] != end[:-1])]
     first = np.flatnonzero(new)
     last = np.r_[first[1:], len(new)] - 1

@@ -66,15 +66,21 @@ def nest(host: HostEvents) -> Nesting:
 
 
 def _thread_time_order(host: HostEvents) -> np.ndarray:
-    """Indices sorting events by (thread, start, longest first).
+    """Indices sorting events by (thread, start, longest first), as a three-key lexsort would.
 
     Traces list each thread's events nearly in time order, which stable sorts exploit: two of them
-    are ~15x faster than a three-key lexsort. Equal starts (µs-resolution traces) need the
-    duration key, and then the lexsort."""
+    are ~15x faster than a three-key lexsort. Equal starts need the duration key: only the events
+    that share a start are sorted again by it (a few dozen in a trace of 40,000; a lexsort of all
+    was ~6 ms of a rank's load)."""
     order = np.argsort(host.ts, kind="stable")
     ts = host.ts[order]
-    if len(ts) > 1 and (ts[1:] == ts[:-1]).any():
-        return np.lexsort((-host.dur, host.ts, host.thread))
+    if len(ts) > 1:
+        tie = ts[1:] == ts[:-1]
+        if tie.any():
+            # positions in runs of equal starts, and each run's number (its first position)
+            tied = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])
+            run = np.maximum.accumulate(np.where(np.r_[True, ~tie][tied], tied, 0))
+            order[tied] = order[tied][np.lexsort((-host.dur[order[tied]], run))]
     return order[np.argsort(host.thread[order], kind="stable")]
 
 

@@ -246,15 +246,29 @@ def _waits(trace: Trace, n: Nesting, part: Partition, shape2: tuple[int, int],
         return out
     names, dur = n.name[rt], n.dur[rt]
     sync = np.array([bool(SYNC_CALLS.match(name)) for name in trace.names] or [False])
-    codes, inverse = np.unique(names, return_inverse=True)
-    inverse = inverse.ravel()
-    usual = np.array([np.median(dur[inverse == k]) for k in range(len(codes))])[inverse]
+    usual = _medians_by(names, dur)
     stalled = (dur >= _STALL_FACTOR * usual) & (dur >= _STALL_US)
     waited = np.where(sync[names] | blocks[rt], dur, np.where(stalled, dur - usual, 0.0))
     step, phase = part.locate(n.ts[rt])
     inside = (step >= 0) & (waited > 0)
     np.add.at(out, (step[inside], phase[inside]), waited[inside])
     return out
+
+
+def _medians_by(key: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Per element, the median of ``value`` over the elements of its ``key`` (as `np.median` gives
+    it: the middle value, or the mean of the two middle ones), by one sort of all: a median per key
+    over a mask of the whole array was a pass per distinct key."""
+    order = np.argsort(value)  # equal values may come in any order: the medians are the same
+    k = key[order]
+    small = len(k) and k.min() >= 0 and k.max() < np.iinfo(np.int16).max  # radix-sortable
+    order = order[np.argsort(k.astype(np.int16) if small else k, kind="stable")]
+    k, v = key[order], value[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    count = np.diff(np.r_[first, len(k)])
+    lo, hi = first + (count - 1) // 2, first + count // 2
+    median = (v[lo] + v[hi]) / 2  # the middle value itself where lo == hi: (x + x) / 2 == x
+    return median[np.searchsorted(k[first], key)]
 
 
 def communication(trace: Trace, n: Nesting, launch: Launch) -> np.ndarray:
@@ -529,12 +543,9 @@ def _lanes(trace: Trace, n: Nesting, part: Partition, launch: Launch, dev_step: 
     side_idx = np.flatnonzero(side)
     if len(side_idx):
         step, phase = part.locate(n.ts[side_idx])
-        threads = n.thread[side_idx]
-        lane_of = {}
-        for t in np.unique(threads).tolist():
-            lane_of[t] = len(labels)
-            labels.append(trace.threads[t].label)
-        lane = np.array([lane_of[t] for t in threads.tolist()], dtype=np.int32)
+        threads, lane = np.unique(n.thread[side_idx], return_inverse=True)  # a lane per thread
+        lane = (len(labels) + lane.ravel()).astype(np.int32)
+        labels += [trace.threads[t].label for t in threads.tolist()]
         ok = step >= 0
         pieces.append((step[ok], lane[ok], n.ts[side_idx][ok], n.end[side_idx][ok], phase[ok]))
     dev = trace.device
