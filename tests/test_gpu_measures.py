@@ -8,6 +8,7 @@ independent computation from the raw events; the ranks in one measure; and the t
 from __future__ import annotations
 
 import bisect
+import functools
 import gzip
 import io
 import json
@@ -84,11 +85,22 @@ BUILT = {"overlap": overlap_trace, "gpu_bound": gpu_bound_trace}
 
 
 def gpu_report(folder: Path):
+    """(report, workers) of a folder of GPU traces; a recorded one's made once in the session (the
+    tests only read it, and the ResNet-50 one alone is seconds of work)."""
+    if folder.is_relative_to(DATA):
+        return _recorded(folder)
+    return _gpu_report(folder)
+
+
+def _gpu_report(folder: Path):
     r = report(str(folder))
     assert r.errors == [], r.errors
     workers = [w for run in r.runs for w in run.workers]
     assert workers and all(w.gpu for w in workers), folder
     return r, workers
+
+
+_recorded = functools.cache(_gpu_report)
 
 
 @pytest.fixture(params=[f"data:{name}" for name in GPU_FOLDERS] + [f"built:{name}" for name in BUILT])
