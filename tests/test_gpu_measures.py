@@ -374,7 +374,7 @@ def _trace_own(path: Path, windows: list[tuple[float, float]]) -> dict[str, floa
     """The trace's own GPU figures (µs), from its raw events, exact: the union over all streams of
     the device work launched inside the step ``windows`` (host start, end), of each kind and of all
     (busy), with phaseprof's kinds (tests/hta_reference.py, which the HTA agreement uses too)."""
-    work = hta_reference.device_work(hta_reference.load(path), rounded=False, scope="steps",
+    work = hta_reference.device_work(hta_reference.load_once(path), rounded=False, scope="steps",
                                      kinds="phaseprof", windows=windows)
     return {k: v for k, v in hta_reference.figures(work).items() if k in hta_reference.FIGURES}
 
