@@ -19,6 +19,7 @@ The three choices where the two differ:
 from __future__ import annotations
 
 import bisect
+import functools
 import gzip
 import json
 import math
@@ -48,6 +49,13 @@ def load(path) -> list[dict]:
     for e in events:
         e["ts"], e["dur"] = Decimal(e["ts"]), Decimal(e.get("dur", 0))
     return events
+
+
+@functools.cache
+def load_once(path) -> list[dict]:
+    """`load`, once a session per trace: the tests' callers only read the events (`device_work`
+    rounds copies), and parsing a large trace with exact decimals is seconds."""
+    return load(path)
 
 
 def _round(events: list[dict]) -> None:

@@ -92,8 +92,10 @@ class S3Server:
         self._proc.stdout.close()
         self._proc = None
 
-    def environment(self) -> dict[str, str]:
-        return {"AWS_ENDPOINT_URL": self.endpoint, "S3_ENDPOINT": self.endpoint,
+    def environment(self, endpoint: str = "") -> dict[str, str]:
+        """What points a client at ``endpoint`` (this server's by default)."""
+        endpoint = endpoint or self.endpoint
+        return {"AWS_ENDPOINT_URL": endpoint, "S3_ENDPOINT": endpoint,
                 "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                 "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
 

@@ -108,7 +108,8 @@ class Emulator:
         self._proc.stdout.close()
         self._proc = None
 
-    def environment(self) -> dict[str, str]:
+    def environment(self, endpoint: str = "") -> dict[str, str]:
+        """What points a client at ``endpoint`` (this emulator's by default)."""
         raise NotImplementedError
 
     def fs(self):
@@ -156,11 +157,11 @@ class GcsEmulator(Emulator):
     def command(self) -> list[str]:
         return [sys.executable, "-c", _GCS_SERVE, str(self.port)]
 
-    def environment(self) -> dict[str, str]:
+    def environment(self, endpoint: str = "") -> dict[str, str]:
         # Google's clients ask a metadata server for credentials: pointed at a closed loopback
         # port, they find none at once and go on without any (the emulator wants none)
         nowhere = "127.0.0.1:9"
-        return {"STORAGE_EMULATOR_HOST": self.endpoint, "NO_GCE_CHECK": "true",
+        return {"STORAGE_EMULATOR_HOST": endpoint or self.endpoint, "NO_GCE_CHECK": "true",
                 "GCE_METADATA_HOST": nowhere, "GCE_METADATA_IP": nowhere,
                 "GOOGLE_CLOUD_PROJECT": "phaseprof-tests"}
 
@@ -177,9 +178,9 @@ class Azurite(Emulator):
         return [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
                 "--inMemoryPersistence", "--disableTelemetry", "--skipApiVersionCheck", "--silent"]
 
-    def environment(self) -> dict[str, str]:
+    def environment(self, endpoint: str = "") -> dict[str, str]:
         connection = (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
-                      f"AccountKey={AZURITE_KEY};BlobEndpoint={self.endpoint}/{AZURITE_ACCOUNT};")
+                      f"AccountKey={AZURITE_KEY};BlobEndpoint={endpoint or self.endpoint}/{AZURITE_ACCOUNT};")
         return {"AZURE_STORAGE_CONNECTION_STRING": connection}
 
 

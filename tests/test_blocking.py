@@ -19,6 +19,7 @@ from phaseprof.plugin.reading.discovery import discover
 from phaseprof.plugin.spans import analyze_file
 from tests.conftest import DATA
 from tests.logdir import write_trace
+from tests.test_gpu_measures import gpu_report
 from tests.tracebuilder import annotation, kernel, launch, op, step, thread_names
 
 NCCL = DATA / "gpu" / "hta_nccl_16rank"
@@ -225,7 +226,7 @@ def test_launch_queue_and_delay_of_a_step_built_to_know_them(tmp_path):
 
 
 def test_every_gpu_trace_has_a_queue_per_stream_with_work(gpu_case_folder):
-    r = report(str(gpu_case_folder))
+    r, _ = gpu_report(gpu_case_folder)  # the session's report of it
     for w in (w for run in r.runs for w in run.workers):
         for row in w.steps:
             g = row.gpu_time

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections import defaultdict
-from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +20,7 @@ from phaseprof.plugin.analysis.steps import step_detail
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
 from phaseprof.plugin.spans import analyze_file
+from tests import hta_reference
 from tests.conftest import DATA
 from tests.logdir import write_trace
 from tests.tracebuilder import annotation, collective, kernel, launch, op, step, thread_names
@@ -302,11 +303,8 @@ def _raw_device_work(path) -> tuple[float, list[tuple]]:
     """A base (µs) and, from it, (launch or None, start, end, stream) of each device event, from
     the raw JSON read exactly (a float64 µs near the epoch is 0.25 µs coarse: ns-resolution traces
     need the decimals)."""
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt") as f:
-        data = json.load(f, parse_float=Decimal)
-    events = [e for e in (data["traceEvents"] if isinstance(data, dict) else data) if e.get("ph") == "X"]
-    base = min(Decimal(e["ts"]) for e in events)
+    events = hta_reference.load_once(Path(path))  # the session's parse, its ts and dur decimals
+    base = min(e["ts"] for e in events)
     launched = {}
     for e in events:
         corr = (e.get("args") or {}).get("correlation")

@@ -103,20 +103,21 @@ def _trace_files(paths):
     return [found[str(p)] for p in paths]
 
 
-def _worker_summaries(traces):
-    """(folder, worker, summary, step rows) of every run under tests/data."""
-    folders = sorted({p.parent for p in traces.all()})
-    for folder in folders:
+@pytest.fixture(scope="module")
+def data_workers(traces) -> list:
+    """(folder, worker) of every run under tests/data: each folder reported once for the module's
+    tests, which only read the reports (a report of them all is seconds of work)."""
+    found = []
+    for folder in sorted({p.parent for p in traces.all()}):
         r = report(str(folder))
         assert r.errors == [], (folder, r.errors)
-        for run in r.runs:
-            for w in run.workers:
-                yield folder, w
+        found += [(folder, w) for run in r.runs for w in run.workers]
+    return found
 
 
-def test_first_finding_is_the_costliest_phase_in_the_measure_it_states(traces):
+def test_first_finding_is_the_costliest_phase_in_the_measure_it_states(data_workers):
     checked = 0
-    for folder, w in _worker_summaries(traces):
+    for folder, w in data_workers:
         s = w.summary
         first = s.findings[0]
         assert first.phase is not None, (folder, w.worker, first)
@@ -134,9 +135,10 @@ def test_first_finding_is_the_costliest_phase_in_the_measure_it_states(traces):
     assert checked >= 10
 
 
-def test_findings_come_largest_saving_first_and_never_save_more_than_their_phase_costs(traces):
+def test_findings_come_largest_saving_first_and_never_save_more_than_their_phase_costs(
+        data_workers):
     checked = 0
-    for folder, w in _worker_summaries(traces):
+    for folder, w in data_workers:
         s = w.summary
         savings = [f.saving_ms for f in s.findings if f.saving_ms is not None]
         assert savings == sorted(savings, reverse=True), folder
@@ -151,9 +153,9 @@ def test_findings_come_largest_saving_first_and_never_save_more_than_their_phase
     assert checked >= 20  # the claim held of many findings, not of none
 
 
-def test_phases_that_cost_nothing_get_no_finding(traces):
+def test_phases_that_cost_nothing_get_no_finding(data_workers):
     checked = 0
-    for folder, w in _worker_summaries(traces):
+    for folder, w in data_workers:
         s = w.summary
         for f in s.findings:
             if f.phase is not None:
@@ -440,8 +442,8 @@ def _agree(where, s):
             assert f.evidence.step in n.slow, where
 
 
-def test_outliers_slowest_step_and_findings_read_one_judgement_of_the_steps(traces, tmp_path):
-    for folder, w in _worker_summaries(traces):
+def test_outliers_slowest_step_and_findings_read_one_judgement_of_the_steps(data_workers, tmp_path):
+    for folder, w in data_workers:
         _agree((folder, w.worker), w.summary)
     for count in (2, 4, 5, 9):  # a slow and a fast step among ``count``
         loop = Loop()

@@ -8,6 +8,7 @@ independent computation from the raw events; the ranks in one measure; and the t
 from __future__ import annotations
 
 import bisect
+import functools
 import gzip
 import io
 import json
@@ -84,11 +85,22 @@ BUILT = {"overlap": overlap_trace, "gpu_bound": gpu_bound_trace}
 
 
 def gpu_report(folder: Path):
+    """(report, workers) of a folder of GPU traces; a recorded one's made once in the session (the
+    tests only read it, and the ResNet-50 one alone is seconds of work)."""
+    if folder.is_relative_to(DATA):
+        return _recorded(folder)
+    return _gpu_report(folder)
+
+
+def _gpu_report(folder: Path):
     r = report(str(folder))
     assert r.errors == [], r.errors
     workers = [w for run in r.runs for w in run.workers]
     assert workers and all(w.gpu for w in workers), folder
     return r, workers
+
+
+_recorded = functools.cache(_gpu_report)
 
 
 @pytest.fixture(params=[f"data:{name}" for name in GPU_FOLDERS] + [f"built:{name}" for name in BUILT])
@@ -362,7 +374,7 @@ def _trace_own(path: Path, windows: list[tuple[float, float]]) -> dict[str, floa
     """The trace's own GPU figures (µs), from its raw events, exact: the union over all streams of
     the device work launched inside the step ``windows`` (host start, end), of each kind and of all
     (busy), with phaseprof's kinds (tests/hta_reference.py, which the HTA agreement uses too)."""
-    work = hta_reference.device_work(hta_reference.load(path), rounded=False, scope="steps",
+    work = hta_reference.device_work(hta_reference.load_once(path), rounded=False, scope="steps",
                                      kinds="phaseprof", windows=windows)
     return {k: v for k, v in hta_reference.figures(work).items() if k in hta_reference.FIGURES}
 

@@ -20,7 +20,7 @@ import pytest
 from phaseprof.plugin.reading.discovery import discover
 from phaseprof.plugin.spans import analyze_file
 from tests.conftest import DATA
-from tests.hta_reference import device_work, figures, idle_split, launches_hta_leaves_out, load
+from tests.hta_reference import device_work, figures, idle_split, launches_hta_leaves_out, load_once
 
 RECORDED = DATA / "hta_figures.json"
 GPU_TRACES = sorted(str(p.relative_to(DATA)) for p in (DATA / "gpu").rglob("*.json.gz"))
@@ -41,9 +41,8 @@ def recorded() -> dict:
     return json.loads(RECORDED.read_text())
 
 
-@cache
 def events(trace: str) -> list[dict]:
-    return load(DATA / trace)
+    return load_once(DATA / trace)
 
 
 @cache

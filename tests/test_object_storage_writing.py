@@ -12,6 +12,8 @@ import textwrap
 import time
 import warnings
 
+import pytest
+
 from phaseprof.contract import TRACE_FILE_RE
 
 TRAIN = textwrap.dedent("""
@@ -213,3 +215,70 @@ def test_without_an_upload_process_a_thread_uploads_and_the_staging_folder_goes(
         uploader = upload.Uploader(root, local, f"s3://{bucket}/p/r", faults, interval_s=0.1)
         assert uploader.close(wait_s=60)
     assert "p/r/w.2.pt.trace.json" in s3.keys(bucket) and not os.path.exists(root)
+
+
+class _Busy:
+    """A store that answers every request 503 (busy: a transient error each client retries), on
+    the loopback, counting the requests."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        busy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _busy(self) -> None:
+                busy.requests += 1
+                self.send_response(503)  # at once: a client may wait for "100 Continue" to send
+                self.send_header("Content-Length", "0")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _busy
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.requests = 0
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(30)
+
+
+@pytest.mark.parametrize("scheme", ["gs", "az"])
+def test_the_upload_client_of_gcs_and_azure_tries_a_request_twice(scheme, request, monkeypatch,
+                                                                   tmp_path):
+    """The bounded client (the uploader's, the capture channel's) tries a request `TRIES` times, as
+    its timeouts assume: gcsfs's own six tries with backoff, or Azure's four over a minute, held an
+    outage's first warning and each pass of the uploader for the call's whole limit. (S3's tries
+    are botocore's options, `storage._bounded`.)"""
+    import fsspec
+
+    from phaseprof.plugin.reading import storage
+    from tests.stores import STORES
+
+    store = request.getfixturevalue(STORES[scheme])
+    busy = _Busy()
+    try:
+        for name, value in store.environment(busy.endpoint).items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(storage, "_filesystems", {})
+        fsspec.get_filesystem_class(store.scheme).clear_instance_cache()  # made for the emulator
+        fs = storage.filesystem(store.url("bucket", "p"), bounded=True)
+        fs.clear_instance_cache()  # the next one, for the emulator again, not this one
+        (tmp_path / "f").write_bytes(b"x" * 100)
+        with pytest.raises(Exception) as raised:  # noqa: B017 - each client raises its own kind
+            fs.put_file(str(tmp_path / "f"), "bucket/p/f", **storage.call_limit(fs, 100))
+        # the client gave up by itself, not cut by the call's total limit (fsspec's timeout)
+        assert not isinstance(raised.value, fsspec.exceptions.FSTimeoutError), raised.value
+        assert busy.requests == storage.TRIES
+    finally:
+        busy.close()

@@ -75,6 +75,9 @@ TRAIN = textwrap.dedent("""
 """)
 
 _names = itertools.count()
+#: close()'s bound on the uploads where the store is gone or never answers: what close() then
+#: waits out. Above the uploader's own grace (`upload.GRACE_S`, 5 s), so it is told a time to try.
+UPLOAD_WAIT_S = 6
 
 
 def _train(tmp_path, url, *flags, endpoint=None, upload_wait_s=None):
@@ -235,7 +238,7 @@ def test_a_store_gone_at_close_leaves_every_file_staged(s3, bucket, tmp_path):
     gate = Gate(s3.port, deny_writes=False)
     try:
         proc, markers = _train(tmp_path, f"s3://{bucket}/p", "--hold", endpoint=gate.endpoint,
-                               upload_wait_s=12)
+                               upload_wait_s=UPLOAD_WAIT_S)
         _wait_for(markers / "trained", proc)
         gate.stop()
         (markers / "close").touch()
@@ -257,13 +260,14 @@ def test_close_returns_against_a_store_that_never_answers_and_keeps_the_files(s3
     uploader stopped by the training process) and the files stay, named."""
     hole = BlackHole()
     try:
-        proc, _ = _train(tmp_path, f"s3://{bucket}/p", endpoint=hole.endpoint, upload_wait_s=12)
+        proc, _ = _train(tmp_path, f"s3://{bucket}/p", endpoint=hole.endpoint,
+                         upload_wait_s=UPLOAD_WAIT_S)
         out, _ = _finish(proc, timeout=900)
         assert hole.accepted > 0
     finally:
         hole.close()
     staging = _staged(out, f"s3://{bucket}/p")
-    assert "the store does not answer (nothing came back in 12 s)" in out, out
+    assert f"the store does not answer (nothing came back in {UPLOAD_WAIT_S} s)" in out, out
     wrote = _tree(staging)
     _complete(wrote)
     _uploaded(s3, bucket, staging, wrote)

@@ -15,9 +15,12 @@ them could name something else), is left out of the listing, and only listed obj
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import os
+import random
 import threading
+import types
 
 import msgspec
 
@@ -141,9 +144,50 @@ def filesystem(url: str, *, bounded: bool = False):
         except ValueError:
             raise StorageError(f"{url}: no file system is known for {proto}://") from None
         fs = _filesystems[(proto, bounded)] = cls(**(_bounded(proto) if bounded else {}))
-        if bounded and hasattr(fs, "retries"):  # s3fs: a class attribute, not an option
-            fs.retries = 1
+        if bounded:
+            _few_tries(fs)
         return fs
+
+
+def _gcs_tries(request):
+    """gcsfs's request, undecorated, retried as gcsfs does (what it deems transient, never a 404)
+    but `TRIES` times in all, and silently: gcsfs logs a traceback to the user's stderr when it
+    gives up, and the uploader says why itself."""
+    import aiohttp
+    from gcsfs.retry import HttpError, is_retriable
+
+    async def tried(self, *args, **kwargs):
+        for attempt in range(1, TRIES + 1):
+            try:
+                return await request(self, *args, **kwargs)
+            except Exception as e:
+                missing = isinstance(e, aiohttp.ClientResponseError) and e.status == 404
+                missing = missing or (isinstance(e, HttpError) and e.code == 404)
+                if attempt == TRIES or missing or not is_retriable(e):
+                    raise
+            await asyncio.sleep(0.5 + random.random())
+
+    return tried
+
+
+def _few_tries(fs) -> None:
+    """Hold ``fs``'s client to `TRIES` tries a request where no option sets them: a store that
+    refuses connections then fails a call in about a second, not after the client's backoff (gcsfs:
+    6 tries over 16-20 s; Azure's storage client: 4 over 57 s), which the call's total limit
+    (`call_limit`) cut at `REQUEST_S` - so an outage is reported, and the pass ended, that much later."""
+    if type(fs).__module__.startswith("s3fs") and hasattr(fs, "retries"):
+        fs.retries = 1  # s3fs's own loop, a class attribute (botocore's tries are `_bounded`'s)
+    elif type(fs).__module__.startswith("gcsfs"):
+        raw = getattr(type(fs)._request, "__wrapped__", None)  # gcsfs binds its tries to its class
+        if raw is not None:
+            fs._request = types.MethodType(_gcs_tries(raw), fs)
+    elif (policy := getattr(getattr(getattr(fs, "service_client", None), "_config", None),
+                            "retry_policy", None)) is not None:
+        # adlfs passes no retry options to its client: its policy (one object, in the pipeline
+        # of every request) set in place; a retry after about a second, as the others'
+        policy.total_retries = policy.connect_retries = policy.read_retries = TRIES - 1
+        policy.status_retries = TRIES - 1
+        policy.initial_backoff, policy.increment_base, policy.random_jitter_range = 1, 0, 0.5
 
 
 def _key(url: str) -> str:
