@@ -419,7 +419,7 @@ def check_beat(beat: Heartbeat, rank: int, now: float) -> Heartbeat:
         raise Unreadable("it started after it was written")
     look_s = beat.look_s
     if look_s is not None and not (math.isfinite(look_s) and 0 < look_s <= MAX_LOOK_S):
-        raise Unreadable(f"look interval {_short(beat.look_s)} is not 0..{MAX_LOOK_S:.0f} s")
+        raise Unreadable(f"look interval {_short(look_s)} is not 0..{MAX_LOOK_S:.0f} s")
     return beat
 
 

@@ -40,10 +40,16 @@ def logdir(request, tmp_path):
     where = getattr(request, "param", "disk")
     if where == "disk":
         return tmp_path / "profile"
+    store, bucket = _new_bucket(request, where)
+    return store.url(bucket, "profile")
+
+
+def _new_bucket(request, where: str):
+    """The store ``where`` names (started for the session) and a new empty bucket in it."""
     store = request.getfixturevalue(STORES[where])
     bucket = f"logs{next(s3_buckets)}"
     store.create_bucket(bucket)
-    return store.url(bucket, "profile")
+    return store, bucket
 
 
 def _answers(run_dir, request_id: str) -> dict:
@@ -136,7 +142,7 @@ def _final_answer(job: Job, request_id: str, timeout: float = 300):
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("logdir", ["disk", "s3", "gs", "az"], indirect=True)
+@pytest.mark.parametrize("logdir", ["disk", "s3", "az"], indirect=True)  # (gs: as az, 40 s more)
 def test_two_ranks_trace_the_same_steps(tmp_path, logdir):
     job = Job(tmp_path, ranks=2, active=5, step_s=0.02, logdir=logdir)
     try:
@@ -501,15 +507,18 @@ def test_a_forged_request_does_not_turn_the_slowdown_trigger_off(tmp_path):
     assert taken.by == "slowdown" and channel.answers[taken.id][0].state == WRITTEN
 
 
-def test_a_store_going_away_mid_run_costs_one_warning_and_captures_resume_once_it_is_back(s3, bucket, tmp_path):
+@pytest.mark.parametrize("where", ["s3", "az"])  # (gs: passes too, a minute more on a busy machine)
+def test_a_store_going_away_mid_run_costs_one_warning_and_captures_resume_once_it_is_back(
+        request, where, tmp_path):
     """The store stops while a job writes its run there: the loop goes on (the channel's looks are
     a thread's), one warning for the run, and once the store is back (empty: the bucket is made
     again) the job beats there again and takes a capture."""
-    job = Job(tmp_path, active=3, logdir=f"s3://{bucket}/profile")
+    store, bucket = _new_bucket(request, where)
+    job = Job(tmp_path, active=3, logdir=store.url(bucket, "profile"))
     try:
         job.ready()
         _wait_for_step(job, 0)  # its heartbeat is in the store
-        s3.stop()
+        store.stop()
         down = time.time()
         try:
             deadline = time.monotonic() + 300
@@ -517,11 +526,11 @@ def test_a_store_going_away_mid_run_costs_one_warning_and_captures_resume_once_i
                 assert time.monotonic() < deadline and job.proc.poll() is None, job.log()[-3000:]
                 time.sleep(0.1)
         finally:
-            s3.start()  # back on the same port, empty
-            s3.client().create_bucket(Bucket=bucket)
+            store.start()  # back on the same port, empty
+            store.create_bucket(bucket)
         back = time.time()
         deadline = time.monotonic() + 300  # the job beats in the store again (its next look)
-        while not any(k.endswith("/.phaseprof/capture/rank0.json") for k in s3.keys(bucket)):
+        while not any(k.endswith("/.phaseprof/capture/rank0.json") for k in store.keys(bucket)):
             assert time.monotonic() < deadline and job.proc.poll() is None, job.log()[-3000:]
             time.sleep(0.2)
         asked = capture(str(job.logdir), "--run", "long", "--steps", "2", "--wait")
