@@ -234,7 +234,8 @@ def _wait_for_the_slowdown_capture(job: Job, timeout: float = 600) -> None:
 #: cores), held over the 8 steps the rule judges; from step 30 (the rule's 20 reference steps after
 #: the configured window, steps 2-5) a sleep in forward doubles the step, four times the band's
 #: ceiling (25% of the median). The rule has judged the 8 slow steps by step 38, and its 4-step
-#: trace is written by step ~46; a slow job is stopped once it is (`_wait_for_the_slowdown_capture`).
+#: trace is written by step ~46; a slow job is stopped once it is
+#: (`_wait_for_the_slowdown_capture`).
 SLOWDOWN_JOB = dict(step_s=0.3, active=4, max_steps=60, slowdown=True, slow_s=0.3)
 SLOW_FROM = 30
 

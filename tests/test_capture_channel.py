@@ -83,7 +83,8 @@ def test_the_lead_covers_the_longest_look_the_heartbeats_of_a_run_in_a_store_say
 
 
 @pytest.mark.parametrize(("value", "interval"), [
-    (None, 3.0), ("0.5", 0.5), ("30", 30.0), ("0.1", 3.0), ("31", 3.0), ("nan", 3.0), ("soon", 3.0)])
+    (None, 3.0), ("0.5", 0.5), ("30", 30.0), ("0.1", 3.0), ("31", 3.0), ("nan", 3.0),
+    ("soon", 3.0)])
 def test_a_watcher_of_a_store_looks_as_often_as_the_environment_says_within_bounds(
         monkeypatch, value, interval):
     if value is None:

@@ -105,7 +105,8 @@ def test_a_watcher_looks_as_often_as_its_environment_says_and_the_asker_leads_by
         watcher.close()
     assert waits == [0.5]
     monkeypatch.delenv(POLL_ENV)
-    beat = msgspec.structs.replace(read_channel(url).beats[0], ended=False, step=100, steps_per_s=10.0)
+    beat = read_channel(url).beats[0]
+    beat = msgspec.structs.replace(beat, ended=False, step=100, steps_per_s=10.0)
     assert beat.look_s == 0.5
     s3.put(bucket, "p/r/.phaseprof/capture/rank0.json", msgspec.json.encode(beat))
     # 10 steps a second for 0.5 s and the slack, then the step in progress and a warm-up step
