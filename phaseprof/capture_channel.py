@@ -84,6 +84,8 @@ MAX_STEPS = 1000
 MAX_STEP = 2**53
 #: The pace a heartbeat may claim, steps per second.
 MAX_PACE = 1e6
+#: The longest interval between two looks a heartbeat may claim, in seconds (it sets the lead).
+MAX_LOOK_S = 30.0
 #: How far ahead of a rank's step a request may start: this many seconds at the rank's pace, and at
 #: least `MAX_STEPS` steps (a requester's lead is at most a few seconds past a heartbeat at most
 #: `STALE_BEAT_S` old).
@@ -102,7 +104,7 @@ MAX_NAME = 255
 #: The format of the files this phaseprof writes, "major.minor" (`phaseprof.formats`: a reader
 #: ignores fields a newer minor version added, and refuses a major version it does not know). A file
 #: without one is "1.0".
-FORMAT = "1.1"
+FORMAT = "1.2"
 MAJOR = 1
 
 REQUEST_RE = re.compile(r"^request\.(?P<id>[0-9a-f]{16})\.json$")
@@ -165,6 +167,9 @@ class Heartbeat(msgspec.Struct):
     started: float  # when the process's profiler started
     ended: bool = False
     format: str = FORMAT
+    #: seconds between two looks of its watcher (format 1.2); None: the default where it runs
+    #: (`BEAT_S` on a disk, `phaseprof.capture_store.POLL_S` in a store)
+    look_s: float | None = None
 
 
 class _Format(msgspec.Struct):
@@ -193,14 +198,25 @@ def capture_dir(run_dir: str) -> str:
     return os.path.join(run_dir, CAPTURE_DIR)
 
 
-def lead(run_dir: str) -> float:
-    """The time allowed from a request's writing to every rank seeing it (`LEAD_S`; longer for a
-    run in a store, whose ranks look less often: `phaseprof.capture_store.LEAD_S`)."""
+def lead(run_dir: str, beats: Iterable[Heartbeat] = ()) -> float:
+    """The time allowed from a request's writing to every rank seeing it: `LEAD_S` on a disk; in a
+    store, whose ranks look less often, the longest look of the ``beats`` (`look`) and
+    `phaseprof.capture_store.SLACK_S`."""
     if is_remote(run_dir):
         from phaseprof import capture_store
 
-        return capture_store.LEAD_S
+        return look(run_dir, beats) + capture_store.SLACK_S
     return LEAD_S
+
+
+def look(run_dir: str, beats: Iterable[Heartbeat] = ()) -> float:
+    """The longest interval between two looks of the ranks' watchers, as their ``beats`` say (a
+    beat of format 1.1 or older, or none: the default, `BEAT_S` or `capture_store.POLL_S`)."""
+    if is_remote(run_dir):
+        from phaseprof.capture_store import POLL_S as default
+    else:
+        default = BEAT_S
+    return max((default if b.look_s is None else b.look_s for b in beats), default=default)
 
 
 def request_name(request_id: str) -> str:
@@ -401,6 +417,9 @@ def check_beat(beat: Heartbeat, rank: int, now: float) -> Heartbeat:
     _time(beat.started, "start time", now)
     if beat.started > beat.time:
         raise Unreadable("it started after it was written")
+    look_s = beat.look_s
+    if look_s is not None and not (math.isfinite(look_s) and 0 < look_s <= MAX_LOOK_S):
+        raise Unreadable(f"look interval {_short(look_s)} is not 0..{MAX_LOOK_S:.0f} s")
     return beat
 
 
@@ -564,7 +583,6 @@ def plan_request(run_dir: str, steps: int | None = None, ranks: list[int] | None
     window, ``active``), or ValueError saying why the run cannot be asked (it ended, it is not
     watched, another capture is pending). ``lead_s``: default `lead` (the run's)."""
     now = time.time() if now is None else now
-    lead_s = lead(run_dir) if lead_s is None else lead_s
     if steps is not None and not 1 <= steps <= MAX_STEPS:
         raise ValueError(f"steps must lie in 1..{MAX_STEPS}, not {steps}")
     channel = read_channel(run_dir, now)
@@ -584,6 +602,7 @@ def plan_request(run_dir: str, steps: int | None = None, ranks: list[int] | None
     if forever:
         raise ValueError(f"rank {forever[0]} traces every cycle of its schedule (repeat=0): its traces already "
                          "cover the run")
+    lead_s = lead(run_dir, live.values()) if lead_s is None else lead_s
     start = start_step(live.values(), now, lead_s)
     return Request(id=secrets.token_hex(8), written=now, by=by, steps=steps, start=start,
                    ranks=sorted(set(ranks)) if ranks is not None else None, why=why,

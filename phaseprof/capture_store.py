@@ -4,13 +4,15 @@ the same files as on disk (`phaseprof.capture_channel`), as small objects under
 
 What a store changes, and what it does not:
 
-- **Cost.** A rank's watcher looks every `POLL_S` seconds (not every 0.5 s as on disk): one LIST of
-  the request objects (``request.*``: one page, whatever the number of ranks, on S3 where the
-  listing takes a prefix; the whole folder elsewhere) and one PUT of its heartbeat; then one GET per
-  new request and one PUT per change of an answer's state. The asker (``phaseprof capture``, the
-  tab, the slowdown trigger) lists the folder and GETs each object (concurrently) per look.
-- **The lead.** A request is seen up to `POLL_S` after it is written, so the asker's lead
-  (`LEAD_S`) covers one poll and the listing's latency.
+- **Cost.** A rank's watcher looks every `POLL_S` seconds (not every 0.5 s as on disk;
+  ``PHASEPROF_CAPTURE_POLL_S`` sets another interval: `poll_s`): one LIST of the request objects
+  (``request.*``: one page, whatever the number of ranks, on S3 where the listing takes a prefix;
+  the whole folder elsewhere) and one PUT of its heartbeat; then one GET per new request and one PUT
+  per change of an answer's state. The asker (``phaseprof capture``, the tab, the slowdown trigger)
+  lists the folder and GETs each object (concurrently) per look.
+- **The lead.** A request is seen up to one look after it is written; each heartbeat says its
+  rank's interval (``look_s``), so the asker's lead (`phaseprof.capture_channel.lead`) covers the
+  longest of them and `SLACK_S` for the listing's latency (`LEAD_S` with the default interval).
 - **Bounds.** Every call goes through the bounded client (`storage.filesystem(bounded=True)`:
   connect and read timeouts, few tries, a total limit per call): a slow or failing store delays the
   watcher's thread, never the training loop. An object is read only if the listing says it holds
@@ -24,15 +26,33 @@ What a store changes, and what it does not:
 
 from __future__ import annotations
 
+import os
+
 from phaseprof.plugin.reading import storage
 
-from .capture_channel import MAX_FILE_BYTES, Unreadable
+from .capture_channel import MAX_FILE_BYTES, MAX_LOOK_S, Unreadable
 
-#: Seconds between two looks of a rank's watcher at a channel in a store.
+#: Seconds between two looks of a rank's watcher at a channel in a store, by default
 POLL_S = 3.0
-#: The asker's lead for a run in a store: one look of every rank's watcher, and a second for the
-#: listing's and the upload's latency.
-LEAD_S = POLL_S + 1.0
+#: and the bounds of another interval set by ``PHASEPROF_CAPTURE_POLL_S`` (`poll_s`).
+MIN_POLL_S, MAX_POLL_S = 0.2, MAX_LOOK_S
+POLL_ENV = "PHASEPROF_CAPTURE_POLL_S"
+#: The asker's lead beyond the ranks' longest look: the listing's and the upload's latency.
+SLACK_S = 1.0
+#: The asker's lead for ranks that look every `POLL_S`.
+LEAD_S = POLL_S + SLACK_S
+
+
+def poll_s() -> float:
+    """This process's interval between two looks at a channel in a store:
+    ``PHASEPROF_CAPTURE_POLL_S`` seconds if it is a number within `MIN_POLL_S`..`MAX_POLL_S` (a
+    bucket billed per request may want fewer looks, a test a quicker answer), else `POLL_S`. Each
+    heartbeat says it, so the asker needs no setting of its own."""
+    try:
+        chosen = float(os.environ.get(POLL_ENV, POLL_S))
+    except ValueError:
+        return POLL_S
+    return chosen if MIN_POLL_S <= chosen <= MAX_POLL_S else POLL_S
 
 
 class StoreError(OSError):

@@ -5,7 +5,8 @@ with its logdir on disk or in a store (``logdir="s3://…"``).
 
 The job says where it is through files in ``events/`` (never by timing): ``ready.rank<R>`` once
 it has run ``ready_at`` steps, ``starts.rank<R>.json`` at the end (each step's number and start
-time); it stops when ``events/stop`` appears (every rank together) or after ``max_steps``.
+time); it stops when ``events/stop`` appears (at the next step, every rank together) or after
+``max_steps``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,14 @@ import sys
 import time
 from pathlib import Path
 
+from phaseprof.capture_store import POLL_ENV
 from tests.processes import kill_tree
 
+#: Seconds between two looks of a job's watcher at a channel in a store.
+POLL_S = 0.5
+
 SCRIPT = r'''
-import json, os, sys, time
+import atexit, json, os, sys, time
 import torch
 from torch import nn
 from phaseprof import PhaseProfiler
@@ -58,12 +63,11 @@ with PhaseProfiler(logdir=cfg["logdir"], run=cfg["run"], wait=1, warmup=1, activ
                    capture_on_slowdown=cfg.get("slowdown", False)) as prof:
     prof.attach(model, optimizer)
     while prof.step_num < cfg["max_steps"]:
-        if prof.step_num % 10 == 0:
-            flag = torch.tensor([float(os.path.exists(stop))])
-            if distributed:
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops at the same step
-            if flag.item():
-                break
+        flag = torch.tensor([float(os.path.exists(stop))])
+        if distributed:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank stops at the same step
+        if flag.item():
+            break
         net.step = prof.step_num
         starts.append((prof.step_num, time.time()))
         optimizer.zero_grad()
@@ -76,9 +80,13 @@ with open(os.path.join(events, f"starts.rank{rank}.json"), "w") as fh:
     json.dump(starts, fh)
 if distributed:
     dist.barrier()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # torch's gloo group sometimes aborts in the interpreter's finalization
+# The profiler closed with the block above; the exit handlers run, then the process ends without
+# the interpreter's finalization (seconds of tearing torch's modules down on a busy machine; and
+# torch's gloo group sometimes aborts in it)
+atexit._run_exitfuncs()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
 '''
 
 
@@ -108,6 +116,9 @@ class Job:
         if self.remote:
             (tmp / "staging").mkdir(exist_ok=True)
             env["PHASEPROF_STAGING"] = str(tmp / "staging")
+            # its watcher looks at the store's channel every POLL_S (not every 3 s): its heartbeat
+            # says so, and the asker's lead follows (what is proved does not change, only the wait)
+            env[POLL_ENV] = str(POLL_S)
         self.proc = subprocess.Popen([*launcher, str(script), json.dumps(cfg)], stdout=self.stdout,
                                      stderr=subprocess.STDOUT, text=True, env=env)
 
@@ -157,3 +168,14 @@ def capture(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     return subprocess.run([sys.executable, "-m", "phaseprof.cli", "capture", *args], capture_output=True,
                           text=True, timeout=timeout, env=env)
+
+
+def capture_here(capsys, *args: str) -> subprocess.CompletedProcess:
+    """``phaseprof capture ARGS`` in this process (``capsys``: pytest's fixture), for a call whose
+    own process would spend seconds importing what this one has."""
+    from phaseprof.cli import main
+
+    capsys.readouterr()
+    code = main(["capture", *args])
+    said = capsys.readouterr()
+    return subprocess.CompletedProcess(["phaseprof", "capture", *args], code, said.out, said.err)

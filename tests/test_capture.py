@@ -3,10 +3,7 @@ ranks under torchrun), the slowdown trigger, and request files that are not what
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import time
 
 import msgspec
@@ -14,6 +11,7 @@ import pytest
 
 from phaseprof import analyze
 from phaseprof.capture_channel import (
+    BY_SLOWDOWN,
     FINAL,
     REFUSED,
     WRITTEN,
@@ -27,18 +25,31 @@ from phaseprof.capture_channel import (
     write_atomic,
 )
 from phaseprof.contract import TRACE_FILE_RE
-from tests.capture_job import Job, capture
+from tests.capture_job import Job, capture, capture_here
+from tests.s3 import _buckets as s3_buckets
+from tests.stores import STORES
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=["disk", "s3"])
+@pytest.fixture
 def logdir(request, tmp_path):
-    """The job's logdir: a folder, or a prefix in a bucket of the S3 server on the loopback
-    (`tests.s3`), where the channel is objects (`phaseprof.capture_store`)."""
-    if request.param == "disk":
+    """The job's logdir (``disk`` unless a test's parameter names a store): a folder, or a prefix in
+    a new bucket of a store on the loopback (``s3``, ``gs``, ``az``: `tests.stores`), where the
+    channel is objects (`phaseprof.capture_store`)."""
+    where = getattr(request, "param", "disk")
+    if where == "disk":
         return tmp_path / "profile"
-    return f"s3://{request.getfixturevalue('bucket')}/profile"
+    store, bucket = _new_bucket(request, where)
+    return store.url(bucket, "profile")
+
+
+def _new_bucket(request, where: str):
+    """The store ``where`` names (started for the session) and a new empty bucket in it."""
+    store = request.getfixturevalue(STORES[where])
+    bucket = f"logs{next(s3_buckets)}"
+    store.create_bucket(bucket)
+    return store, bucket
 
 
 def _answers(run_dir, request_id: str) -> dict:
@@ -50,15 +61,16 @@ def _request_id(output: str) -> str:
 
 
 def _traced_steps(logdir, run: str) -> dict[str, list[int]]:
-    """Each worker's traced steps, as ``phaseprof report`` reads them."""
-    report = subprocess.run([sys.executable, "-m", "phaseprof.cli", "report", str(logdir), "--run", run, "--json"],
-                            capture_output=True, text=True, timeout=300)
-    assert report.returncode == 0, report.stderr
-    (found,) = json.loads(report.stdout)["runs"]
+    """Each worker's traced steps, as ``phaseprof report --json`` prints them (`analyze`: here, not
+    in a process of its own, which would spend seconds importing what this one has)."""
+    report = analyze(str(logdir), run)
+    assert report["errors"] == [], report["errors"]
+    (found,) = report["runs"]
     return {w["worker"]: [s["step"] for s in w["steps"]] for w in found["workers"]}
 
 
-def test_a_running_job_traces_the_steps_asked_after_the_request(tmp_path, logdir):
+@pytest.mark.parametrize("logdir", ["disk", "s3", "gs", "az"], indirect=True)
+def test_a_running_job_traces_the_steps_asked_after_the_request(tmp_path, logdir, capsys):
     job = Job(tmp_path, active=5, logdir=logdir)
     try:
         job.ready()
@@ -81,7 +93,7 @@ def test_a_running_job_traces_the_steps_asked_after_the_request(tmp_path, logdir
     assert "Traceback" not in log
 
     # the run has ended: asked again, it refuses and says why
-    again = capture(str(job.logdir), "--run", "long", "--steps", "3")
+    again = capture_here(capsys, str(job.logdir), "--run", "long", "--steps", "3")
     assert again.returncode == 1
     assert "the run ended at step" in again.stderr
 
@@ -130,6 +142,7 @@ def _final_answer(job: Job, request_id: str, timeout: float = 300):
         time.sleep(0.1)
 
 
+@pytest.mark.parametrize("logdir", ["disk", "s3", "az"], indirect=True)  # (gs: as az, 40 s more)
 def test_two_ranks_trace_the_same_steps(tmp_path, logdir):
     job = Job(tmp_path, ranks=2, active=5, step_s=0.02, logdir=logdir)
     try:
@@ -202,18 +215,43 @@ def test_hostile_request_files_are_ignored_and_training_goes_on(tmp_path):
     assert [r.by for r in channel.requests] == ["cli"]
 
 
+def _wait_for_the_slowdown_capture(job: Job, timeout: float = 600) -> None:
+    """Until a request the slowdown trigger wrote has rank 0's final answer (or the job ended: the
+    test then reads what it left)."""
+    deadline = time.monotonic() + timeout
+    while job.proc.poll() is None:
+        channel = read_channel(str(job.run_dir))
+        taken = [r.id for r in channel.requests if r.by == BY_SLOWDOWN]
+        answers = [channel.answers.get(request_id, {}).get(0) for request_id in taken]
+        if any(a is not None and a.state in FINAL for a in answers):
+            return
+        assert time.monotonic() < deadline, job.log()[-3000:]
+        time.sleep(0.2)
+
+
+#: A slowdown job: steps of 300 ms, the noise band then at least 15 ms (5% of the median), more than
+#: a busy machine's delay in waking a process from its sleep (several ms at a load of 10-20 on 2
+#: cores), held over the 8 steps the rule judges; from step 30 (the rule's 20 reference steps after
+#: the configured window, steps 2-5) a sleep in forward doubles the step, four times the band's
+#: ceiling (25% of the median). The rule has judged the 8 slow steps by step 38, and its 4-step
+#: trace is written by step ~46; a slow job is stopped once it is
+#: (`_wait_for_the_slowdown_capture`).
+SLOWDOWN_JOB = dict(step_s=0.3, active=4, max_steps=60, slowdown=True, slow_s=0.3)
+SLOW_FROM = 30
+
+
 def test_slowdown_traces_the_steps_after_it_and_steady_runs_none(tmp_path):
-    """One job slows down at step 40 (a sleep in forward); three steady jobs of the same length run
-    beside it. Only the first takes a trace by itself, of steps after the slowdown."""
-    length, slow_from = 70, 40
-    # steps of 300 ms: the noise band is at least 15 ms (5% of the median), more than a busy machine's
-    # delay in waking a process from its sleep (several ms at a load of 10-20 on 2 cores), held over the
-    # 8 steps the rule judges; the slowdown triples the step
-    common = dict(step_s=0.3, active=4, max_steps=length, slowdown=True, logdir=tmp_path / "profile")
-    slow = Job(tmp_path, "slow", slow_from=slow_from, slow_s=0.6, **common)
+    """One job slows down at step 30 (a sleep in forward); three steady jobs run beside it, 60 steps
+    (as long as the slow one may run). Only the first takes a trace by itself, of steps after the
+    slowdown."""
+    slow_from = SLOW_FROM
+    common = dict(SLOWDOWN_JOB, logdir=tmp_path / "profile")
+    slow = Job(tmp_path, "slow", slow_from=slow_from, **common)
     steady = [Job(tmp_path, f"steady{k}", **common) for k in range(3)]
     try:
-        for job in (slow, *steady):
+        _wait_for_the_slowdown_capture(slow)
+        slow.finish()
+        for job in steady:
             assert job.proc.wait(timeout=600) == 0, job.log()[-3000:]
     finally:
         for job in (slow, *steady):
@@ -454,14 +492,14 @@ def test_a_forged_request_does_not_turn_the_slowdown_trigger_off(tmp_path):
     """A request at step 10**12, left before the run slows down, is refused at once: the slowdown
     is still traced by itself (before, the request stayed accepted, and the trigger waited on
     it)."""
-    job = Job(tmp_path, "slow", step_s=0.3, active=4, max_steps=70, slowdown=True, slow_from=40,
-              slow_s=0.6)
+    job = Job(tmp_path, "slow", slow_from=SLOW_FROM, **SLOWDOWN_JOB)
     folder = job.run_dir / ".phaseprof" / "capture"
     try:
         job.ready()  # step 20
         forged = {"id": "f" * 16, "by": "cli", "written": time.time(), "steps": 10, "start": 10**12}
         _put(folder, request_name(forged["id"]), forged)
-        assert job.proc.wait(timeout=600) == 0, job.log()[-3000:]
+        _wait_for_the_slowdown_capture(job)
+        job.finish()
     finally:
         job.kill()
     channel = read_channel(str(job.run_dir))
@@ -470,15 +508,18 @@ def test_a_forged_request_does_not_turn_the_slowdown_trigger_off(tmp_path):
     assert taken.by == "slowdown" and channel.answers[taken.id][0].state == WRITTEN
 
 
-def test_a_store_going_away_mid_run_costs_one_warning_and_captures_resume_once_it_is_back(s3, bucket, tmp_path):
+@pytest.mark.parametrize("where", ["s3", "az"])  # (gs: passes too, a minute more on a busy machine)
+def test_a_store_going_away_mid_run_costs_one_warning_and_captures_resume_once_it_is_back(
+        request, where, tmp_path):
     """The store stops while a job writes its run there: the loop goes on (the channel's looks are
     a thread's), one warning for the run, and once the store is back (empty: the bucket is made
     again) the job beats there again and takes a capture."""
-    job = Job(tmp_path, active=3, logdir=f"s3://{bucket}/profile")
+    store, bucket = _new_bucket(request, where)
+    job = Job(tmp_path, active=3, logdir=store.url(bucket, "profile"))
     try:
         job.ready()
         _wait_for_step(job, 0)  # its heartbeat is in the store
-        s3.stop()
+        store.stop()
         down = time.time()
         try:
             deadline = time.monotonic() + 300
@@ -486,11 +527,11 @@ def test_a_store_going_away_mid_run_costs_one_warning_and_captures_resume_once_i
                 assert time.monotonic() < deadline and job.proc.poll() is None, job.log()[-3000:]
                 time.sleep(0.1)
         finally:
-            s3.start()  # back on the same port, empty
-            s3.client().create_bucket(Bucket=bucket)
+            store.start()  # back on the same port, empty
+            store.create_bucket(bucket)
         back = time.time()
         deadline = time.monotonic() + 300  # the job beats in the store again (its next look)
-        while not any(k.endswith("/.phaseprof/capture/rank0.json") for k in s3.keys(bucket)):
+        while not any(k.endswith("/.phaseprof/capture/rank0.json") for k in store.keys(bucket)):
             assert time.monotonic() < deadline and job.proc.poll() is None, job.log()[-3000:]
             time.sleep(0.2)
         asked = capture(str(job.logdir), "--run", "long", "--steps", "2", "--wait")

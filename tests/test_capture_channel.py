@@ -11,7 +11,9 @@ import msgspec
 import pytest
 from tensorboard.plugins import base_plugin
 
+from phaseprof import capture_store
 from phaseprof.capture_channel import (
+    LEAD_S,
     MARGIN_STEPS,
     MAX_FILE_BYTES,
     REFUSED,
@@ -22,6 +24,7 @@ from phaseprof.capture_channel import (
     answer_name,
     beat_name,
     capture_dir,
+    lead,
     pending,
     plan_request,
     read_channel,
@@ -63,6 +66,32 @@ def test_the_start_step_is_ahead_of_the_fastest_rank_and_after_the_schedule():
     # an unknown pace: the margin only; never inside the configured window
     assert start_step([_beat(step=3, pace=0.0, schedule_until=12)], now) == 13
     assert start_step([_beat(step=30, pace=0.0)], now) == 32
+
+
+def test_the_lead_covers_the_longest_look_the_heartbeats_of_a_run_in_a_store_say():
+    """Ranks of a run in a store say how often they look (``look_s``): the asker's lead covers the
+    longest of them and the listing's slack; a heartbeat of format 1.1 (none said), the default
+    interval; a disk's watchers all look every `BEAT_S`."""
+    quick, slow, older = (msgspec.structs.replace(_beat(rank), look_s=look)
+                          for rank, look in ((0, 0.5), (1, 2.0), (2, None)))
+    url = "s3://bucket/prefix/run"
+    assert lead(url, [quick]) == 0.5 + capture_store.SLACK_S
+    assert lead(url, [quick, slow]) == 2.0 + capture_store.SLACK_S
+    assert lead(url, [quick, older]) == lead(url) == capture_store.LEAD_S
+    assert capture_store.LEAD_S == capture_store.POLL_S + capture_store.SLACK_S
+    assert lead("/runs/run", [quick, slow]) == LEAD_S
+
+
+@pytest.mark.parametrize(("value", "interval"), [
+    (None, 3.0), ("0.5", 0.5), ("30", 30.0), ("0.1", 3.0), ("31", 3.0), ("nan", 3.0),
+    ("soon", 3.0)])
+def test_a_watcher_of_a_store_looks_as_often_as_the_environment_says_within_bounds(
+        monkeypatch, value, interval):
+    if value is None:
+        monkeypatch.delenv(capture_store.POLL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(capture_store.POLL_ENV, value)
+    assert capture_store.poll_s() == interval
 
 
 @pytest.mark.parametrize(("beats", "reason"), [
@@ -358,7 +387,7 @@ def test_the_cli_and_the_route_never_follow_a_link_to_the_channel(tmp_path, link
 
 @pytest.mark.parametrize("field", [
     {"step": 10**400}, {"steps_per_s": 1.797e308}, {"time": 1e308}, {"active": 10**30},
-    {"schedule_until": -5}, {"world_size": 0}, {"rank": 3}, {"started": 1e300}])
+    {"schedule_until": -5}, {"world_size": 0}, {"rank": 3}, {"started": 1e300}, {"look_s": 3600}])
 def test_a_heartbeat_out_of_bounds_is_ignored_with_a_reason(live_run, field):
     from tests.capture_job import capture
 
@@ -432,7 +461,7 @@ def test_files_carry_their_format_and_readers_tolerate_newer_fields(live_run):
     request = plan_request(str(logdir / "live"))
     write_request(str(logdir / "live"), request)
     with open(os.path.join(folder, request_name(request.id)), "rb") as fh:
-        assert msgspec.json.decode(fh.read())["format"] == "1.1"
+        assert msgspec.json.decode(fh.read())["format"] == "1.2"
     # a major version it does not know: refused in one line
     _write_raw(folder, "rank0.json", _beat_dict(format="2.0"))
     asked = capture(str(logdir), "--run", "live")

@@ -4,6 +4,7 @@ the wire), objects out of bounds, and a store that fails."""
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from types import SimpleNamespace
@@ -13,6 +14,7 @@ import pytest
 
 from phaseprof.capture_channel import (
     ACCEPTED,
+    MARGIN_STEPS,
     REFUSED,
     Request,
     plan_request,
@@ -20,6 +22,7 @@ from phaseprof.capture_channel import (
     request_name,
     write_request,
 )
+from phaseprof.capture_store import POLL_ENV, SLACK_S
 from phaseprof.plugin.reading import storage
 from phaseprof.training_hooks.capture import CaptureWatcher, Slowdown
 from phaseprof.training_hooks.faults import Faults
@@ -83,6 +86,32 @@ def test_a_rank_looks_with_one_listing_and_one_put(s3, bucket, on_the_wire):
     finally:
         watcher.close()
     assert read_channel(url).beats[0].ended
+
+
+def test_a_watcher_looks_as_often_as_its_environment_says_and_the_asker_leads_by_that(
+        s3, bucket, monkeypatch):
+    """``PHASEPROF_CAPTURE_POLL_S=0.5``: the watcher's thread waits 0.5 s between looks and its
+    heartbeat says so; the asker (here without that setting) then leads by 0.5 s and the slack,
+    not by the default 4 s."""
+    monkeypatch.setenv(POLL_ENV, "0.5")
+    url = f"s3://{bucket}/p/r"
+    watcher = _watcher(url)
+    stop, waits = watcher._stop, []
+    watcher._stop = SimpleNamespace(wait=lambda seconds: waits.append(seconds) or True)
+    try:
+        watcher._run()  # its thread's work: a look, then a wait (told to stop here)
+    finally:
+        watcher._stop = stop
+        watcher.close()
+    assert waits == [0.5]
+    monkeypatch.delenv(POLL_ENV)
+    beat = read_channel(url).beats[0]
+    beat = msgspec.structs.replace(beat, ended=False, step=100, steps_per_s=10.0)
+    assert beat.look_s == 0.5
+    s3.put(bucket, "p/r/.phaseprof/capture/rank0.json", msgspec.json.encode(beat))
+    # 10 steps a second for 0.5 s and the slack, then the step in progress and a warm-up step
+    request = plan_request(url, 3, now=beat.time)
+    assert request.start == 100 + math.ceil(10 * (0.5 + SLACK_S)) + MARGIN_STEPS
 
 
 def test_objects_out_of_bounds_are_ignored_and_never_read_whole(s3, bucket, on_the_wire):

@@ -1,9 +1,10 @@
 """Traces of any step of a long run: the training side of the capture channel
 (`phaseprof.capture_channel`).
 
-A daemon thread (`CaptureWatcher`) wakes every `BEAT_S` seconds (`capture_store.POLL_S` for a run in
-an object store, whose channel is objects there), off the loop: it republishes this rank's heartbeat
-(its step and pace), reads new requests under ``<run>/.phaseprof/capture/``,
+A daemon thread (`CaptureWatcher`) wakes every `BEAT_S` seconds (`capture_store.poll_s()`, 3 s by
+default, for a run in an object store, whose channel is objects there), off the loop: it
+republishes this rank's heartbeat (its step, its pace, its interval between looks), reads new
+requests under ``<run>/.phaseprof/capture/``,
 accepts or refuses each (answering in the run), refuses accepted ones whose deadline passed before
 their start, and, with ``capture_on_slowdown``, judges the last steps against the run's own noise
 and writes a request itself. Each look reaches the folder afresh without following a link
@@ -62,7 +63,7 @@ from phaseprof.capture_channel import (
     plan_request,
     write_request,
 )
-from phaseprof.capture_store import POLL_S, StoreError
+from phaseprof.capture_store import StoreError, poll_s
 from phaseprof.noise import noise
 
 from .upload import WHY, one_line, refusal
@@ -122,8 +123,10 @@ class CaptureWatcher:
         self.run_dir = prof.run_dir
         self.folder = capture_dir(prof.run_dir)  # for messages: every look opens it afresh
         #: The run is in a store: its channel is objects there (`phaseprof.capture_store`), looked at
-        #: every `POLL_S`; the first look is the thread's (the loop never waits for the store).
+        #: every `poll_s()`; the first look is the thread's (the loop never waits for the store).
         self.remote = is_remote(prof.run_dir)
+        #: Seconds between two looks (each heartbeat says it: the asker's lead covers it).
+        self.look_s = poll_s() if self.remote else BEAT_S
         self._down: str | None = None  # while the store fails: its fault's line
         self._outages: list[str] = []  # the lines of outages that ended: withdrawn on close
         self.started = time.time()
@@ -210,7 +213,7 @@ class CaptureWatcher:
     def _run(self) -> None:
         if self.remote:
             self.tick()
-        while not self._stop.wait(POLL_S if self.remote else BEAT_S):
+        while not self._stop.wait(self.look_s):
             self.tick()
 
     def tick(self) -> None:
@@ -331,7 +334,8 @@ class CaptureWatcher:
         self._pace = (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
         beat = Heartbeat(rank=self.rank, world_size=self.world_size, step=step, time=now,
                          steps_per_s=self._pace, active=self.active,
-                         schedule_until=self.schedule_until, started=self.started, ended=ended)
+                         schedule_until=self.schedule_until, started=self.started, ended=ended,
+                         look_s=self.look_s)
         folder.write(beat_name(self.rank), msgspec.json.encode(beat))
 
     def _read_requests(self, folder) -> None:

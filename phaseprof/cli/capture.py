@@ -21,12 +21,12 @@ from phaseprof.capture_channel import (
     Request,
     lead,
     live_beats,
+    look,
     plan_request,
     read_channel,
     targets,
     write_request,
 )
-from phaseprof.capture_store import POLL_S
 from phaseprof.contract import ANALYSIS_DIR, CAPTURE_DIR
 from phaseprof.plugin.reading import storage
 
@@ -44,10 +44,12 @@ def capture(logdir: str, run: str | None = None, steps: int | None = None, ranks
     except (ValueError, storage.StorageError) as e:
         _say(f"phaseprof capture: {e}", sys.stderr)
         return 2
-    for line in read_channel(run_dir).ignored:  # each file another writer got wrong, once
+    channel = read_channel(run_dir)
+    for line in channel.ignored:  # each file another writer got wrong, once
         _say(f"phaseprof capture: {run_dir}: ignored {line}", sys.stderr)
     deadline = time.monotonic() + timeout
-    lead_s = lead(run_dir)
+    lead_s = lead(run_dir, channel.beats.values())  # (ranks' looks, as their heartbeats say)
+    pause = look(run_dir, channel.beats.values()) / 2  # between two looks of this one
     for _ in range(RETRIES + 1):
         try:
             request = plan_request(run_dir, steps, ranks, lead_s=lead_s)
@@ -61,7 +63,7 @@ def capture(logdir: str, run: str | None = None, steps: int | None = None, ranks
              f"(request {request.id})", out)
         if not wait:
             return 0
-        answers = wait_for_answers(run_dir, request, deadline)
+        answers = wait_for_answers(run_dir, request, deadline, pause)
         if answers is None:
             _say(f"phaseprof capture: no answer from every rank within {timeout:.0f} s", sys.stderr)
             return 1
@@ -70,7 +72,7 @@ def capture(logdir: str, run: str | None = None, steps: int | None = None, ranks
             break
         lead_s *= 2
         _say(f"rank {missed[0].rank} {missed[0].reason}: asking again with a longer lead", out)
-    return _report(run_dir, answers, out, deadline)
+    return _report(run_dir, answers, out, deadline, pause)
 
 
 def _say(line: str, out) -> None:
@@ -136,9 +138,10 @@ def _inside(logdir: str, path: str) -> bool:
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def wait_for_answers(run_dir: str, request: Request, deadline: float) -> dict[int, Answer] | None:
+def wait_for_answers(run_dir: str, request: Request, deadline: float,
+                     pause: float = BEAT_S / 2) -> dict[int, Answer] | None:
     """Every asked rank's final answer (a rank that ended or stopped without one is refused),
-    or None at the deadline."""
+    or None at the deadline; the channel read every ``pause`` seconds."""
     while time.monotonic() < deadline:
         channel = read_channel(run_dir)
         answers = channel.answers.get(request.id, {})
@@ -152,16 +155,16 @@ def wait_for_answers(run_dir: str, request: Request, deadline: float) -> dict[in
                                     reason=f"the run ended at step {beat.step} without answering")
         if done and len(done) == len(targets(request, channel)):
             return done
-        time.sleep((POLL_S if storage.is_remote(run_dir) else BEAT_S) / 2)
+        time.sleep(pause)
     return None
 
 
-def _report(run_dir: str, answers: dict[int, Answer], out, deadline: float) -> int:
+def _report(run_dir: str, answers: dict[int, Answer], out, deadline: float, pause: float) -> int:
     from phaseprof.plugin.reading.errors import TraceError
     from phaseprof.plugin.spans import analyze_file
 
     named = {name for a in answers.values() if a.state == WRITTEN for name in a.files}
-    files = _trace_files(run_dir, named, deadline)
+    files = _trace_files(run_dir, named, deadline, pause)
     failed = 0
     for rank, answer in sorted(answers.items()):
         if answer.state != WRITTEN:
@@ -183,7 +186,7 @@ def _report(run_dir: str, answers: dict[int, Answer], out, deadline: float) -> i
     return 1 if failed else 0
 
 
-def _trace_files(run_dir: str, names: set[str], deadline: float) -> dict:
+def _trace_files(run_dir: str, names: set[str], deadline: float, pause: float) -> dict:
     """The run's trace files by name; in a store, once those ``names`` are there (the job uploads a
     trace a few seconds after writing it) or at the deadline."""
     from phaseprof.plugin.reading.discovery import discover
@@ -195,4 +198,4 @@ def _trace_files(run_dir: str, names: set[str], deadline: float) -> dict:
             files = {}
         if not storage.is_remote(run_dir) or names <= set(files) or time.monotonic() > deadline:
             return files
-        time.sleep(POLL_S / 2)
+        time.sleep(pause)
