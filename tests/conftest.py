@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import compileall
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ["PHASEPROF_CACHE"] = "off"
 DATA = ROOT / "tests" / "data"
 processes.become_subreaper()  # a process whose parent a test killed stays in view
+
+# The tests start hundreds of Python processes (the CLI, TensorBoard, training jobs). Where the
+# environment sets PYTHONDONTWRITEBYTECODE, each would compile phaseprof's modules again (~1 s of CPU
+# a process): compile them once here; Python still reads bytecode under that setting.
+if sys.dont_write_bytecode:
+    for package in ("phaseprof", "plugin", "training_hooks"):
+        compileall.compile_dir(ROOT / package, quiet=1)
 
 
 @pytest.fixture(autouse=True)
