@@ -62,13 +62,17 @@ def _route(handler):
     return serve
 
 
-def _answering(method: str, step: str | None = None, **params: str | None):
+def _answering(method: str, step: str | None = None, whole_run: bool = False,
+               **params: str | None):
     """A route that answers ``Analysis.<method>(run, worker=…, step=…, **params)``: the step as
     `_names` parses it (not passed where ``step`` is None), each of ``params`` from the parameter
-    of its name, its default where that is missing or empty."""
+    of its name, its default where that is missing or empty. ``whole_run``: ``<method>(run)``
+    alone, over the scalars TensorBoard holds for the request as well as the traces."""
 
     def serve(self, request):
         run, worker, number = _names(request.args, step=step)
+        if whole_run:
+            return _json(request, getattr(self._analysis(request.environ), method)(run))
         given = {name: request.args.get(name) or default for name, default in params.items()}
         if step:
             given["step"] = number
@@ -172,6 +176,9 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
     _serve_memory = _answering("memory", step="required")
     _serve_memory_events = _answering("memory_events", step="optional")
     _serve_collectives = _answering("collectives", step="optional")
+    # ...and those that answer a whole run, from the scalars TensorBoard holds too
+    _serve_timeline = _answering("timeline", whole_run=True)
+    _serve_ranks = _answering("ranks", whole_run=True)
 
     @_route
     def _serve_runs(self, request):
@@ -179,20 +186,10 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         return _json(request, self._analysis().runs())
 
     @_route
-    def _serve_timeline(self, request):
-        run, _, _ = _names(request.args)
-        return _json(request, self._analysis(request.environ).timeline(run))
-
-    @_route
     def _serve_compare(self, request):
         a, b = (Side(*_names(request.args, step="optional", side=side)) for side in ("a", "b"))
         device = request.args.get("device") or "cpu"
         return _json(request, self._analysis().compare(a, b, request.args.get("op") or None, device))
-
-    @_route
-    def _serve_ranks(self, request):
-        run, _, _ = _names(request.args)
-        return _json(request, self._analysis(request.environ).ranks(run))
 
     @_route
     def _serve_trace(self, request):
