@@ -395,7 +395,8 @@ def _gpu_windows(part: Partition, step: np.ndarray, start: np.ndarray, end: np.n
                  base: float) -> dict[str, np.ndarray]:
     """The `GpuMeasures` fields of each step's GPU window (device times ``start``/``end`` from
     ``base``): ``window_us`` from its first device start to its last end, ``window_start_us``
-    where it opens (NaN without device work), ``past_host_us`` how far it ran past the host's end."""
+    where it opens (NaN without device work), ``past_host_us`` how far it ran past the host's
+    end."""
     steps = len(part.steps)
     window = np.zeros(steps)
     past = np.zeros(steps)
