@@ -11,6 +11,7 @@ does on a user's machine, rather than compiling the project's modules on every s
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -20,6 +21,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout, for tests/
 from tests.tensorboard_server import TensorBoard  # noqa: E402
@@ -205,10 +208,23 @@ def timed_get(tb: TensorBoardServer, path: str) -> tuple[float, bytes]:
     return elapsed, body
 
 
-def draw_in_tab(browser, url: str, view: str, route: str, viewport: dict, timeout_ms: int, draw_measure: str):
+def drawing_args(doc: str, size: str) -> argparse.Namespace:
+    """A tab-drawing benchmark's arguments: how much it draws (``--<size>``, 50,000 by default) and
+    how many pages it measures after the first (``--repeat``)."""
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(f"--{size}", type=int, default=50_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    return parser.parse_args()
+
+
+def draw_in_tab(browser, url: str, view: str, route: str, viewport: dict, timeout_ms: int,
+                draw_measure: str, read: Callable[[Any], dict]) -> dict:
     """Open the tab at ``url`` on ``view`` (its hash parameters after ``p.phaseprof.view=``) in a fresh
-    page and wait for the frontend's ``draw_measure`` performance entry. Returns the page, the tab's
-    frame, and the seconds of the draw, of the ``/route`` fetch and from opening to drawn."""
+    page and wait for the frontend's ``draw_measure`` performance entry. Returns the seconds of the
+    draw, of the ``/route`` fetch and from opening to drawn, with what ``read(the tab's frame)``
+    reads off the drawn tab before the page closes."""
     page = browser.new_page(viewport=viewport)
     started = time.perf_counter()
     page.goto(f"{url}/#phaseprof&p.phaseprof.view={view}")
@@ -221,4 +237,6 @@ def draw_in_tab(browser, url: str, view: str, route: str, viewport: dict, timeou
     draw = frame.evaluate(f"performance.getEntriesByName({draw_measure!r})[0].duration") / 1000
     fetch = frame.evaluate(f"performance.getEntriesByType('resource').filter(e => e.name.includes('/{route}?'))"
                            ".map(e => e.duration)[0]") / 1000
-    return page, frame, {"draw": draw, "fetch": fetch, "whole": whole}
+    shown = read(frame)
+    page.close()
+    return {"draw": draw, "fetch": fetch, "whole": whole, **shown}

@@ -30,7 +30,7 @@ import os
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -50,7 +50,7 @@ from phaseprof.contract import (  # noqa: E402
     TRANSFORMERS,
     host_tag,
 )
-from tests.timing import Timers, busy, scalars, time_forward, time_optimizer  # noqa: E402
+from tests.timing import Timers, busy, by_calls, scalars, timed  # noqa: E402
 
 TARGET_MS = 0.1
 
@@ -81,20 +81,31 @@ def evaluation(values: dict, spans: list) -> tuple[int, float, int, float]:
     return len(passes), sum(passes.values()), len(spans), sum(s.ms for s in spans)
 
 
-def plain(tmp: Path, steps: int) -> Result:
-    """zero_grad, forward, backward, step (which ends the step); after every 5th step an evaluation
-    (model.eval(), no_grad, 3 batches and their metrics), before the next step's work."""
-    timers = Timers()
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
-    time_forward(model, timers, FORWARD)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    time_optimizer(optimizer, timers, OPTIMIZER)
-    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+@contextlib.contextmanager
+def profiled(timers: Timers, tmp: Path, run: str) -> Iterator[PhaseProfiler]:
+    """A loop's run under its timers and phaseprof, every loop on the same schedule."""
     with (
         timers.watching(),
         timers.timing_backward(),
-        PhaseProfiler(logdir=str(tmp), run="plain", wait=1, warmup=1, active=5) as prof,
+        PhaseProfiler(logdir=str(tmp), run=run, wait=1, warmup=1, active=5) as prof,
     ):
+        yield prof
+
+
+def written(tmp: Path, run: str) -> tuple[dict[str, dict[int, float]], list[int]]:
+    """The run's scalars, and its steps in order."""
+    values = scalars(tmp / run)
+    return values, sorted(values[STEP_TAG])
+
+
+def plain(tmp: Path, steps: int) -> Result:
+    """zero_grad, forward, backward, step (which ends the step); after every 5th step an evaluation
+    (model.eval(), no_grad, 3 batches and their metrics), before the next step's work."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    timers = timed([model], [optimizer])
+    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+    with profiled(timers, tmp, "plain") as prof:
         prof.attach(model, optimizer)
         for step in range(steps):
             optimizer.zero_grad()
@@ -109,8 +120,7 @@ def plain(tmp: Path, steps: int) -> Result:
                         busy(0.002)
                 model.train()
                 timers.stop("eval", started, inside=False)
-    values = scalars(tmp / "plain")
-    s = sorted(values[STEP_TAG])
+    values, s = written(tmp, "plain")
     return (
         {
             FORWARD: pairs(timers, values, s, FORWARD, timers.per_step(FORWARD, 1)),
@@ -124,11 +134,9 @@ def plain(tmp: Path, steps: int) -> Result:
 def lbfgs(tmp: Path, steps: int) -> Result:
     """PyTorch's time_sequence_prediction: ``optimizer.step(closure)``, the closure run several
     times a step (zero_grad, forward, backward, its loss's 1 ms of work)."""
-    timers = Timers()
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
-    time_forward(model, timers, FORWARD)
     optimizer = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3, history_size=3)
-    time_optimizer(optimizer, timers, OPTIMIZER)
+    timers = timed([model], [optimizer])
     x, y = torch.randn(64, 32), torch.randn(64, 1)
     calls: list[int] = []
 
@@ -140,17 +148,12 @@ def lbfgs(tmp: Path, steps: int) -> Result:
         busy(0.001)
         return loss
 
-    with (
-        timers.watching(),
-        timers.timing_backward(),
-        PhaseProfiler(logdir=str(tmp), run="lbfgs", wait=1, warmup=1, active=5) as prof,
-    ):
+    with profiled(timers, tmp, "lbfgs") as prof:
         prof.attach(model, optimizer)
         for _ in range(steps):
             calls.append(0)
             optimizer.step(closure)
-    values = scalars(tmp / "lbfgs")
-    s = sorted(values[STEP_TAG])
+    values, s = written(tmp, "lbfgs")
     return (
         {
             FORWARD: pairs(timers, values, s, FORWARD, by_calls(timers.spans(FORWARD), calls)),
@@ -165,38 +168,22 @@ def lbfgs(tmp: Path, steps: int) -> Result:
     )
 
 
-def by_calls(spans: list, counts: list[int]) -> list[list]:
-    out, i = [], 0
-    for n in counts:
-        out.append(spans[i : i + n])
-        i += n
-    return out
-
-
 def gan(tmp: Path, steps: int) -> Result:
     """PyTorch's DCGAN loop: the discriminator's update, then the generator's; one step per
     iteration."""
-    timers = Timers()
     G = torch.nn.Sequential(
         torch.nn.Linear(16, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64), torch.nn.Tanh()
     )
     D = torch.nn.Sequential(
         torch.nn.Linear(64, 128), torch.nn.LeakyReLU(0.2), torch.nn.Linear(128, 1)
     )
-    time_forward(G, timers, FORWARD)
-    time_forward(D, timers, FORWARD)
     opt_d, opt_g = (
         torch.optim.Adam(D.parameters(), lr=2e-4),
         torch.optim.Adam(G.parameters(), lr=2e-4),
     )
-    time_optimizer(opt_d, timers, OPTIMIZER)
-    time_optimizer(opt_g, timers, OPTIMIZER)
+    timers = timed([G, D], [opt_d, opt_g])
     real = torch.randn(32, 64)
-    with (
-        timers.watching(),
-        timers.timing_backward(),
-        PhaseProfiler(logdir=str(tmp), run="gan", wait=1, warmup=1, active=5) as prof,
-    ):
+    with profiled(timers, tmp, "gan") as prof:
         prof.attach([G, D], [opt_d, opt_g])
         for _ in range(steps):
             opt_d.zero_grad()
@@ -210,8 +197,7 @@ def gan(tmp: Path, steps: int) -> Result:
             opt_g.zero_grad()
             F.binary_cross_entropy_with_logits(D(fake), ones).backward()
             opt_g.step()
-    values = scalars(tmp / "gan")
-    s = sorted(values[STEP_TAG])
+    values, s = written(tmp, "gan")
     return (
         {
             FORWARD: pairs(timers, values, s, FORWARD, timers.per_step(FORWARD, 4)),
@@ -224,17 +210,11 @@ def gan(tmp: Path, steps: int) -> Result:
 
 def accumulation(tmp: Path, steps: int) -> Result:
     """Two micro-batches per optimizer step, forward under ``torch.autocast`` (bf16, CPU)."""
-    timers = Timers()
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
-    time_forward(model, timers, FORWARD)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    time_optimizer(optimizer, timers, OPTIMIZER)
+    timers = timed([model], [optimizer])
     x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
-    with (
-        timers.watching(),
-        timers.timing_backward(),
-        PhaseProfiler(logdir=str(tmp), run="accumulation", wait=1, warmup=1, active=5) as prof,
-    ):
+    with profiled(timers, tmp, "accumulation") as prof:
         prof.attach(model, optimizer)
         for _ in range(steps):
             for _ in range(2):
@@ -243,8 +223,7 @@ def accumulation(tmp: Path, steps: int) -> Result:
                 loss.backward()
             optimizer.step()
             optimizer.zero_grad()
-    values = scalars(tmp / "accumulation")
-    s = sorted(values[STEP_TAG])
+    values, s = written(tmp, "accumulation")
     # A step's optimizer: the previous step's zero_grad (after its step ended it), then its update.
     calls = timers.spans(OPTIMIZER)
     optimizer_calls = [calls[:1]] + [calls[2 * n - 1 : 2 * n + 1] for n in range(1, len(s))]

@@ -16,7 +16,6 @@ from opening the page.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import random
@@ -26,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _measure  # noqa: E402
 from _measure import TensorBoardServer, draw_in_tab, in_browser, print_medians  # noqa: E402
 
 RUN = "big_step"
@@ -81,18 +81,18 @@ def step_events(total: int) -> list[dict]:
 
 
 def measure(browser, url: str) -> dict:
-    page, frame, times = draw_in_tab(browser, url, f"step&p.phaseprof.run={RUN}&p.phaseprof.step={STEP}", "trace",
-                                     {"width": 1440, "height": 1000}, 300_000, DRAW_MEASURE)
-    shown = frame.locator(".card", has_text="Trace of the step").locator(".actions .muted").inner_text()
-    page.close()
-    return {**times, "shown": shown}
+    return draw_in_tab(browser, url, f"step&p.phaseprof.run={RUN}&p.phaseprof.step={STEP}", "trace",
+                       {"width": 1440, "height": 1000}, 300_000, DRAW_MEASURE, trace_note)
+
+
+def trace_note(frame) -> dict:
+    """What the drawn trace's card says of the events it shows."""
+    card = frame.locator(".card", has_text="Trace of the step")
+    return {"shown": card.locator(".actions .muted").inner_text()}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=50_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+    args = _measure.drawing_args(__doc__, "events")
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / RUN
         run.mkdir()

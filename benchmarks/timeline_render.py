@@ -12,7 +12,6 @@ prints how long the route took to answer in the browser, and the whole time from
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _measure  # noqa: E402
 from _measure import TensorBoardServer, draw_in_tab, in_browser, print_medians  # noqa: E402
 
 RUN = "long_run"
@@ -51,18 +51,18 @@ def write_steps(run_dir: Path, steps: int) -> None:
 
 def measure(browser, url: str) -> dict:
     """One cold page: TensorBoard, the tab, the timeline fetched and drawn."""
-    page, frame, times = draw_in_tab(browser, url, f"timeline&p.phaseprof.run={RUN}", "timeline",
-                                     {"width": 1400, "height": 900}, 120_000, DRAW_MEASURE)
+    return draw_in_tab(browser, url, f"timeline&p.phaseprof.run={RUN}", "timeline",
+                       {"width": 1400, "height": 900}, 120_000, DRAW_MEASURE, steps_recorded)
+
+
+def steps_recorded(frame) -> dict:
+    """The steps the drawn timeline says it holds."""
     steps = frame.locator(".figure", has_text="Steps recorded").locator(".figure-value").inner_text()
-    page.close()
-    return {**times, "steps": int(steps.replace(",", ""))}
+    return {"steps": int(steps.replace(",", ""))}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=50_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+    args = _measure.drawing_args(__doc__, "steps")
     with tempfile.TemporaryDirectory() as tmp:
         logdir = Path(tmp)
         t = time.perf_counter()

@@ -266,9 +266,9 @@ class StepRow(Answer, gc=False):
     gpu_time: GpuTime | None
 
 
-class OpRow(Answer, omit_defaults=True):
-    """An op of one step and phase, aggregated by name and input shapes. ``self_*``: without its
-    children (host) or of the work it launched itself (GPU)."""
+class OpTimes(Answer):
+    """An op's calls and times, aggregated by name and input shapes: what a step's op row and a
+    run's share. ``self_*``: without its children (host) or of the work it launched itself (GPU)."""
 
     name: str
     shapes: str | None
@@ -277,6 +277,12 @@ class OpRow(Answer, omit_defaults=True):
     host_ms: float
     self_gpu_ms: float
     gpu_ms: float
+
+
+class OpRow(OpTimes, omit_defaults=True):
+    """An op of one step and phase, aggregated by name and input shapes. ``self_*``: without its
+    children (host) or of the work it launched itself (GPU)."""
+
     #: with ``with_stack=True``: the call stack of most of its host time, innermost frame first, and its
     #: innermost frame in the user's code (`analysis.stacks.is_user_frame`); left out without stacks
     stack: list[str] = msgspec.field(default_factory=list)
@@ -1001,16 +1007,10 @@ class KernelsAnswer(Answer):
     left_out_why: str | None
 
 
-class RunOpRow(Answer, omit_defaults=True):
-    """One op (or op and input shapes) summed over a worker's profiled steps."""
+class RunOpRow(OpTimes, omit_defaults=True):
+    """One op (or op and input shapes) summed over a worker's profiled steps; with
+    ``group=shapes`` its ``shapes`` are the input shapes ("" where not recorded)."""
 
-    name: str
-    shapes: str | None  # with ``group=shapes``: the input shapes ("" where not recorded)
-    calls: int
-    self_host_ms: float
-    host_ms: float
-    self_gpu_ms: float
-    gpu_ms: float
     calls_per_step: float  # means over the profiled steps, including those where it did not run
     self_host_ms_per_step: float
     self_gpu_ms_per_step: float

@@ -4,7 +4,8 @@
 
 msgspec gives the JSON Schema of the answers; each object schema becomes an interface. A field
 with a default in an ``omit_defaults`` answer is optional (left out while it has nothing to say). An
-answer that subclasses another extends its interface, as `StepDetail` does `StepRow`.
+answer that subclasses another extends its interface, as `StepDetail` does `StepRow`; a base only
+answers share (`OpTimes`) is generated too, so its fields are declared once.
 A test fails when the committed file differs from a fresh generation.
 """
 
@@ -27,6 +28,12 @@ DEFAULT_OUT = Path(__file__).resolve().parent.parent / "frontend" / "src" / "ans
 def typescript() -> str:
     """The generated module's text."""
     _, defs = msgspec.json.schema_components(answers.ANSWERS, ref_template="#/$defs/{name}")
+    bases = {getattr(answers, name).__mro__[1] for name in defs} - {answers.Answer}
+    if any(base.__name__ not in defs for base in bases):  # a base no answer holds: its fields once
+        _, defs = msgspec.json.schema_components(
+            (*answers.ANSWERS, *sorted(bases, key=lambda b: b.__name__)),
+            ref_template="#/$defs/{name}",
+        )
     out = [HEADER]
     for name in sorted(defs):
         out.append(_interface(name, defs))

@@ -15,6 +15,7 @@ import textwrap
 import pytest
 
 from phaseprof.contract import CAPTURE_DIR, TRACE_FILE_RE
+from tests.child_loop import TINY_LOOP
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +26,7 @@ TRAIN = (
     from phaseprof import PhaseProfiler
 
     logdir, out = sys.argv[1], sys.argv[2]
-    beat = os.path.join(logdir, "r", *%r.split("/"), "rank0.json")
+    beat = os.path.join(logdir, "r", *%(capture)r.split("/"), "rank0.json")
 
     def busy(x):
         time.sleep(3600)  # still at work when the pool is terminated
@@ -33,16 +34,7 @@ TRAIN = (
     def square(x):
         return x * x
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(8, 16)
-
-    def train(steps):
-        for _ in range(steps):
-            optimizer.zero_grad()
-            model(x).sum().backward()
-            optimizer.step()
+    %(loop)s
 
     prof = PhaseProfiler(logdir=logdir, run="r", wait=0, warmup=1, active=2, repeat=2)
     prof.attach(model, optimizer)
@@ -71,7 +63,7 @@ TRAIN = (
     prof.close()
     json.dump({"pid": os.getpid(), "beat": beats[-1] if beats else None}, open(out, "w"))
 """)
-    % CAPTURE_DIR
+    % {"capture": CAPTURE_DIR, "loop": TINY_LOOP}
 )
 
 

@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 from phaseprof.contract import CAPTURE_DIR, STEP_TAG
+from tests.child_loop import TINY_LOOP
 from tests.test_training_hooks import read_scalars
 
 pytestmark = pytest.mark.slow
@@ -26,17 +27,8 @@ TRAIN = (
     from phaseprof import PhaseProfiler
 
     logdir = sys.argv[1]
-    beat = os.path.join(logdir, "r", *%r.split("/"), "rank0.json")
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(8, 16)
-
-    def train(steps):
-        for _ in range(steps):
-            optimizer.zero_grad()
-            model(x).sum().backward()
-            optimizer.step()
+    beat = os.path.join(logdir, "r", *%(capture)r.split("/"), "rank0.json")
+    %(loop)s
 
     def beat_step():
         try:
@@ -77,7 +69,7 @@ TRAIN = (
     ours = [str(w.message) for w in caught if str(w.message).startswith("phaseprof")]
     print(json.dumps({"steps": prof.step_num, "full": freed_at, "warnings": ours}))
 """)
-    % CAPTURE_DIR
+    % {"capture": CAPTURE_DIR, "loop": TINY_LOOP}
 )
 
 

@@ -15,6 +15,7 @@ import warnings
 import pytest
 
 from phaseprof.contract import TRACE_FILE_RE
+from tests.child_loop import TINY_LOOP, WAIT_FOR_MARKER, marker_from
 
 TRAIN = textwrap.dedent("""
     import json, os, sys, time, warnings
@@ -23,25 +24,12 @@ TRAIN = textwrap.dedent("""
 
     url, markers = sys.argv[1], sys.argv[2]
 
-    def wait_for(name):
-        deadline = time.monotonic() + 300
-        while not os.path.exists(os.path.join(markers, name)):
-            assert time.monotonic() < deadline, name
-            time.sleep(0.05)
+    %(wait_for)s
 
     def mark(name):
         open(os.path.join(markers, name), "w").close()
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(8, 16)
-
-    def train(steps):
-        for _ in range(steps):
-            optimizer.zero_grad()
-            model(x).sum().backward()
-            optimizer.step()
+    %(loop)s
 
     outage = "--outage" in sys.argv
     with warnings.catch_warnings(record=True) as caught:
@@ -64,7 +52,7 @@ TRAIN = textwrap.dedent("""
         train(2)
         prof.close()
     print(json.dumps([str(w.message) for w in caught if str(w.message).startswith("phaseprof")]))
-""")
+""") % {"loop": TINY_LOOP, "wait_for": WAIT_FOR_MARKER}
 
 
 def _train(tmp_path, url, *flags):
@@ -76,14 +64,6 @@ def _train(tmp_path, url, *flags):
     proc = subprocess.Popen([sys.executable, "-c", TRAIN, url, str(markers), *flags], cwd=work, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, work, temp, markers
-
-
-def _wait_for(path, proc, deadline_s=300):
-    deadline = time.monotonic() + deadline_s
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"{path.name} never came"
-        time.sleep(0.05)
 
 
 def _kinds(keys: list[str]) -> dict[str, list[str]]:
@@ -122,7 +102,7 @@ def test_the_store_going_away_costs_one_warning_and_later_traces_are_uploaded(st
                                                                               tmp_path):
     url = store.url(store_bucket, "p")
     proc, work, temp, markers = _train(tmp_path, url, "--outage")
-    _wait_for(markers / "first-trace", proc)
+    marker_from(markers / "first-trace", proc)
     deadline = time.monotonic() + 300
     # the first trace and its analysis reached the store (the restarted store is empty: an analysis
     # uploaded after the restart would have no trace beside it)
@@ -131,7 +111,7 @@ def test_the_store_going_away_costs_one_warning_and_later_traces_are_uploaded(st
         time.sleep(0.2)
     store.stop()
     (markers / "stopped").touch()
-    _wait_for(markers / "warned", proc)
+    marker_from(markers / "warned", proc)
     store.start()  # back on the same port, empty: the bucket is made again
     store.create_bucket(store_bucket)
     (markers / "started").touch()
@@ -166,7 +146,7 @@ def _children(pid: int) -> list[str]:
 
 def test_uploads_run_in_a_process_of_their_own_that_finishes_a_run_that_died(s3, bucket, tmp_path):
     proc, work, temp, markers = _train(tmp_path, f"s3://{bucket}/p", "--crash")
-    _wait_for(markers / "first-trace", proc)
+    marker_from(markers / "first-trace", proc)
     assert any("phaseprof.training_hooks.upload" in c for c in _children(proc.pid)), _children(proc.pid)
     deadline = time.monotonic() + 300
     while not all(_kinds(s3.keys(bucket))[kind] for kind in ("traces", "analyses")):

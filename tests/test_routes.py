@@ -107,3 +107,23 @@ def test_polling_only_ranks_on_a_fresh_logdir_loads_the_ranks(tmp_path):
         assert body["straggler"]["rank"] == 1  # the longer steps, with no collectives to wait at
     finally:
         plugin._store.close()
+
+
+def test_every_parameter_a_route_takes_reaches_its_answer(client):
+    """The routes made by one maker (`plugin._answering`) pass each parameter on, and a missing one
+    as its default: the answers say which worker, step, phase and grouping they are of."""
+    runs = json.loads(client.get(f"{BASE}/runs").get_data())["runs"]
+    workers = sorted(w["worker"] for w in runs[0]["workers"])
+    worker = workers[-1]  # not the one a missing worker picks
+    asked = f"{BASE}/ops?run=ddp&worker={worker}&phase=forward&group=shapes"
+    ops = json.loads(client.get(asked).get_data())
+    assert (ops["worker"], ops["phase"], ops["group"]) == (worker, "forward", "shapes")
+    plain = json.loads(client.get(f"{BASE}/ops?run=ddp").get_data())
+    assert (plain["worker"], plain["phase"], plain["group"]) == (workers[0], None, "name")
+    for route in ("kernels", "modules", "memory_events"):
+        asked = f"{BASE}/{route}?run=ddp&worker={worker}&step=2&phase=forward"
+        answer = json.loads(client.get(asked).get_data())
+        said = (answer["worker"], answer["step"], answer.get("phase", "forward"))
+        assert said == (worker, 2, "forward"), route
+    steps = json.loads(client.get(f"{BASE}/steps?run=ddp&worker={worker}").get_data())
+    assert steps["worker"] == worker

@@ -19,6 +19,7 @@ import time
 import pytest
 
 from phaseprof.contract import TRACE_FILE_RE
+from tests.child_loop import TINY_LOOP, WAIT_FOR_MARKER, marker_from
 from tests.s3 import BlackHole, Gate, sizes
 
 TRAIN = textwrap.dedent("""
@@ -38,22 +39,9 @@ TRAIN = textwrap.dedent("""
 
         subprocess.Popen = SlowStart
 
-    def wait_for(name):
-        deadline = time.monotonic() + 300
-        while not os.path.exists(os.path.join(markers, name)):
-            assert time.monotonic() < deadline, name
-            time.sleep(0.05)
+    %(wait_for)s
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(8, 16)
-
-    def train(steps):
-        for _ in range(steps):
-            optimizer.zero_grad()
-            model(x).sum().backward()
-            optimizer.step()
+    %(loop)s
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -72,7 +60,7 @@ TRAIN = textwrap.dedent("""
         train(2)  # the second cycle's trace is written by close()
         prof.close()
     print(json.dumps([str(w.message) for w in caught if str(w.message).startswith("phaseprof")]))
-""")
+""") % {"loop": TINY_LOOP, "wait_for": WAIT_FOR_MARKER}
 
 _names = itertools.count()
 #: close()'s bound on the uploads where the store is gone or never answers: what close() then
@@ -107,14 +95,6 @@ def _finish(proc, timeout=600) -> tuple[str, list[str]]:
     assert proc.returncode == 0, err
     assert "Traceback" not in err, err
     return out, json.loads(out.strip().splitlines()[-1])
-
-
-def _wait_for(path, proc, deadline_s=300):
-    deadline = time.monotonic() + deadline_s
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"{path.name} never came"
-        time.sleep(0.05)
 
 
 def _staged(out: str, logdir: str) -> str:
@@ -209,7 +189,7 @@ def test_a_store_that_denies_writing_is_found_at_the_start_and_the_run_kept(s3, 
 def test_a_bucket_deleted_before_close_leaves_every_file_staged(s3, bucket, tmp_path):
     proc, markers = _train(tmp_path, f"s3://{bucket}/p", "--hold")
     try:
-        _wait_for(markers / "trained", proc)
+        marker_from(markers / "trained", proc)
         deadline = time.monotonic() + 300  # the first trace reached the store
         while not any(TRACE_FILE_RE.match(k.rpartition("/")[2]) for k in s3.keys(bucket)):
             assert time.monotonic() < deadline, "the first trace was never uploaded"
@@ -239,7 +219,7 @@ def test_a_store_gone_at_close_leaves_every_file_staged(s3, bucket, tmp_path):
     try:
         proc, markers = _train(tmp_path, f"s3://{bucket}/p", "--hold", endpoint=gate.endpoint,
                                upload_wait_s=UPLOAD_WAIT_S)
-        _wait_for(markers / "trained", proc)
+        marker_from(markers / "trained", proc)
         gate.stop()
         (markers / "close").touch()
         out, warned = _finish(proc)

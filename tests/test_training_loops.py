@@ -37,7 +37,16 @@ from phaseprof.contract import (
     host_tag,
 )
 from phaseprof.training_hooks.models import MnistNet
-from tests.timing import TimedGradScaler, Timers, busy, scalars, time_forward, time_optimizer, train_step
+from tests.timing import (
+    TimedGradScaler,
+    Timers,
+    busy,
+    by_calls,
+    scalars,
+    time_forward,
+    timed,
+    train_step,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -167,11 +176,9 @@ def test_an_lbfgs_closure_keeps_its_own_phases_however_it_is_passed(tmp_path, fo
     the closure several times a step. The closure's zero_grad, forward and backward keep their
     phases; its own work (the loss, ``.item()``, a print: 3 ms here) is other, never optimizer."""
     torch.manual_seed(0)
-    timers = Timers()
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
-    time_forward(model, timers, FORWARD)
     optimizer = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3, history_size=3)
-    time_optimizer(optimizer, timers, OPTIMIZER)
+    timers = timed([model], [optimizer])
     x, y = torch.randn(64, 32), torch.randn(64, 1)
     closure_calls = []
 
@@ -198,23 +205,14 @@ def test_an_lbfgs_closure_keeps_its_own_phases_however_it_is_passed(tmp_path, fo
     assert max(calls) > 1  # LBFGS ran the closure several times in a step
     values = scalars(tmp_path / "r")
     assert sorted(values[STEP_TAG]) == list(range(steps))
-    for phase, reference in ((FORWARD, _by_calls(timers.spans(FORWARD), calls)),
-                             (BACKWARD, _by_calls(timers.spans(BACKWARD), calls)),
-                             # per closure call its zero_grad; per step the update around the closures
-                             (OPTIMIZER, _by_calls(timers.spans(OPTIMIZER), [2 * n + 1 for n in calls]))):
+    for phase, reference in ((FORWARD, by_calls(timers.spans(FORWARD), calls)),
+                             (BACKWARD, by_calls(timers.spans(BACKWARD), calls)),
+                             # per closure call its zero_grad; per step the update around them
+                             (OPTIMIZER, by_calls(timers.spans(OPTIMIZER),
+                                                  [2 * n + 1 for n in calls]))):
         timers.agree(phase, [values[host_tag(phase)][step] for step in range(steps)], reference)
     for step, n in enumerate(calls):  # the closures' own 3 ms each are other
         assert values[host_tag(OTHER)][step] >= 3 * n, (step, n, values[host_tag(OTHER)][step])
-
-
-def _by_calls(spans: list, counts: list[int]) -> list[list]:
-    """``spans`` cut into consecutive runs of ``counts[i]`` spans: one per step."""
-    out, i = [], 0
-    for n in counts:
-        out.append(spans[i:i + n])
-        i += n
-    assert i == len(spans), (i, len(spans))
-    return out
 
 
 # -- several models and optimizers: a GAN ---------------------------------------------------------
@@ -226,15 +224,11 @@ def test_a_gan_loop_with_two_models_and_two_optimizers(tmp_path):
     and step are optimizer, and the iteration is one step, ended by the last of its optimizer steps;
     the traced steps show the same phases."""
     torch.manual_seed(0)
-    timers = Timers()
     G = torch.nn.Sequential(torch.nn.Linear(16, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64), torch.nn.Tanh())
     D = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.LeakyReLU(0.2), torch.nn.Linear(128, 1))
-    time_forward(G, timers, FORWARD)
-    time_forward(D, timers, FORWARD)
     opt_d = torch.optim.Adam(D.parameters(), lr=2e-4)
     opt_g = torch.optim.Adam(G.parameters(), lr=2e-4)
-    time_optimizer(opt_d, timers, OPTIMIZER)
-    time_optimizer(opt_g, timers, OPTIMIZER)
+    timers = timed([G, D], [opt_d, opt_g])
     real = torch.randn(32, 64)
     steps = 6
     with timers.watching(), timers.timing_backward(), \
@@ -350,11 +344,9 @@ def test_a_grad_scaler_loop_has_its_scaler_in_the_optimizer_phase_and_a_skipped_
     optimizer phase of the step they end; the step whose gradients hold an inf, which the scaler
     skips (the optimizer's ``step`` is never called), is a step of its own."""
     torch.manual_seed(0)
-    timers = Timers()
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
-    time_forward(model, timers, FORWARD)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    time_optimizer(optimizer, timers, OPTIMIZER)
+    timers = timed([model], [optimizer])
     scaler = TimedGradScaler(timers, OPTIMIZER, "cpu")
     with timers.watching(), timers.timing_backward(), \
             PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=4) as prof:

@@ -170,6 +170,27 @@ def time_optimizer(optimizer, timers: Timers, what: str) -> None:
     optimizer.step, optimizer.zero_grad = timed_step, timed_zero_grad
 
 
+def timed(models: list, optimizers: list) -> Timers:
+    """Fresh timers around each model's forward and each optimizer's ``step`` and ``zero_grad``:
+    the set-up every compared loop shares (call it before phaseprof attaches)."""
+    timers = Timers()
+    for model in models:
+        time_forward(model, timers, FORWARD)
+    for optimizer in optimizers:
+        time_optimizer(optimizer, timers, OPTIMIZER)
+    return timers
+
+
+def by_calls(spans: list, counts: list[int]) -> list[list]:
+    """``spans`` cut into consecutive runs of ``counts[i]`` spans: one per step."""
+    out, i = [], 0
+    for n in counts:
+        out.append(spans[i:i + n])
+        i += n
+    assert i == len(spans), (i, len(spans))
+    return out
+
+
 class TimedGradScaler(torch.amp.GradScaler):
     """A GradScaler whose ``unscale_``, ``step`` and ``update`` time themselves as ``what``: inside
     the wrappers phaseprof puts on them (its step ends after them)."""

@@ -95,7 +95,7 @@ class Attachment:
             pre = module.register_forward_pre_hook(self._forward_pre, prepend=True)
             post = module.register_forward_hook(self._forward_post, always_call=True)
             self._undo += [pre.remove, post.remove, _Pickling.leave_out(module, (pre.id, post.id))]
-        self._patch(torch.autograd, "backward", self._timed_backward(torch.autograd.backward))
+        self._patch(torch.autograd, "backward", self._timed(torch.autograd.backward, BACKWARD))
         self._optimizers = tuple(dict.fromkeys(optimizers))  # one given twice is one optimizer
         self._optimizer_ids = {id(o) for o in self._optimizers}
         self._stepped: set[int] = set()  # the optimizers stepped since the step began
@@ -199,14 +199,17 @@ class Attachment:
         return functools.update_wrapper(call, function)
 
     def _scaler_unscaled(self, function: Callable, scaler: Any, args: tuple, kwargs: dict) -> Any:
-        tracker = self._tracker
         if not self._is_attached(args[0] if args else kwargs.get("optimizer")):
             return function(scaler, *args, **kwargs)
-        opened = tracker.begin(OPTIMIZER)
+        return self._as_optimizer(function, scaler, args, kwargs)
+
+    def _as_optimizer(self, function: Callable, scaler: Any, args: tuple, kwargs: dict) -> Any:
+        """A scaler's call timed as the optimizer phase (it unscales, steps or updates for it)."""
+        opened = self._tracker.begin(OPTIMIZER)
         try:
             return function(scaler, *args, **kwargs)
         finally:
-            tracker.end(OPTIMIZER, opened)
+            self._tracker.end(OPTIMIZER, opened)
 
     def _scaler_stepped(self, function: Callable, scaler: Any, args: tuple, kwargs: dict) -> Any:
         tracker = self._tracker
@@ -217,13 +220,11 @@ class Attachment:
             self._watch_scaler_class(type(scaler))
         if tracker.apart:
             tracker.leave_eval()
-        opened = tracker.begin(OPTIMIZER)
         self._in_scaler_step += 1
         try:
-            result = function(scaler, *args, **kwargs)
+            result = self._as_optimizer(function, scaler, args, kwargs)
         finally:
             self._in_scaler_step -= 1
-            tracker.end(OPTIMIZER, opened)
         if self._all_stepped(optimizer):  # stepped or skipped for inf/NaN gradients: counted either way
             self._step_pending = True
         return result
@@ -232,13 +233,11 @@ class Attachment:
         tracker = self._tracker
         if not self._step_pending or _get_ident() != tracker.thread:
             return function(scaler, *args, **kwargs)
-        opened = tracker.begin(OPTIMIZER)
         self._in_scaler_update += 1
         try:
-            result = function(scaler, *args, **kwargs)
+            result = self._as_optimizer(function, scaler, args, kwargs)
         finally:
             self._in_scaler_update -= 1
-            tracker.end(OPTIMIZER, opened)
         if not self._in_scaler_update:  # the outermost update (an override calling its base's)
             self._step_pending = False
             if self._on_optimizer_step is not None:
@@ -264,38 +263,24 @@ class Attachment:
         if self._forward_opened:  # empty if a hook that runs before ours failed, so ours never ran
             self._tracker.end(FORWARD, self._forward_opened.pop())
 
-    def _timed_backward(self, function: Callable) -> Callable:
-        """``torch.autograd.backward`` in the backward phase; the first one on the loop's thread
-        shows the loop trains, so evaluation passes are told apart from then on."""
+    def _timed(self, function: Callable, phase: str = OPTIMIZER) -> Callable:
+        """``function`` in ``phase``: the optimizer's (``zero_grad``) or the backward
+        (``torch.autograd.backward``), whose first call on the loop's thread shows the loop trains,
+        so evaluation passes are told apart from then on."""
         tracker = self._tracker
         begin, end = tracker.begin, tracker.end
-
-        def backward(*args: Any, **kwargs: Any) -> Any:
-            if tracker.apart:
-                tracker.leave_eval()
-            opened = begin(BACKWARD)
-            if opened:
-                self._watch_eval = True
-            try:
-                return function(*args, **kwargs)
-            finally:
-                end(BACKWARD, opened)
-
-        return functools.update_wrapper(backward, function)
-
-    def _timed(self, function: Callable) -> Callable:
-        """``function`` in the optimizer phase (``zero_grad``)."""
-        tracker = self._tracker
-        begin, end = tracker.begin, tracker.end
+        trains = phase == BACKWARD
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             if tracker.apart:
                 tracker.leave_eval()
-            opened = begin(OPTIMIZER)
+            opened = begin(phase)
+            if opened and trains:
+                self._watch_eval = True
             try:
                 return function(*args, **kwargs)
             finally:
-                end(OPTIMIZER, opened)
+                end(phase, opened)
 
         return functools.update_wrapper(timed, function)
 

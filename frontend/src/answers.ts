@@ -614,7 +614,16 @@ export interface ModulesAnswer {
  * An op of one step and phase, aggregated by name and input shapes. `self_*`: without its
  * children (host) or of the work it launched itself (GPU).
  */
-export interface OpRow {
+export interface OpRow extends OpTimes {
+  stack?: string[];
+  frame?: string;
+}
+
+/**
+ * An op's calls and times, aggregated by name and input shapes: what a step's op row and a
+ * run's share. `self_*`: without its children (host) or of the work it launched itself (GPU).
+ */
+export interface OpTimes {
   name: string;
   shapes: string | null;
   calls: number;
@@ -622,8 +631,6 @@ export interface OpRow {
   host_ms: number;
   self_gpu_ms: number;
   gpu_ms: number;
-  stack?: string[];
-  frame?: string;
 }
 
 /** Every op of a worker over its profiled steps (`/ops`), most self host time first. */
@@ -802,15 +809,11 @@ export interface RunInfo {
   workers: WorkerInfo[];
 }
 
-/** One op (or op and input shapes) summed over a worker's profiled steps. */
-export interface RunOpRow {
-  name: string;
-  shapes: string | null;
-  calls: number;
-  self_host_ms: number;
-  host_ms: number;
-  self_gpu_ms: number;
-  gpu_ms: number;
+/**
+ * One op (or op and input shapes) summed over a worker's profiled steps; with
+ * `group=shapes` its `shapes` are the input shapes ("" where not recorded).
+ */
+export interface RunOpRow extends OpTimes {
   calls_per_step: number;
   self_host_ms_per_step: number;
   self_gpu_ms_per_step: number;

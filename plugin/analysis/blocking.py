@@ -168,9 +168,6 @@ def launch_queues(
         seg_queued += queues.integral(s, part.end - base) - queues.integral(s, part.start - base)
     phases = len(part.phases)
     key = part.step.astype(np.int64) * phases + part.phase
-    phase_queued = np.bincount(key, weights=seg_queued, minlength=len(steps) * phases).reshape(
-        len(steps), phases
-    )
     p50, p90 = _delays(dev.ts - launch_ts, dev_step, stream, known, len(steps), streams)
     return LaunchQueues(
         streams=labels,
@@ -178,7 +175,8 @@ def launch_queues(
         max=most,
         delay_p50_us=p50,
         delay_p90_us=p90,
-        phase_queued_us=phase_queued,
+        phase_queued_us=np.bincount(key, weights=seg_queued, minlength=len(steps) * phases)
+        .reshape(len(steps), phases),
     ), queues
 
 

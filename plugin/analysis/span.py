@@ -71,7 +71,6 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
     attributed = dev_step >= 0
     dev_key = dev_step[attributed].astype(np.int64) * len(phases) + dev_phase[attributed]
     gpu_us = _sums(dev_key, dev.dur[attributed], shape2)
-    launch_count = np.bincount(dev_key, minlength=flat_size).reshape(shape2)
     busy = _Busy(dev.ts, dev.ts + dev.dur)
     seg_idle = (part.end - part.start) - busy.within(part.start, part.end)
     gpu_idle = _sums(seg_key, seg_idle, shape2)
@@ -121,7 +120,7 @@ def analyze_trace(trace: Trace, worker: str = "", n: Nesting | None = None,
         gpu_us=gpu_us,
         gpu_idle_us=gpu_idle,
         compute_idle_us=compute_idle,
-        launches=launch_count,
+        launches=np.bincount(dev_key, minlength=flat_size).reshape(shape2),
         wait_us=wait,
         gpu=gpu,
         untraced_us=untraced_us(n, part, shape2, _Busy),
@@ -389,19 +388,6 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
     kind_us = np.bincount(step[copying] * len(kinds) + kind_of.ravel(),
                           weights=end[copying] - start[copying],
                           minlength=steps * len(kinds)).reshape(steps, len(kinds))
-    window = np.zeros(steps)
-    past = np.zeros(steps)
-    opens = np.full(steps, np.nan)
-    if m:
-        first = np.full(steps, np.inf)
-        last = np.full(steps, -np.inf)
-        np.minimum.at(first, step, start)
-        np.maximum.at(last, step, end)
-        has = np.isfinite(first)
-        window[has] = last[has] - first[has]
-        opens[has] = first[has] + base
-        ends = np.array([s.end for s in part.steps]) - base
-        past[has] = np.maximum(last[has] - ends[has], 0.0)
     return GpuMeasures(
         busy_us=shared(either, each(either[3]), phases),
         compute_us=shared(compute, each(n_compute), phases),
@@ -412,13 +398,34 @@ def gpu_measures(trace: Trace, part: Partition, dev_step: np.ndarray, dev_phase:
                                  phases),
         memory_kinds=kinds,
         memory_kind_us=kind_us,
-        window_us=window,
-        window_start_us=opens,
-        past_host_us=past,
         streams=labels,
         stream_busy_us=shared(on_stream, seg, len(labels)),
         idle_split_us=idle_split(step, stream, start, end, launch_ts[keep] - base, steps, len(labels)),
+        **_gpu_windows(part, step, start, end, base),
     )
+
+
+def _gpu_windows(part: Partition, step: np.ndarray, start: np.ndarray, end: np.ndarray,
+                 base: float) -> dict[str, np.ndarray]:
+    """The `GpuMeasures` fields of each step's GPU window (device times ``start``/``end`` from
+    ``base``): ``window_us`` from its first device start to its last end, ``window_start_us``
+    where it opens (NaN without device work), ``past_host_us`` how far it ran past the host's
+    end."""
+    steps = len(part.steps)
+    window = np.zeros(steps)
+    past = np.zeros(steps)
+    opens = np.full(steps, np.nan)
+    if len(step):
+        first = np.full(steps, np.inf)
+        last = np.full(steps, -np.inf)
+        np.minimum.at(first, step, start)
+        np.maximum.at(last, step, end)
+        has = np.isfinite(first)
+        window[has] = last[has] - first[has]
+        opens[has] = first[has] + base
+        ends = np.array([s.end for s in part.steps]) - base
+        past[has] = np.maximum(last[has] - ends[has], 0.0)
+    return {"window_us": window, "window_start_us": opens, "past_host_us": past}
 
 
 def _memory(trace: Trace, part: Partition, shape2: tuple[int, int],

@@ -62,6 +62,26 @@ def _route(handler):
     return serve
 
 
+def _answering(method: str, step: str | None = None, whole_run: bool = False,
+               **params: str | None):
+    """A route that answers ``Analysis.<method>(run, worker=…, step=…, **params)``: the step as
+    `_names` parses it (not passed where ``step`` is None), each of ``params`` from the parameter
+    of its name, its default where that is missing or empty. ``whole_run``: ``<method>(run)``
+    alone, over the scalars TensorBoard holds for the request as well as the traces."""
+
+    def serve(self, request):
+        run, worker, number = _names(request.args, step=step)
+        if whole_run:
+            return _json(request, getattr(self._analysis(request.environ), method)(run))
+        given = {name: request.args.get(name) or default for name, default in params.items()}
+        if step:
+            given["step"] = number
+        return _json(request, getattr(self._analysis(), method)(run, worker=worker, **given))
+
+    serve.__name__ = serve.__qualname__ = f"_serve_{method}"
+    return _route(serve)
+
+
 def _names(args, *, step: str | None = None, side: str = "") -> tuple[str, str | None, int | None]:
     """The ``run``, ``worker`` and ``step`` parameters (``run_a``, … for ``side="a"``): the run is
     required; the step is parsed when ``step`` is ``"required"`` or ``"optional"``, else None.
@@ -147,25 +167,23 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         return Analysis(source=self._store, kept=self._whole_runs,
                         scalars=lambda dirs: self._dir_scalars(environ, dirs) if environ is not None else {})
 
+    # the routes that answer a run's worker (and step) by `facade.Analysis` alone
+    _serve_steps = _answering("steps")
+    _serve_step = _answering("step", step="required")
+    _serve_kernels = _answering("kernels", step="optional", phase=None)
+    _serve_modules = _answering("modules", step="optional")
+    _serve_ops = _answering("ops", phase=None, group="name")
+    _serve_memory = _answering("memory", step="required")
+    _serve_memory_events = _answering("memory_events", step="optional")
+    _serve_collectives = _answering("collectives", step="optional")
+    # ...and those that answer a whole run, from the scalars TensorBoard holds too
+    _serve_timeline = _answering("timeline", whole_run=True)
+    _serve_ranks = _answering("ranks", whole_run=True)
+
     @_route
     def _serve_runs(self, request):
         self._store.refresh()
         return _json(request, self._analysis().runs())
-
-    @_route
-    def _serve_steps(self, request):
-        run, worker, _ = _names(request.args)
-        return _json(request, self._analysis().steps(run, worker))
-
-    @_route
-    def _serve_step(self, request):
-        run, worker, step = _names(request.args, step="required")
-        return _json(request, self._analysis().step(run, step, worker))
-
-    @_route
-    def _serve_timeline(self, request):
-        run, _, _ = _names(request.args)
-        return _json(request, self._analysis(request.environ).timeline(run))
 
     @_route
     def _serve_compare(self, request):
@@ -174,46 +192,9 @@ class PhaseprofPlugin(base_plugin.TBPlugin):
         return _json(request, self._analysis().compare(a, b, request.args.get("op") or None, device))
 
     @_route
-    def _serve_ranks(self, request):
-        run, _, _ = _names(request.args)
-        return _json(request, self._analysis(request.environ).ranks(run))
-
-    @_route
     def _serve_trace(self, request):
         run, worker, step = _names(request.args, step="required")
         return http_util.Respond(request, self._analysis().trace(run, step, worker), "application/json")
-
-    @_route
-    def _serve_kernels(self, request):
-        run, worker, step = _names(request.args, step="optional")
-        phase = request.args.get("phase") or None
-        return _json(request, self._analysis().kernels(run, worker, step, phase))
-
-    @_route
-    def _serve_modules(self, request):
-        run, worker, step = _names(request.args, step="optional")
-        return _json(request, self._analysis().modules(run, worker, step))
-
-    @_route
-    def _serve_ops(self, request):
-        run, worker, _ = _names(request.args)
-        phase, group = request.args.get("phase") or None, request.args.get("group") or "name"
-        return _json(request, self._analysis().ops(run, worker, phase, group))
-
-    @_route
-    def _serve_memory(self, request):
-        run, worker, step = _names(request.args, step="required")
-        return _json(request, self._analysis().memory(run, step, worker))
-
-    @_route
-    def _serve_memory_events(self, request):
-        run, worker, step = _names(request.args, step="optional")
-        return _json(request, self._analysis().memory_events(run, worker, step))
-
-    @_route
-    def _serve_collectives(self, request):
-        run, worker, step = _names(request.args, step="optional")
-        return _json(request, self._analysis().collectives(run, worker, step))
 
     @_route
     def _serve_capture(self, request):

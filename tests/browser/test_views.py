@@ -251,6 +251,8 @@ def test_follows_tensorboards_dark_mode(tab):
     tab.screenshot("ranks-dark")
     tab.page.evaluate("document.body.classList.remove('dark-mode')")
     frame.wait_for_function("!document.documentElement.classList.contains('dark')")
+    # one palette, light and dark together (styles.css): the light side of each colour again
+    assert frame.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(245, 245, 245)"
 
 
 def test_selections_survive_a_reload(tab):

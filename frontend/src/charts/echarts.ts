@@ -97,3 +97,19 @@ export function axisStyle() {
     nameTextStyle: { color: c.subtle, fontSize: 11 },
   };
 }
+
+/**
+ * The x axis of a chart over one step: ms from its start, to at least `endMs` (the step's wall
+ * time, and any time kept apart in it) however little is drawn.
+ */
+export function stepTimeAxis(endMs: number) {
+  return {
+    type: 'value' as const,
+    min: 0,
+    max: (extent: { max: number }) => Math.max(extent.max, endMs),
+    name: 'ms from step start',
+    nameLocation: 'middle' as const,
+    nameGap: 22,
+    ...axisStyle(),
+  };
+}

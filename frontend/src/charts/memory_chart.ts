@@ -9,7 +9,7 @@ import { asApart, apartColour, apartLabel } from '../apart';
 import { phaseColour } from '../phase_colours';
 import { chartColours } from '../theme';
 import type { MemoryAnswer } from '../types';
-import { axisStyle, baseOption, type Chart, type ChartOption } from './echarts';
+import { axisStyle, baseOption, stepTimeAxis, type Chart, type ChartOption } from './echarts';
 import { tooltipBody } from './tooltip';
 
 const DEVICE_COLOURS = ['#5c6bc0', '#ef5350', '#26a69a', '#8d6e63'];
@@ -71,15 +71,7 @@ export function drawMemory(chart: Chart, answer: MemoryAnswer): void {
   const option: ChartOption = {
     ...baseOption(),
     grid: { left: 8, right: 24, top: 36, bottom: 36, containLabel: true },
-    xAxis: {
-      type: 'value',
-      min: 0,
-      max: (extent: { max: number }) => Math.max(extent.max, answer.wall_ms + answer.apart.reduce((t, [from, to]) => t + to - from, 0)),
-      name: 'ms from step start',
-      nameLocation: 'middle',
-      nameGap: 22,
-      ...axis,
-    },
+    xAxis: stepTimeAxis(answer.wall_ms + answer.apart.reduce((t, [from, to]) => t + to - from, 0)),
     yAxis: { type: 'value', ...axis, axisLabel: { ...axis.axisLabel, formatter: (v: number) => bytes(v) } },
     tooltip: {
       ...baseOption().tooltip,

@@ -13,7 +13,7 @@ import { asApart, apartColour, apartLabel, type Apart } from '../apart';
 import { phaseColour } from '../phase_colours';
 import type { Band, ApartBand, PathSegment } from '../types';
 import { chartColours } from '../theme';
-import { axisStyle, baseOption, type Chart, type ChartOption } from './echarts';
+import { axisStyle, baseOption, stepTimeAxis, type Chart, type ChartOption } from './echarts';
 import { tooltipBody } from './tooltip';
 
 export interface Swimlanes {
@@ -63,13 +63,7 @@ export function drawSwimlanes(chart: Chart, lanes: Swimlanes): void {
     ...baseOption(),
     grid: { left: 8, right: 16, top: 24, bottom: 40, containLabel: true },
     xAxis: {
-      type: 'value',
-      min: 0,
-      max: (extent: { max: number }) => Math.max(extent.max, lanes.wallMs),
-      name: 'ms from step start',
-      nameLocation: 'middle',
-      nameGap: 22,
-      ...axis,
+      ...stepTimeAxis(lanes.wallMs),
       // The axis ends at the step's wall time: keep its label as short as the others.
       axisLabel: { ...axis.axisLabel, formatter: (value: number) => String(Math.round(value * 10) / 10) },
     },

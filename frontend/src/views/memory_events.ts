@@ -14,14 +14,13 @@ import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { bytes, ms, thousands } from '../format';
 import type { MemoryDevice, MemoryEventRow, MemoryEventsAnswer, MemoryOpRow } from '../types';
-import { fetchInto, stepsToShow, type View, type ViewContext } from './view';
+import { fetchInto, overSteps, type View, type ViewContext } from './view';
 
-export const memoryEvents: View = {
+export const memoryEvents: View = overSteps({
   keys: ['run', 'worker', 'step'],
-  async render(ctx) {
+  nothing: 'no memory to show',
+  async render(ctx, steps) {
     const { run } = ctx.state;
-    const steps = await stepsToShow(ctx, 'no memory to show');
-    if (!steps) return;
     const numbers = steps.steps.map((s) => s.step);
     // no step (or one this worker lacks): the whole run
     const chosen = ctx.state.step;
@@ -43,7 +42,7 @@ export const memoryEvents: View = {
       [opsCard(d, label), number === null ? null : eventsCard(d, label)]);
     replace(body, apart, ...cards);
   },
-};
+});
 
 function stepSelect(ctx: ViewContext, numbers: number[], number: number | null): HTMLElement {
   const options = [{ value: '', label: 'all profiled steps' },

@@ -13,14 +13,13 @@ import { table, type Column } from '../components/table';
 import { el, replace } from '../dom';
 import { count, ms, thousands } from '../format';
 import type { ModuleOp, ModuleRow, ModulesAnswer } from '../types';
-import { fetchInto, stepsToShow, type View } from './view';
+import { fetchInto, overSteps, type View } from './view';
 
-export const modules: View = {
+export const modules: View = overSteps({
   keys: ['run', 'worker'],
-  async render(ctx) {
+  nothing: 'no modules to show',
+  async render(ctx, steps) {
     const { run } = ctx.state;
-    const steps = await stepsToShow(ctx, 'no modules to show');
-    if (!steps) return;
     const body = el('div', { class: 'view' });
     const content = el('div');
     let chosen: number | null = null;
@@ -41,7 +40,7 @@ export const modules: View = {
     replace(body, el('div', { class: 'step-nav' }, stepChoice), content);
     await draw();
   },
-};
+});
 
 function moduleCards(answer: ModulesAnswer): HTMLElement[] {
   if (!answer.modules.length) {

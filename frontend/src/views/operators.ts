@@ -12,17 +12,16 @@ import { el, replace } from '../dom';
 import { count, ms, pct, thousands } from '../format';
 import type { OpsAnswer, RunOpRow } from '../types';
 import { kernelsTable } from './step';
-import { fetchInto, stepsToShow, type View, type ViewContext } from './view';
+import { fetchInto, overSteps, type View, type ViewContext } from './view';
 
 /** Steps listed in an op's row before "…". */
 const STEPS_SHOWN = 3;
 
-export const operators: View = {
+export const operators: View = overSteps({
   keys: ['run', 'worker', 'group', 'phase'],
-  async render(ctx) {
+  nothing: 'no ops to list',
+  async render(ctx, steps) {
     const { run, group, phase } = ctx.state;
-    const steps = await stepsToShow(ctx, 'no ops to list');
-    if (!steps) return;
     const body = el('div', { class: 'view' });
     replace(ctx.root, body);
     const answer = await fetchInto(ctx, `the ops of ${run}`, () => ctx.api.ops(run, steps.worker, group, phase), body);
@@ -41,7 +40,7 @@ export const operators: View = {
       steps.gpu ? kernelsCard(ctx, steps.worker) : null,
     );
   },
-};
+});
 
 function controls(ctx: ViewContext, phases: string[]): HTMLElement {
   return el(

@@ -22,7 +22,7 @@ import { el, replace } from '../dom';
 import { bytes, ms, pct, thousands } from '../format';
 import { asApart, apartLabel, apartName, apartOf } from '../apart';
 import type { KernelRow, MemorySeries, StepDetail, StepTrace, StepsAnswer } from '../types';
-import { fetchInto, stepsToShow, type View, type ViewContext } from './view';
+import { fetchInto, overSteps, type View, type ViewContext } from './view';
 
 const OPS_SHOWN = 10;
 const KERNELS_SHOWN = 15;
@@ -30,12 +30,11 @@ const KERNELS_SHOWN = 15;
 const TRACE_DATA = 'phaseprof:trace-data';
 const TRACE_DRAW = 'phaseprof:trace-draw';
 
-export const step: View = {
+export const step: View = overSteps({
   keys: ['run', 'worker', 'step'],
-  async render(ctx) {
+  nothing: 'no step to open',
+  async render(ctx, steps) {
     const { run } = ctx.state;
-    const steps = await stepsToShow(ctx, 'no step to open');
-    if (!steps) return;
     const number = ctx.state.step;
     if (number === null) {
       // None chosen: open the slowest step (the new selection draws the view again).
@@ -62,7 +61,7 @@ export const step: View = {
       opsCard(ctx, detail),
     );
   },
-};
+});
 
 /** What the GPU did in the step and what bounds it (GPU runs only: nothing on a CPU-only step). */
 function gpuCards(ctx: ViewContext, d: StepDetail): HTMLElement[] {

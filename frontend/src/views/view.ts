@@ -62,9 +62,24 @@ export function noSteps(run: RunInfo | undefined, worker: string): HTMLElement {
   return loadingNow ? loading(`The traces of ${worker} are still loading…`) : notice(`${worker} has no profiled steps.`);
 }
 
-/** The steps of the selected run and worker; null once the pane says why there are none to show
- * (`nothing`: what the view would have shown, e.g. "no ops to list"). */
-export async function stepsToShow(ctx: ViewContext, nothing: string): Promise<StepsAnswer | null> {
+/** A view of the selected worker's steps: `render` runs once they are in hand; without any, the
+ * pane says why (`nothing`: what the view would have shown, e.g. "no ops to list"). */
+export function overSteps(view: {
+  keys: (keyof State)[];
+  nothing: string;
+  render: (ctx: ViewContext, steps: StepsAnswer) => Promise<void>;
+}): View {
+  return {
+    keys: view.keys,
+    async render(ctx) {
+      const steps = await stepsToShow(ctx, view.nothing);
+      if (steps) await view.render(ctx, steps);
+    },
+  };
+}
+
+/** The steps of the selected run and worker; null once the pane says why there are none to show. */
+async function stepsToShow(ctx: ViewContext, nothing: string): Promise<StepsAnswer | null> {
   const { run, worker } = ctx.state;
   if (!findRun(ctx.runs, run)?.workers.length) {
     replace(ctx.root, notice(`Run ${run} has no trace files yet: ${nothing}.`));
