@@ -149,7 +149,7 @@ def ranks_in_process(workers: int) -> None:
     from tensorboard.plugins import base_plugin
 
     from phaseprof.plugin.analysis.ranks import ranks
-    from phaseprof.plugin.serving.plugin import PhaseprofPlugin, Target
+    from phaseprof.plugin.serving.plugin import PhaseprofPlugin
 
     local = summaries_logdir(workers)
     plugin = PhaseprofPlugin(base_plugin.TBContext(logdir=local))
@@ -166,8 +166,8 @@ def ranks_in_process(workers: int) -> None:
             return median(times)
 
         once = ms(lambda: ranks(RUN, [plugin._store.worker(run, w) for w in run.workers]), 3)
-        plugin.ranks_impl({}, Target(run))
-        again = ms(lambda: msgspec.json.encode(plugin.ranks_impl({}, Target(run))), RANKS_ASKED)
+        plugin._analysis().ranks(RUN)
+        again = ms(lambda: msgspec.json.encode(plugin._analysis().ranks(RUN)), RANKS_ASKED)
         print(f"/ranks of {workers} workers in process: made once {once:.0f} ms; asked again {again:.1f} ms "
               f"(answer and encoding)   load {os.getloadavg()[0]:.1f}")
     finally:

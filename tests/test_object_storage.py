@@ -324,6 +324,22 @@ def test_a_url_naming_one_trace_object_is_read_as_a_logdir_of_that_trace(s3, buc
     assert discover(f"s3://{bucket}/p/nothing-here") == []
 
 
+def test_a_listing_leaves_the_analysis_folders_out_and_a_folder_only_named_like_one_in(s3, bucket):
+    """`discover` on S3 rolls each ``.phaseprof/`` folder up into its run's `analyses_apart` (its
+    objects unlisted), at the logdir's root too; a run whose folder only ends in that name is listed
+    all the same, its own analysis folder apart."""
+    from phaseprof.plugin.reading.discovery import discover
+
+    for key in ("run.phaseprof/r0.1.pt.trace.json.gz", "run.phaseprof/.phaseprof/r0.1.pt.trace.json.gz.analysis",
+                "r1.1.pt.trace.json.gz", ".phaseprof/r1.1.pt.trace.json.gz.analysis",
+                ".phaseprof/capture/request.json", "plain/r2.1.pt.trace.json.gz"):
+        s3.put(bucket, f"p/{key}", b"x")
+    runs = {r.name: ([f.name for f in r.files], r.analyses_apart, r.stored) for r in discover(f"s3://{bucket}/p")}
+    assert runs == {".": (["r1.1.pt.trace.json.gz"], f"s3://{bucket}/p/.phaseprof", {}),
+                    "plain": (["r2.1.pt.trace.json.gz"], "", {}),
+                    "run.phaseprof": (["r0.1.pt.trace.json.gz"], f"s3://{bucket}/p/run.phaseprof/.phaseprof", {})}
+
+
 def test_a_second_start_on_a_bucket_lists_its_traces_and_fetches_no_analysis_again(s3, bucket, tmp_path,
                                                                                    traces):
     """The analyses fetched from a store are kept in the user's cache with the ETag and size of their
@@ -361,6 +377,15 @@ def test_a_second_start_on_a_bucket_lists_its_traces_and_fetches_no_analysis_aga
                            Body=b"phaseprof-analysis 1.7" + data[data.index(b"\n"):])
     _, listings, reads = start()
     assert listings == [traces_only] and reads == []
+    # rank 1's trace uploaded again, other bytes of its size (another ETag): its run's folder is listed,
+    # and its entry, now of another ETag than the copy's, fetched (valid: for a name and a size)
+    trace = local / "ranks" / "rank1.1.pt.trace.json.gz"
+    s3.put(bucket, "p/ranks/rank1.1.pt.trace.json.gz", b"x" * trace.stat().st_size)
+    _, listings, reads = start()
+    assert listings == [traces_only, folder] and reads == [entry % 1]
+    _, listings, reads = start()
+    assert listings == [traces_only] and reads == []
+    s3.put(bucket, "p/ranks/rank1.1.pt.trace.json.gz", trace.read_bytes())
     shutil.rmtree(tmp_path / "user-cache" / "store")
     _, listings, reads = start()
     assert listings == [traces_only, folder] and reads == [entry % 0, entry % 1]

@@ -7,7 +7,8 @@ endpoint from the usual places (``AWS_*`` environment variables and ``~/.aws``, 
 default credentials, ``AZURE_STORAGE_*``); phaseprof passes none and logs none.
 
 A listing is one recursive, paginated listing of the logdir's prefix, fresh at each scan (fsspec's
-listing cache is dropped first), so a span uploaded since the last scan is found on the next one.
+listing cache is dropped first), so a span uploaded since the last scan is found on the next one; on
+S3, TensorBoard's scans leave the analysis folders out of it (`listing_apart`).
 Nothing outside the logdir is read: an object whose key does not lie under the logdir's prefix, or
 whose key holds empty, ``.`` or ``..`` segments (an object store takes any key; a path made from
 them could name something else), is left out of the listing, and only listed objects are read.
