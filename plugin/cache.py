@@ -158,11 +158,13 @@ def kept_for(f: TraceFile) -> SpanAnalysis | None:
     return load(f, {path: data}, {path: storage.Entry(url=path, size=size, mtime_ns=0, etag=etag)})
 
 
-#: The first line of a copy of a store's object in the user's cache: its format (`FORMAT` of
-#: `COPY_FORMAT`), then JSON: the object's size and ETag, and (1.1) the size and ETag of the trace
-#: it was fetched for; then the object's bytes.
+#: The first line of a copy of a store's object in the user's cache: its format (`COPY_FORMAT`, by
+#: `phaseprof.formats`'s rule), then JSON: the object's size and ETag, and (1.1) the size and ETag
+#: of the trace it was fetched for; then the object's bytes.
 _COPY = b"phaseprof-store-copy "
 COPY_FORMAT, COPY_MAJOR = "1.1", 1
+#: The longest first line of a copy read (two ETags: a store may make them long).
+_MAX_COPY_LINE = 1024
 
 
 def _copy_path(url: str) -> str | None:
@@ -192,7 +194,7 @@ def _copy(url: str) -> tuple[int, str, tuple[int, str] | None, bytes] | None:
     if path is None:
         return None
     try:
-        data = read_regular(path, _MAX_ENTRY_BYTES + 2 * _MAX_LINE, follow_links=False)
+        data = read_regular(path, _MAX_ENTRY_BYTES + _MAX_COPY_LINE, follow_links=False)
     except TraceError:
         return None
     end = data.find(b"\n")
