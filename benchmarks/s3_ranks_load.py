@@ -12,8 +12,8 @@ user would set it. Two logdirs, uploaded once:
    should read the analyses, not the traces (target: bytes read <= 5% of the traces' size);
 2. ``--summaries`` ranks of a small real CPU trace (tests/data/cpu/base) with their analyses, started
    cold (an empty user cache) and then once more on the user cache the last cold start left: the
-   second start should only list the bucket (the analyses fetched are kept there under their ETag and
-   size). The relay tells phaseprof's reader (s3fs: aiobotocore) from TensorBoard's own scalar reader
+   second start should only list the traces (the analyses fetched are kept there with the ETag and
+   size of their trace; the analysis folder is left out of the listing). The relay tells phaseprof's reader (s3fs: aiobotocore) from TensorBoard's own scalar reader
    (boto3), which lists the prefix at each of its reloads.
 
 After each start's first ``/ranks``, it is asked `RANKS_ASKED` times more and the median time is given:
