@@ -29,9 +29,9 @@ Where entries live, first found first used:
 An entry in an object store (written at the source, uploaded with its trace) is fetched once: the
 bytes fetched are kept in the user's cache directory (``store/<digest of its URL>.copy``, a line
 naming the format, the object's size and ETag and those of the trace it was fetched beside, then its
-bytes), and read from there while the store's listing gives the same ETag and size (`prefetch`) or,
-without a listing of the analysis folder, the trace's listing gives its trace's (`kept_for`), so that
-a viewer started again on a bucket only lists its traces.
+bytes), and read from there while the store's listing gives the same ETag and size (`prefetch`)
+or, without a listing of the analysis folder, the trace's listing gives its trace's (`kept_for`),
+so that a viewer started again on a bucket only lists its traces.
 
 ``PHASEPROF_CACHE=off`` turns the cache off (nothing read, nothing written); ``PHASEPROF_CACHE=<dir>``
 uses ``<dir>`` instead of the user's cache directory. A read-only reader (``beside=False``:
@@ -144,10 +144,11 @@ def prefetch(files: list[TraceFile], listed: dict[str, storage.Entry] | None = N
 
 
 def kept_for(f: TraceFile) -> SpanAnalysis | None:
-    """The analysis of ``f``, a trace in a store, from the user cache's copy of the entry beside it, if
-    that copy was fetched for a trace of ``f``'s ETag and size: ``f``'s analysis folder need not be
-    listed (`storage.listing_apart`). The trace's ETag changes with its content; the entry's is
-    not asked for (one of the same trace holds the same figures: `load` checks its key and version)."""
+    """The analysis of ``f``, a trace in a store, from the user cache's copy of the entry beside it,
+    if that copy was fetched for a trace of ``f``'s ETag and size: ``f``'s analysis folder need not
+    be listed (`storage.listing_apart`). The trace's ETag changes with its content; the entry's is
+    not asked for (one of the same trace holds the same figures: `load` checks its key and
+    version)."""
     if not enabled() or not f.etag or not storage.is_remote(f.path):
         return None
     path = places(f)[0][0]
@@ -176,9 +177,9 @@ def _copy_path(url: str) -> str | None:
 
 
 def keep(obj: storage.Entry, data: bytes, trace: TraceFile | None = None) -> None:
-    """Keep ``data``, the object ``obj`` of a store as fetched, in the user's cache (replacing the copy
-    of an earlier version), with the ETag and size of the ``trace`` it was fetched beside: only where
-    the store gave an ETag and ``data`` is of the listed size."""
+    """Keep ``data``, the object ``obj`` of a store as fetched, in the user's cache (replacing the
+    copy of an earlier version), with the ETag and size of the ``trace`` it was fetched beside: only
+    where the store gave an ETag and ``data`` is of the listed size."""
     path = _copy_path(obj.url) if obj.etag else None
     if path is not None and len(data) == obj.size:
         stamp = [trace.size, trace.etag] if trace is not None and trace.etag else []
@@ -188,8 +189,8 @@ def keep(obj: storage.Entry, data: bytes, trace: TraceFile | None = None) -> Non
 
 def _copy(url: str) -> tuple[int, str, tuple[int, str] | None, bytes] | None:
     """The user cache's copy of the store's object at ``url``: its size, ETag, the (size, ETag) of
-    the trace it was fetched for (None if it does not say: 1.0), and its bytes; None if there is none, or
-    it is damaged or of another major format."""
+    the trace it was fetched for (None if it does not say: 1.0), and its bytes; None if there is
+    none, or it is damaged or of another major format."""
     path = _copy_path(url)
     if path is None:
         return None

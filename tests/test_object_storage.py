@@ -308,8 +308,8 @@ def test_tensorboard_s_scan_of_a_bucket_is_one_listing_and_a_get_per_analysis(s3
     listings = [t for m, t in asked if m == "GET" and "?" in t]
     reads = sorted(t for m, t in asked if m == "GET" and "?" not in t)
     assert [m for m, _ in asked if m != "GET"] == []
-    assert listings == [f"/{bucket}?list-type=2&prefix=p/&delimiter=.phaseprof/&encoding-type=url",
-                        f"/{bucket}?list-type=2&prefix=p/ranks/.phaseprof/&delimiter=&encoding-type=url"]
+    listing = f"/{bucket}?list-type=2&prefix=p/%sdelimiter=%s&encoding-type=url"
+    assert listings == [listing % ("&", ".phaseprof/"), listing % ("ranks/.phaseprof/&", "")]
     assert reads == [f"/{bucket}/p/ranks/.phaseprof/rank{i}.1.pt.trace.json.gz.analysis" for i in range(2)]
 
 
@@ -330,23 +330,28 @@ def test_a_listing_leaves_the_analysis_folders_out_and_a_folder_only_named_like_
     all the same, its own analysis folder apart."""
     from phaseprof.plugin.reading.discovery import discover
 
-    for key in ("run.phaseprof/r0.1.pt.trace.json.gz", "run.phaseprof/.phaseprof/r0.1.pt.trace.json.gz.analysis",
+    for key in ("run.phaseprof/r0.1.pt.trace.json.gz",
+                "run.phaseprof/.phaseprof/r0.1.pt.trace.json.gz.analysis",
                 "r1.1.pt.trace.json.gz", ".phaseprof/r1.1.pt.trace.json.gz.analysis",
                 ".phaseprof/capture/request.json", "plain/r2.1.pt.trace.json.gz"):
         s3.put(bucket, f"p/{key}", b"x")
-    runs = {r.name: ([f.name for f in r.files], r.analyses_apart, r.stored) for r in discover(f"s3://{bucket}/p")}
-    assert runs == {".": (["r1.1.pt.trace.json.gz"], f"s3://{bucket}/p/.phaseprof", {}),
+    runs = {r.name: ([f.name for f in r.files], r.analyses_apart, r.stored)
+            for r in discover(f"s3://{bucket}/p")}
+    p = f"s3://{bucket}/p"
+    assert runs == {".": (["r1.1.pt.trace.json.gz"], f"{p}/.phaseprof", {}),
                     "plain": (["r2.1.pt.trace.json.gz"], "", {}),
-                    "run.phaseprof": (["r0.1.pt.trace.json.gz"], f"s3://{bucket}/p/run.phaseprof/.phaseprof", {})}
+                    "run.phaseprof": (["r0.1.pt.trace.json.gz"], f"{p}/run.phaseprof/.phaseprof",
+                                      {})}
 
 
-def test_a_second_start_on_a_bucket_lists_its_traces_and_fetches_no_analysis_again(s3, bucket, tmp_path,
-                                                                                   traces):
-    """The analyses fetched from a store are kept in the user's cache with the ETag and size of their
-    trace: a second start of TensorBoard's store on the bucket lists the traces alone (the analysis
-    folder left out) and fetches nothing (seen on the wire). An analysis written again beside the same
-    trace is not fetched (the copy holds the same figures); without the copies, the folder is listed
-    and each entry fetched again; a trace added with its analysis costs that analysis alone."""
+def test_a_second_start_on_a_bucket_lists_its_traces_and_fetches_no_analysis_again(
+        s3, bucket, tmp_path, traces):
+    """The analyses fetched from a store are kept in the user's cache with the ETag and size of
+    their trace: a second start of TensorBoard's store on the bucket lists the traces alone (the
+    analysis folder left out) and fetches nothing (seen on the wire). An analysis written again
+    beside the same trace is not fetched (the copy holds the same figures); without the copies, the
+    folder is listed and each entry fetched again; a trace added with its analysis costs that
+    analysis alone."""
     from tests.s3 import Relay
 
     local = _two_ranks(tmp_path, traces)
@@ -356,7 +361,8 @@ def test_a_second_start_on_a_bucket_lists_its_traces_and_fetches_no_analysis_aga
     env = {**os.environ, "AWS_ENDPOINT_URL": relay.endpoint, "PHASEPROF_CACHE": str(tmp_path / "user-cache")}
 
     def start(ranks: int = 2) -> tuple[int, list[str], list[str]]:
-        out = subprocess.run([sys.executable, "-c", _LOAD.replace("== 2", f"== {ranks}"), f"s3://{bucket}/p"],
+        script = _LOAD.replace("== 2", f"== {ranks}")
+        out = subprocess.run([sys.executable, "-c", script, f"s3://{bucket}/p"],
                              capture_output=True, text=True, env=env)
         assert out.returncode == 0, out.stderr
         received, asked = relay.take()
@@ -377,8 +383,8 @@ def test_a_second_start_on_a_bucket_lists_its_traces_and_fetches_no_analysis_aga
                            Body=b"phaseprof-analysis 1.7" + data[data.index(b"\n"):])
     _, listings, reads = start()
     assert listings == [traces_only] and reads == []
-    # rank 1's trace uploaded again, other bytes of its size (another ETag): its run's folder is listed,
-    # and its entry, now of another ETag than the copy's, fetched (valid: for a name and a size)
+    # rank 1's trace uploaded again, other bytes of its size (another ETag): its run's folder is
+    # listed, and its entry, now of another ETag than the copy's, fetched (valid for a name, a size)
     trace = local / "ranks" / "rank1.1.pt.trace.json.gz"
     s3.put(bucket, "p/ranks/rank1.1.pt.trace.json.gz", b"x" * trace.stat().st_size)
     _, listings, reads = start()
@@ -388,7 +394,8 @@ def test_a_second_start_on_a_bucket_lists_its_traces_and_fetches_no_analysis_aga
     _, listings, reads = start()
     assert listings == [traces_only, folder] and reads == [entry % 0, entry % 1]
     # a third rank (rank 0's trace under another name), its trace and analysis uploaded later
-    shutil.copy(local / "ranks" / "rank0.1.pt.trace.json.gz", local / "ranks" / "rank2.1.pt.trace.json.gz")
+    run_dir = local / "ranks"
+    shutil.copy(run_dir / "rank0.1.pt.trace.json.gz", run_dir / "rank2.1.pt.trace.json.gz")
     assert cli("report", str(local / "ranks"), "--json", cache="on").returncode == 0
     for key in ("rank2.1.pt.trace.json.gz", ".phaseprof/rank2.1.pt.trace.json.gz.analysis"):
         s3.put(bucket, f"p/ranks/{key}", (local / "ranks" / key).read_bytes())
@@ -406,34 +413,38 @@ for step in ("loaded", "rescanned", "found"):
     if step != "loaded":
         sys.stdin.readline()
     assert store.wait(300)  # a scan forced, and the loading of what it found
-    spans = {f.path.rpartition("/p/")[2]: store.span(f).state for run in store.runs() for f in run.files}
+    spans = {f.path.rpartition("/p/")[2]: store.span(f).state
+             for run in store.runs() for f in run.files}
     print(step, sorted(spans), set(spans.values()) == {READY}, store._interval, flush=True)
 sys.stdin.readline()
 store.close()
 """
 
 
-def test_a_rescan_of_a_bucket_lists_its_traces_alone_and_finds_a_run_uploaded_since(s3, bucket, tmp_path,
-                                                                                   traces):
-    """TensorBoard's store scanning a bucket again, seen on the wire: with nothing new, one listing that
-    leaves the analysis folders out and no GET (the analyses are not listed or fetched again), and the
-    next listing waits twice as long; a run uploaded since (its trace, then its analysis) is found by
-    the next scan, which lists that run's analysis folder and fetches its analysis alone."""
+def test_a_rescan_of_a_bucket_lists_its_traces_alone_and_finds_a_run_uploaded_since(
+        s3, bucket, tmp_path, traces):
+    """TensorBoard's store scanning a bucket again, seen on the wire: with nothing new, one listing
+    that leaves the analysis folders out and no GET (the analyses are not listed or fetched again),
+    and the next listing waits twice as long; a run uploaded since (its trace, then its analysis) is
+    found by the next scan, which lists that run's analysis folder and fetches its analysis
+    alone."""
     from tests.s3 import Relay
 
     local = _two_ranks(tmp_path, traces)
-    assert cli("report", str(local / "ranks"), "--json", cache="on").returncode == 0  # writes the analyses
+    assert cli("report", str(local / "ranks"), "--json", cache="on").returncode == 0  # the analyses
     s3.upload_tree(local, bucket, "p")
     relay = Relay(s3.port)
     traces_only = f"/{bucket}?list-type=2&prefix=p/&delimiter=.phaseprof/&encoding-type=url"
     with _store_process(_STEPS, f"s3://{bucket}/p", relay, tmp_path) as proc:
         # (the process waits for its input: its stderr is read only once it ended: no line)
         ranks = ["ranks/rank0.1.pt.trace.json.gz", "ranks/rank1.1.pt.trace.json.gz"]
-        assert (line := proc.stdout.readline()) == f"loaded {ranks} True 5.0\n", line or proc.stderr.read()
+        line = proc.stdout.readline()
+        assert line == f"loaded {ranks} True 5.0\n", line or proc.stderr.read()
         relay.take()
         proc.stdin.write("\n")
         proc.stdin.flush()
-        assert (line := proc.stdout.readline()) == f"rescanned {ranks} True 10.0\n", line or proc.stderr.read()
+        line = proc.stdout.readline()
+        assert line == f"rescanned {ranks} True 10.0\n", line or proc.stderr.read()
         _, asked = relay.take()
         assert asked == [("GET", traces_only)]
         (local / "late").mkdir()
@@ -444,10 +455,12 @@ def test_a_rescan_of_a_bucket_lists_its_traces_alone_and_finds_a_run_uploaded_si
         proc.stdin.write("\n")
         proc.stdin.flush()
         late = ["late/rank0.1.pt.trace.json.gz", *ranks]
-        assert (line := proc.stdout.readline()) == f"found {late} True 5.0\n", line or proc.stderr.read()
+        line = proc.stdout.readline()
+        assert line == f"found {late} True 5.0\n", line or proc.stderr.read()
         _, asked = relay.take()
         assert asked == [("GET", traces_only),
-                         ("GET", f"/{bucket}?list-type=2&prefix=p/late/.phaseprof/&delimiter=&encoding-type=url"),
+                         ("GET", traces_only.replace("p/&delimiter=.phaseprof/",
+                                                     "p/late/.phaseprof/&delimiter=")),
                          ("GET", f"/{bucket}/p/late/.phaseprof/rank0.1.pt.trace.json.gz.analysis")]
         _finish_store_process(proc, relay)
 
@@ -481,8 +494,8 @@ def test_a_bucket_is_not_listed_again_while_the_scan_under_way_fetches_its_entri
         assert proc.stdout.readline() == "rescanned\n", proc.stderr.read()
         _finish_store_process(proc, relay)
     _, asked = relay.take()
-    # the first scan's listings alone, to its end: the prefix's (the traces), then the run's analysis
-    # folder (listed once the traces' listing made the spans, so perhaps after the rescans were asked)
+    # the first scan's listings alone, to its end: the prefix's (the traces), then the run's
+    # analysis folder (listed once the traces' listing made the spans: maybe after the rescans)
     assert [t for m, t in asked if "?" in t] == [
         f"/{bucket}?list-type=2&prefix=p/&delimiter=.phaseprof/&encoding-type=url",
         f"/{bucket}?list-type=2&prefix=p/ranks/.phaseprof/&delimiter=&encoding-type=url"], asked

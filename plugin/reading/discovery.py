@@ -58,7 +58,7 @@ class Run(msgspec.Struct, dict=True):
     #: cache of analyses may fetch there, and the ETag its user-cache copy of each is kept under).
     stored: dict[str, storage.Entry] = msgspec.field(default_factory=dict)
     #: A run in a store whose listing left its analysis folder out (`storage.listing_apart`): the
-    #: folder's URL, to list on its own when a span needs its entry ("": none, or it is in `stored`).
+    #: folder's URL, to list on its own when a span needs its entry ("": none, or in `stored`).
     analyses_apart: str = ""
 
     def scalar_dirs(self) -> list[tuple[int | None, str]]:

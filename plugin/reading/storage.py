@@ -205,9 +205,10 @@ def listing(root: str) -> list[Entry]:
 
 
 def listing_apart(root: str, folder: str) -> tuple[list[Entry], list[str]]:
-    """`listing`, less the objects of every folder named ``folder`` under ``root``: (the objects, the
-    URLs of those folders). An analysis folder holds an object per trace; a rescan that lists only the
-    traces reads half the bytes, and the folder is listed on its own when a new trace needs it.
+    """`listing`, less the objects of every folder named ``folder`` under ``root``: (the objects,
+    the URLs of those folders). An analysis folder holds an object per trace; a rescan that lists
+    only the traces reads half the bytes, and the folder is listed on its own when a new trace needs
+    it.
 
     S3 only: a listing whose delimiter is ``folder + "/"`` gets each such folder rolled up into one
     prefix (S3 takes any string as a delimiter). A folder merely ending in that name ("x.phaseprof")

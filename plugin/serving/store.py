@@ -117,7 +117,7 @@ class TraceStore:
         #: Counts changes of the spans (one added, removed, reloaded, loaded): what `of_run` is kept by.
         self._changes = 0
         self._scanned_at = float("-inf")
-        #: Seconds from the last scan to the next (a store's grows while its listings find no change).
+        #: Seconds from the last scan to the next (a store's grows while its listings find nothing).
         self._interval = self._rescan_s
         self._last_listing: frozenset | None = None  # what a store's last listing found
         self._pool: LoaderPool | None = None
@@ -160,7 +160,7 @@ class TraceStore:
         finally:
             with self._lock:
                 self._scanning_store = False
-                if remote:  # the wait runs from the end of the scan: a long one is not followed at once
+                if remote:  # the wait runs from the scan's end: a long one is not followed at once
                     self._scanned_at = time.monotonic()
 
     def _scan(self, remote: bool) -> None:
@@ -177,11 +177,13 @@ class TraceStore:
             return
         self._logdir_error = None
         if remote:
-            found = frozenset([(f.path, f.size, f.mtime_ns, f.etag) for run in runs for f in run.files]
-                              + [(run.name, run.has_scalars, *run.rank_scalars) for run in runs])
+            found = frozenset(
+                [(f.path, f.size, f.mtime_ns, f.etag) for run in runs for f in run.files]
+                + [(run.name, run.has_scalars, *run.rank_scalars) for run in runs])
             with self._lock:
                 same = found == self._last_listing
-                self._interval = min(2 * self._interval, REMOTE_RESCAN_MAX_S) if same else self._rescan_s
+                longer = min(2 * self._interval, REMOTE_RESCAN_MAX_S)
+                self._interval = longer if same else self._rescan_s
                 self._last_listing = found
         # an object in a store appears whole once uploaded, and its time is the store's clock: no settling
         now_ns = time.time_ns() if not remote else float("inf")
@@ -224,11 +226,11 @@ class TraceStore:
             done += len(batch)
 
     def _listed_beside(self, runs: list[Run], due: list[Span]) -> dict[str, storage.Entry] | None:
-        """A store's objects beside the traces of ``due``, for `cache.prefetch`: those its listing found
-        in the analysis folders, and those of each folder it left out (`Run.analyses_apart`), listed
-        now, only where a span of that run has no copy of its entry in the user cache made for its
-        trace as listed (`cache.kept_for`; those spans are loaded from it here). A folder that cannot be
-        listed leaves its spans pending, for the next scan."""
+        """A store's objects beside the traces of ``due``, for `cache.prefetch`: those its listing
+        found in the analysis folders, and those of each folder it left out (`Run.analyses_apart`),
+        listed now, only where a span of that run has no copy of its entry in the user cache made
+        for its trace as listed (`cache.kept_for`; those spans are loaded from it here). A folder
+        that cannot be listed leaves its spans pending, for the next scan."""
         listed = {url: obj for run in runs for url, obj in run.stored.items()}
         apart = {run.name: run.analyses_apart for run in runs if run.analyses_apart}
         needed: dict[str, list[Span]] = {}
