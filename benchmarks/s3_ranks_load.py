@@ -10,11 +10,12 @@ user would set it. Two logdirs, uploaded once:
 1. ``--ranks`` real rank traces (as `ranks_load`: copies of a real V100 rank trace, 1.1 MB gzipped),
    each with its analysis beside it, written at the source as ``PhaseProfiler`` does: TensorBoard
    should read the analyses, not the traces (target: bytes read <= 5% of the traces' size);
-2. ``--summaries`` ranks of a small real CPU trace (tests/data/cpu/base) with their analyses, started
-   cold (an empty user cache) and then once more on the user cache the last cold start left: the
-   second start should only list the bucket (the analyses fetched are kept there under their ETag and
-   size). The relay tells phaseprof's reader (s3fs: aiobotocore) from TensorBoard's own scalar reader
-   (boto3), which lists the prefix at each of its reloads.
+2. ``--summaries`` ranks of a small real CPU trace (tests/data/cpu/base) with their analyses,
+   started cold (an empty user cache) and then once more on the user cache the last cold start left:
+   the second start should only list the traces (the analyses fetched are kept there with the ETag
+   and size of their trace; the analysis folder is left out of the listing). The relay tells
+   phaseprof's reader (s3fs: aiobotocore) from TensorBoard's own scalar reader (boto3), which lists
+   the prefix at each of its reloads.
 
 After each start's first ``/ranks``, it is asked `RANKS_ASKED` times more and the median time is given:
 it is made once per change of the run, not per request. First, the same in this process on a local
@@ -149,7 +150,7 @@ def ranks_in_process(workers: int) -> None:
     from tensorboard.plugins import base_plugin
 
     from phaseprof.plugin.analysis.ranks import ranks
-    from phaseprof.plugin.serving.plugin import PhaseprofPlugin, Target
+    from phaseprof.plugin.serving.plugin import PhaseprofPlugin
 
     local = summaries_logdir(workers)
     plugin = PhaseprofPlugin(base_plugin.TBContext(logdir=local))
@@ -166,8 +167,8 @@ def ranks_in_process(workers: int) -> None:
             return median(times)
 
         once = ms(lambda: ranks(RUN, [plugin._store.worker(run, w) for w in run.workers]), 3)
-        plugin.ranks_impl({}, Target(run))
-        again = ms(lambda: msgspec.json.encode(plugin.ranks_impl({}, Target(run))), RANKS_ASKED)
+        plugin._analysis().ranks(RUN)
+        again = ms(lambda: msgspec.json.encode(plugin._analysis().ranks(RUN)), RANKS_ASKED)
         print(f"/ranks of {workers} workers in process: made once {once:.0f} ms; asked again {again:.1f} ms "
               f"(answer and encoding)   load {os.getloadavg()[0]:.1f}")
     finally:

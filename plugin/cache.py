@@ -28,9 +28,10 @@ Where entries live, first found first used:
 
 An entry in an object store (written at the source, uploaded with its trace) is fetched once: the
 bytes fetched are kept in the user's cache directory (``store/<digest of its URL>.copy``, a line
-naming the format, the object's size and ETag, then its bytes), and read from there while the
-store's listing gives the same ETag and size (`prefetch`), so that a viewer started again on a
-bucket only lists it.
+naming the format, the object's size and ETag and those of the trace it was fetched beside, then its
+bytes), and read from there while the store's listing gives the same ETag and size (`prefetch`)
+or, without a listing of the analysis folder, the trace's listing gives its trace's (`kept_for`),
+so that a viewer started again on a bucket only lists its traces.
 
 ``PHASEPROF_CACHE=off`` turns the cache off (nothing read, nothing written); ``PHASEPROF_CACHE=<dir>``
 uses ``<dir>`` instead of the user's cache directory. A read-only reader (``beside=False``:
@@ -125,56 +126,93 @@ def prefetch(files: list[TraceFile], listed: dict[str, storage.Entry] | None = N
     is read from there: a second viewer of a bucket fetches nothing again, only lists it."""
     if not enabled():
         return {}
-    paths = [places(f)[0][0] for f in files if storage.is_remote(f.path)]
+    traces = {places(f)[0][0]: f for f in files if storage.is_remote(f.path)}
     if listed is None:
-        return storage.read_many(paths, _MAX_ENTRY_BYTES) if paths else {}
-    found = {path: data for path in paths if path in listed and (data := kept(listed[path])) is not None}
-    missing = [path for path in paths if path in listed and path not in found]
+        return storage.read_many(list(traces), _MAX_ENTRY_BYTES) if traces else {}
+    found = {}
+    for path, f in traces.items():
+        copy = _copy(listed[path].url) if path in listed else None
+        if copy is not None and copy[:2] == (listed[path].size, listed[path].etag):
+            found[path] = copy[3]
+            if copy[2] != (f.size, f.etag):  # kept before copies named their trace, or for another
+                keep(listed[path], copy[3], f)
+    missing = [path for path in traces if path in listed and path not in found]
     fetched = storage.read_many(missing, _MAX_ENTRY_BYTES) if missing else {}
     for path, data in fetched.items():
-        keep(listed[path], data)
+        keep(listed[path], data, traces[path])
     return found | fetched
 
 
-#: The first line of a copy of a store's object in the user's cache: the format, then the object's
-#: size and ETag (JSON), then its bytes.
-_COPY = b"phaseprof-store-copy 1.0 "
-
-
-def _copy_path(obj: storage.Entry) -> str | None:
-    user = user_cache_dir()
-    if not user or not obj.etag:
+def kept_for(f: TraceFile) -> SpanAnalysis | None:
+    """The analysis of ``f``, a trace in a store, from the user cache's copy of the entry beside it,
+    if that copy was fetched for a trace of ``f``'s ETag and size: ``f``'s analysis folder need not
+    be listed (`storage.listing_apart`). The trace's ETag changes with its content; the entry's is
+    not asked for (one of the same trace holds the same figures: `load` checks its key and
+    version)."""
+    if not enabled() or not f.etag or not storage.is_remote(f.path):
         return None
-    digest = hashlib.blake2b(obj.url.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
+    path = places(f)[0][0]
+    copy = _copy(path)
+    if copy is None or copy[2] != (f.size, f.etag):
+        return None
+    size, etag, _, data = copy
+    return load(f, {path: data}, {path: storage.Entry(url=path, size=size, mtime_ns=0, etag=etag)})
+
+
+#: The first line of a copy of a store's object in the user's cache: its format (`COPY_FORMAT`, by
+#: `phaseprof.formats`'s rule), then JSON: the object's size and ETag, and (1.1) the size and ETag
+#: of the trace it was fetched for; then the object's bytes.
+_COPY = b"phaseprof-store-copy "
+COPY_FORMAT, COPY_MAJOR = "1.1", 1
+#: The longest first line of a copy read (two ETags: a store may make them long).
+_MAX_COPY_LINE = 1024
+
+
+def _copy_path(url: str) -> str | None:
+    user = user_cache_dir()
+    if not user:
+        return None
+    digest = hashlib.blake2b(url.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
     return os.path.join(user, "store", digest + ".copy")
 
 
-def keep(obj: storage.Entry, data: bytes) -> None:
-    """Keep ``data``, the object ``obj`` of a store as fetched, in the user's cache (replacing the copy
-    of an earlier version): only where the store gave an ETag and ``data`` is of the listed size."""
-    path = _copy_path(obj)
+def keep(obj: storage.Entry, data: bytes, trace: TraceFile | None = None) -> None:
+    """Keep ``data``, the object ``obj`` of a store as fetched, in the user's cache (replacing the
+    copy of an earlier version), with the ETag and size of the ``trace`` it was fetched beside: only
+    where the store gave an ETag and ``data`` is of the listed size."""
+    path = _copy_path(obj.url) if obj.etag else None
     if path is not None and len(data) == obj.size:
-        write_whole(path, _COPY + msgspec.json.encode([obj.size, obj.etag]) + b"\n" + data)
+        stamp = [trace.size, trace.etag] if trace is not None and trace.etag else []
+        head = msgspec.json.encode([obj.size, obj.etag, *stamp])
+        write_whole(path, _COPY + COPY_FORMAT.encode() + b" " + head + b"\n" + data)
 
 
-def kept(obj: storage.Entry) -> bytes | None:
-    """The user cache's copy of the object ``obj`` of a store, if it is of ``obj``'s ETag and size."""
-    path = _copy_path(obj)
+def _copy(url: str) -> tuple[int, str, tuple[int, str] | None, bytes] | None:
+    """The user cache's copy of the store's object at ``url``: its size, ETag, the (size, ETag) of
+    the trace it was fetched for (None if it does not say: 1.0), and its bytes; None if there is
+    none, or it is damaged or of another major format."""
+    path = _copy_path(url)
     if path is None:
         return None
     try:
-        data = read_regular(path, _MAX_ENTRY_BYTES + _MAX_LINE + len(obj.etag), follow_links=False)
+        data = read_regular(path, _MAX_ENTRY_BYTES + _MAX_COPY_LINE, follow_links=False)
     except TraceError:
         return None
     end = data.find(b"\n")
-    if not data.startswith(_COPY) or end < 0:
-        return None
+    found, _, head = data[len(_COPY):max(end, 0)].partition(b" ")
     try:
-        size, etag = msgspec.json.decode(data[len(_COPY):end], type=tuple[int, str])
-    except msgspec.DecodeError:
+        if not data.startswith(_COPY) or end < 0:
+            return None
+        formats.check(found.decode("ascii", "replace"), COPY_MAJOR)
+        size, etag, *trace = msgspec.json.decode(head, type=list[int | str])
+    except (msgspec.DecodeError, formats.OtherFormat, ValueError):
+        return None
+    if not (isinstance(size, int) and isinstance(etag, str) and len(trace) in (0, 2)):
         return None
     body = data[end + 1:]
-    return body if (size, etag) == (obj.size, obj.etag) and len(body) == size else None
+    if len(body) != size:
+        return None
+    return size, etag, (tuple(trace) if trace else None), body
 
 
 #: Entries of a store fetched in one batch of concurrent requests (`prefetched_batches`).

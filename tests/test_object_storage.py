@@ -292,8 +292,9 @@ store.close()
 
 def test_tensorboard_s_scan_of_a_bucket_is_one_listing_and_a_get_per_analysis(s3, bucket, tmp_path, traces):
     """What TensorBoard's store asks of the store to load a logdir whose analyses were written at the
-    source, seen on the wire (a relay in front of the server): one listing of the prefix, then one GET
-    of each analysis; no HEAD, no other listing, nothing of the traces."""
+    source, seen on the wire (a relay in front of the server): one listing of the prefix less the
+    analysis folders, one of the run's analysis folder, then one GET of each analysis; no HEAD, no
+    other listing, nothing of the traces."""
     from tests.s3 import Relay
 
     local = _two_ranks(tmp_path, traces)
@@ -307,7 +308,8 @@ def test_tensorboard_s_scan_of_a_bucket_is_one_listing_and_a_get_per_analysis(s3
     listings = [t for m, t in asked if m == "GET" and "?" in t]
     reads = sorted(t for m, t in asked if m == "GET" and "?" not in t)
     assert [m for m, _ in asked if m != "GET"] == []
-    assert len(listings) == 1 and "prefix=p/&" in listings[0] and "delimiter=&" in listings[0], listings
+    listing = f"/{bucket}?list-type=2&prefix=p/%sdelimiter=%s&encoding-type=url"
+    assert listings == [listing % ("&", ".phaseprof/"), listing % ("ranks/.phaseprof/&", "")]
     assert reads == [f"/{bucket}/p/ranks/.phaseprof/rank{i}.1.pt.trace.json.gz.analysis" for i in range(2)]
 
 
@@ -322,10 +324,34 @@ def test_a_url_naming_one_trace_object_is_read_as_a_logdir_of_that_trace(s3, buc
     assert discover(f"s3://{bucket}/p/nothing-here") == []
 
 
-def test_a_second_start_on_a_bucket_lists_it_and_fetches_no_analysis_again(s3, bucket, tmp_path, traces):
-    """The analyses fetched from a store are kept in the user's cache under their ETag and size: a
-    second start of TensorBoard's store on the bucket lists it and fetches nothing (seen on the wire);
-    an analysis uploaded again (another ETag) is fetched again, that one alone."""
+def test_a_listing_leaves_the_analysis_folders_out_and_a_folder_only_named_like_one_in(s3, bucket):
+    """`discover` on S3 rolls each ``.phaseprof/`` folder up into its run's `analyses_apart` (its
+    objects unlisted), at the logdir's root too; a run whose folder only ends in that name is listed
+    all the same, its own analysis folder apart."""
+    from phaseprof.plugin.reading.discovery import discover
+
+    for key in ("run.phaseprof/r0.1.pt.trace.json.gz",
+                "run.phaseprof/.phaseprof/r0.1.pt.trace.json.gz.analysis",
+                "r1.1.pt.trace.json.gz", ".phaseprof/r1.1.pt.trace.json.gz.analysis",
+                ".phaseprof/capture/request.json", "plain/r2.1.pt.trace.json.gz"):
+        s3.put(bucket, f"p/{key}", b"x")
+    runs = {r.name: ([f.name for f in r.files], r.analyses_apart, r.stored)
+            for r in discover(f"s3://{bucket}/p")}
+    p = f"s3://{bucket}/p"
+    assert runs == {".": (["r1.1.pt.trace.json.gz"], f"{p}/.phaseprof", {}),
+                    "plain": (["r2.1.pt.trace.json.gz"], "", {}),
+                    "run.phaseprof": (["r0.1.pt.trace.json.gz"], f"{p}/run.phaseprof/.phaseprof",
+                                      {})}
+
+
+def test_a_second_start_on_a_bucket_lists_its_traces_and_fetches_no_analysis_again(
+        s3, bucket, tmp_path, traces):
+    """The analyses fetched from a store are kept in the user's cache with the ETag and size of
+    their trace: a second start of TensorBoard's store on the bucket lists the traces alone (the
+    analysis folder left out) and fetches nothing (seen on the wire). An analysis written again
+    beside the same trace is not fetched (the copy holds the same figures); without the copies, the
+    folder is listed and each entry fetched again; a trace added with its analysis costs that
+    analysis alone."""
     from tests.s3 import Relay
 
     local = _two_ranks(tmp_path, traces)
@@ -334,28 +360,109 @@ def test_a_second_start_on_a_bucket_lists_it_and_fetches_no_analysis_again(s3, b
     relay = Relay(s3.port)
     env = {**os.environ, "AWS_ENDPOINT_URL": relay.endpoint, "PHASEPROF_CACHE": str(tmp_path / "user-cache")}
 
-    def start() -> tuple[int, list[str], list[str]]:
-        out = subprocess.run([sys.executable, "-c", _LOAD, f"s3://{bucket}/p"], capture_output=True, text=True,
-                             env=env)
+    def start(ranks: int = 2) -> tuple[int, list[str], list[str]]:
+        script = _LOAD.replace("== 2", f"== {ranks}")
+        out = subprocess.run([sys.executable, "-c", script, f"s3://{bucket}/p"],
+                             capture_output=True, text=True, env=env)
         assert out.returncode == 0, out.stderr
         received, asked = relay.take()
         assert [m for m, _ in asked if m != "GET"] == []
         return (received, [t for _, t in asked if "?" in t], sorted(t for _, t in asked if "?" not in t))
 
+    traces_only = f"/{bucket}?list-type=2&prefix=p/&delimiter=.phaseprof/&encoding-type=url"
+    folder = f"/{bucket}?list-type=2&prefix=p/ranks/.phaseprof/&delimiter=&encoding-type=url"
     entry = f"/{bucket}/p/ranks/.phaseprof/rank%d.1.pt.trace.json.gz.analysis"
     first, listings, reads = start()
-    assert len(listings) == 1 and reads == [entry % 0, entry % 1]
+    assert listings == [traces_only, folder] and reads == [entry % 0, entry % 1]
     second, listings, reads = start()
-    assert len(listings) == 1 and reads == [] and second < first
+    assert listings == [traces_only] and reads == [] and second < first
     # rank 1's analysis written again (of a newer minor format: other bytes, another ETag)
     name = "rank1.1.pt.trace.json.gz.analysis"
     data = (local / "ranks" / ".phaseprof" / name).read_bytes()
     s3.client().put_object(Bucket=bucket, Key=f"p/ranks/.phaseprof/{name}",
                            Body=b"phaseprof-analysis 1.7" + data[data.index(b"\n"):])
     _, listings, reads = start()
-    assert len(listings) == 1 and reads == [entry % 1]
+    assert listings == [traces_only] and reads == []
+    # rank 1's trace uploaded again, other bytes of its size (another ETag): its run's folder is
+    # listed, and its entry, now of another ETag than the copy's, fetched (valid for a name, a size)
+    trace = local / "ranks" / "rank1.1.pt.trace.json.gz"
+    s3.put(bucket, "p/ranks/rank1.1.pt.trace.json.gz", b"x" * trace.stat().st_size)
     _, listings, reads = start()
-    assert len(listings) == 1 and reads == []
+    assert listings == [traces_only, folder] and reads == [entry % 1]
+    s3.put(bucket, "p/ranks/rank1.1.pt.trace.json.gz", trace.read_bytes())
+    shutil.rmtree(tmp_path / "user-cache" / "store")
+    _, listings, reads = start()
+    assert listings == [traces_only, folder] and reads == [entry % 0, entry % 1]
+    # a third rank (rank 0's trace under another name), its trace and analysis uploaded later
+    run_dir = local / "ranks"
+    shutil.copy(run_dir / "rank0.1.pt.trace.json.gz", run_dir / "rank2.1.pt.trace.json.gz")
+    assert cli("report", str(local / "ranks"), "--json", cache="on").returncode == 0
+    for key in ("rank2.1.pt.trace.json.gz", ".phaseprof/rank2.1.pt.trace.json.gz.analysis"):
+        s3.put(bucket, f"p/ranks/{key}", (local / "ranks" / key).read_bytes())
+    _, listings, reads = start(ranks=3)
+    assert listings == [traces_only, folder] and reads == [entry % 2]
+    _, listings, reads = start(ranks=3)
+    assert listings == [traces_only] and reads == []
+
+
+_STEPS = """
+import sys
+from phaseprof.plugin.serving.store import READY, TraceStore
+store = TraceStore(sys.argv[1])
+for step in ("loaded", "rescanned", "found"):
+    if step != "loaded":
+        sys.stdin.readline()
+    assert store.wait(300)  # a scan forced, and the loading of what it found
+    spans = {f.path.rpartition("/p/")[2]: store.span(f).state
+             for run in store.runs() for f in run.files}
+    print(step, sorted(spans), set(spans.values()) == {READY}, store._interval, flush=True)
+sys.stdin.readline()
+store.close()
+"""
+
+
+def test_a_rescan_of_a_bucket_lists_its_traces_alone_and_finds_a_run_uploaded_since(
+        s3, bucket, tmp_path, traces):
+    """TensorBoard's store scanning a bucket again, seen on the wire: with nothing new, one listing
+    that leaves the analysis folders out and no GET (the analyses are not listed or fetched again),
+    and the next listing waits twice as long; a run uploaded since (its trace, then its analysis) is
+    found by the next scan, which lists that run's analysis folder and fetches its analysis
+    alone."""
+    from tests.s3 import Relay
+
+    local = _two_ranks(tmp_path, traces)
+    assert cli("report", str(local / "ranks"), "--json", cache="on").returncode == 0  # the analyses
+    s3.upload_tree(local, bucket, "p")
+    relay = Relay(s3.port)
+    traces_only = f"/{bucket}?list-type=2&prefix=p/&delimiter=.phaseprof/&encoding-type=url"
+    with _store_process(_STEPS, f"s3://{bucket}/p", relay, tmp_path) as proc:
+        # (the process waits for its input: its stderr is read only once it ended: no line)
+        ranks = ["ranks/rank0.1.pt.trace.json.gz", "ranks/rank1.1.pt.trace.json.gz"]
+        line = proc.stdout.readline()
+        assert line == f"loaded {ranks} True 5.0\n", line or proc.stderr.read()
+        relay.take()
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        assert line == f"rescanned {ranks} True 10.0\n", line or proc.stderr.read()
+        _, asked = relay.take()
+        assert asked == [("GET", traces_only)]
+        (local / "late").mkdir()
+        shutil.copy(local / "ranks" / "rank0.1.pt.trace.json.gz", local / "late")
+        assert cli("report", str(local / "late"), "--json", cache="on").returncode == 0
+        for key in ("rank0.1.pt.trace.json.gz", ".phaseprof/rank0.1.pt.trace.json.gz.analysis"):
+            s3.put(bucket, f"p/late/{key}", (local / "late" / key).read_bytes())
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        late = ["late/rank0.1.pt.trace.json.gz", *ranks]
+        line = proc.stdout.readline()
+        assert line == f"found {late} True 5.0\n", line or proc.stderr.read()
+        _, asked = relay.take()
+        assert asked == [("GET", traces_only),
+                         ("GET", traces_only.replace("p/&delimiter=.phaseprof/",
+                                                     "p/late/.phaseprof/&delimiter=")),
+                         ("GET", f"/{bucket}/p/late/.phaseprof/rank0.1.pt.trace.json.gz.analysis")]
+        _finish_store_process(proc, relay)
 
 
 _RESCAN = """
@@ -385,9 +492,13 @@ def test_a_bucket_is_not_listed_again_while_the_scan_under_way_fetches_its_entri
     relay = Relay(s3.port, hold=".analysis")
     with _store_process(_RESCAN, f"s3://{bucket}/p", relay, tmp_path) as proc:
         assert proc.stdout.readline() == "rescanned\n", proc.stderr.read()
-        _, asked = relay.take()
         _finish_store_process(proc, relay)
-    assert len([t for m, t in asked if "?" in t]) == 1, asked
+    _, asked = relay.take()
+    # the first scan's listings alone, to its end: the prefix's (the traces), then the run's
+    # analysis folder (listed once the traces' listing made the spans: maybe after the rescans)
+    assert [t for m, t in asked if "?" in t] == [
+        f"/{bucket}?list-type=2&prefix=p/&delimiter=.phaseprof/&encoding-type=url",
+        f"/{bucket}?list-type=2&prefix=p/ranks/.phaseprof/&delimiter=&encoding-type=url"], asked
 
 
 _ASK = """

@@ -42,6 +42,9 @@ class TraceFile(msgspec.Struct, frozen=True):
     name: str  # file name (displayable)
     size: int
     mtime_ns: int
+    #: A trace in a store: its ETag as listed ("" where the store gave none, and on a disk); what
+    #: the user cache's copy of its analysis is kept for (`cache.kept_for`).
+    etag: str = ""
 
 
 class Run(msgspec.Struct, dict=True):
@@ -54,6 +57,9 @@ class Run(msgspec.Struct, dict=True):
     #: A run in a store: the objects its listing found in the run's analysis folder, by URL (what the
     #: cache of analyses may fetch there, and the ETag its user-cache copy of each is kept under).
     stored: dict[str, storage.Entry] = msgspec.field(default_factory=dict)
+    #: A run in a store whose listing left its analysis folder out (`storage.listing_apart`): the
+    #: folder's URL, to list on its own when a span needs its entry ("": none, or in `stored`).
+    analyses_apart: str = ""
 
     def scalar_dirs(self) -> list[tuple[int | None, str]]:
         """(rank, folder) of every set of per-step scalars of the run: its own (rank None), then each
@@ -140,10 +146,11 @@ def _fold_rank_scalars(runs: dict[str, Run], parent_of) -> list[Run]:
 
 
 def _discover_remote(root: str) -> list[Run]:
-    """`discover` for a logdir in an object store: one listing of its prefix (`storage.listing`); only
-    when that holds nothing is the URL asked about as one object (a trace file named by the user)."""
-    entries = storage.listing(root)
-    if not entries:
+    """`discover` for a logdir in an object store: one listing of its prefix, the analysis folders
+    left out where the store can (`storage.listing_apart`); only when that holds nothing is the URL
+    asked about as one object (a trace file named by the user)."""
+    entries, apart = storage.listing_apart(root, ANALYSIS_DIR)
+    if not entries and not apart:
         one = storage.info(root)
         if one is not None:  # the URL of one trace file
             name = storage.basename(root)
@@ -170,6 +177,11 @@ def _discover_remote(root: str) -> list[Run]:
     for name, objects in stored.items():
         if name in runs:
             runs[name].stored = objects
+    for folder in apart:
+        owner = storage.dirname(folder)
+        name = display(storage.relpath(owner, root))
+        if name in runs:
+            runs[name].analyses_apart = folder
     return _fold_rank_scalars(runs, storage.dirname)
 
 
@@ -183,7 +195,7 @@ def _remote_trace_file(entry: storage.Entry, name: str, run: str, *, force: bool
             return None
         worker = m.group("worker") if m else name
     return TraceFile(run=run, worker=display(worker), path=entry.url, name=display(name), size=entry.size,
-                     mtime_ns=entry.mtime_ns)
+                     mtime_ns=entry.mtime_ns, etag=entry.etag)
 
 
 def _trace_file(directory: str, name: str, run: str, *, force: bool = False) -> TraceFile | None:

@@ -7,7 +7,8 @@ endpoint from the usual places (``AWS_*`` environment variables and ``~/.aws``, 
 default credentials, ``AZURE_STORAGE_*``); phaseprof passes none and logs none.
 
 A listing is one recursive, paginated listing of the logdir's prefix, fresh at each scan (fsspec's
-listing cache is dropped first), so a span uploaded since the last scan is found on the next one.
+listing cache is dropped first), so a span uploaded since the last scan is found on the next one; on
+S3, TensorBoard's scans leave the analysis folders out of it (`listing_apart`).
 Nothing outside the logdir is read: an object whose key does not lie under the logdir's prefix, or
 whose key holds empty, ``.`` or ``..`` segments (an object store takes any key; a path made from
 them could name something else), is left out of the listing, and only listed objects are read.
@@ -243,9 +244,52 @@ def listing(root: str) -> list[Entry]:
         key = key.rstrip("/")
         if info.get("type") == "directory" or not _safe(key, prefix):
             continue
-        out.append(Entry(url=_url(proto, key), size=int(info.get("size") or 0), mtime_ns=mtime_ns(info),
-                         etag=etag(info)))
+        out.append(_entry(proto, key, info))
     return out
+
+
+def listing_apart(root: str, folder: str) -> tuple[list[Entry], list[str]]:
+    """`listing`, less the objects of every folder named ``folder`` under ``root``: (the objects,
+    the URLs of those folders). An analysis folder holds an object per trace; a rescan that lists
+    only the traces reads half the bytes, and the folder is listed on its own when a new trace needs
+    it.
+
+    S3 only: a listing whose delimiter is ``folder + "/"`` gets each such folder rolled up into one
+    prefix (S3 takes any string as a delimiter). A folder merely ending in that name ("x.phaseprof")
+    is rolled up too, and listed the same way on its own. Other stores, or a store that refuses the
+    delimiter (S3 Express takes only "/"): `listing`, their objects included, no folder apart."""
+    fs = filesystem(root)
+    proto, prefix = scheme(root), _key(root)
+    if proto not in ("s3", "s3a") or not hasattr(fs, "_lsdir"):
+        return listing(root), []
+    from fsspec.asyn import sync
+
+    objects, apart, todo = [], [], [prefix]
+    try:
+        while todo:
+            key = todo.pop()
+            found = sync(fs.loop, fs._lsdir, key, refresh=True, delimiter=folder + "/")
+            fs.invalidate_cache(key)  # s3fs keeps it as the folder's listing: it is not
+            for info in found:
+                name = info["name"].rstrip("/")
+                if not _safe(name, prefix):
+                    continue
+                if info.get("type") != "directory":
+                    objects.append(_entry(proto, name, info))
+                elif name.rpartition("/")[2] == folder:
+                    apart.append(_url(proto, name))
+                else:
+                    todo.append(name)
+    except OSError as e:
+        if isinstance(e, (PermissionError, FileNotFoundError)):
+            raise
+        return listing(root), []  # the delimiter refused: one plain listing
+    return sorted(objects, key=lambda e: e.url), sorted(apart)
+
+
+def _entry(proto: str, key: str, info: dict) -> Entry:
+    return Entry(url=_url(proto, key), size=int(info.get("size") or 0), mtime_ns=mtime_ns(info),
+                 etag=etag(info))
 
 
 def info(url: str) -> Entry | None:

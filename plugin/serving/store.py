@@ -44,8 +44,12 @@ PENDING, LOADING, READY, ERROR = "pending", "loading", "ready", "error"
 
 T = TypeVar("T")
 
-#: At most one listing of a logdir in an object store per this many seconds.
+#: A logdir in an object store is listed again this many seconds after a scan whose listing found a
+#: change (the first included), counted from the end of that scan; each listing that finds none
+#: doubles the wait, up to `REMOTE_RESCAN_MAX_S`: a span uploaded shows within that (and the
+#: listing's time), and a store nobody writes to is listed once a minute, not every few seconds.
 REMOTE_RESCAN_S = 5.0
+REMOTE_RESCAN_MAX_S = 60.0
 
 #: Most worker processes loading trace files at once: one per core this process may use, up to this
 #: many (each may need a few times its file's size in memory for a moment).
@@ -115,6 +119,9 @@ class TraceStore:
         #: Counts changes of the spans (one added, removed, reloaded, loaded): what `of_run` is kept by.
         self._changes = 0
         self._scanned_at = float("-inf")
+        #: Seconds from the last scan to the next (a store's grows while its listings find nothing).
+        self._interval = self._rescan_s
+        self._last_listing: frozenset | None = None  # what a store's last listing found
         self._pool: LoaderPool | None = None
         self._closed = False
         self._scanning = False  # a background scan is running
@@ -144,7 +151,7 @@ class TraceStore:
     def _refresh(self, force: bool) -> None:
         remote = storage.is_remote(self.logdir)
         with self._lock:
-            if self._closed or (not force and time.monotonic() - self._scanned_at < self._rescan_s):
+            if self._closed or (not force and time.monotonic() - self._scanned_at < self._interval):
                 return
             if remote and self._scanning_store:
                 return  # a store is listed again once the scan under way has loaded what it found
@@ -155,6 +162,8 @@ class TraceStore:
         finally:
             with self._lock:
                 self._scanning_store = False
+                if remote:  # the wait runs from the scan's end: a long one is not followed at once
+                    self._scanned_at = time.monotonic()
 
     def _scan(self, remote: bool) -> None:
         """List the logdir, then load each new or changed span: from its entry, or in a worker process."""
@@ -169,6 +178,15 @@ class TraceStore:
                 self._logdir_error = why
             return
         self._logdir_error = None
+        if remote:
+            found = frozenset(
+                [(f.path, f.size, f.mtime_ns, f.etag) for run in runs for f in run.files]
+                + [(run.name, run.has_scalars, *run.rank_scalars) for run in runs])
+            with self._lock:
+                same = found == self._last_listing
+                longer = min(2 * self._interval, REMOTE_RESCAN_MAX_S)
+                self._interval = longer if same else self._rescan_s
+                self._last_listing = found
         # an object in a store appears whole once uploaded, and its time is the store's clock: no settling
         now_ns = time.time_ns() if not remote else float("inf")
         due: list[Span] = []
@@ -195,8 +213,9 @@ class TraceStore:
                     self._changes += 1
         # Spans with a cached analysis (beside the run, or written at the source by the training job)
         # load here in a moment each; only the others go to a worker process to be read.
+        listed = self._listed_beside(runs, due) if remote else None
+        due = [span for span in due if span.state == LOADING]
         done = 0  # a store's entries: a batch fetched at once while the one before is decoded
-        listed = {url: obj for run in runs for url, obj in run.stored.items()} if remote else None
         for batch, prefetched in cache.prefetched_batches([span.file for span in due], listed):
             for span in due[done : done + len(batch)]:
                 analysis = cache.load(span.file, prefetched, listed)
@@ -208,11 +227,42 @@ class TraceStore:
                         self._submit(span)
             done += len(batch)
 
+    def _listed_beside(self, runs: list[Run], due: list[Span]) -> dict[str, storage.Entry] | None:
+        """A store's objects beside the traces of ``due``, for `cache.prefetch`: those its listing
+        found in the analysis folders, and those of each folder it left out (`Run.analyses_apart`),
+        listed now, only where a span of that run has no copy of its entry in the user cache made
+        for its trace as listed (`cache.kept_for`; those spans are loaded from it here). A folder
+        that cannot be listed leaves its spans pending, for the next scan."""
+        listed = {url: obj for run in runs for url, obj in run.stored.items()}
+        apart = {run.name: run.analyses_apart for run in runs if run.analyses_apart}
+        needed: dict[str, list[Span]] = {}
+        for span in due:
+            folder = apart.get(span.file.run)
+            if folder is None:
+                continue
+            analysis = cache.kept_for(span.file)
+            with self._lock:
+                if analysis is not None:
+                    span.state, span.analysis, span.error = READY, analysis, problems_of(analysis)
+                    self._changes += 1
+                else:
+                    needed.setdefault(folder, []).append(span)
+        for folder, spans in needed.items():
+            try:
+                listed.update((obj.url, obj) for obj in storage.listing(folder))
+            except (OSError, ValueError, storage.StorageError) as e:
+                logger.warning("phaseprof: %s", storage.cannot_list(folder, e))
+                with self._lock:
+                    for span in spans:
+                        span.state = PENDING
+                    self._changes += 1
+        return listed
+
     def refresh_soon(self, force: bool = False) -> None:
         """`refresh` on a thread of its own, for callers that must not wait (TensorBoard's plugin
         listing); nothing is started while a scan runs or is not due."""
         with self._lock:
-            due = force or time.monotonic() - self._scanned_at >= self._rescan_s
+            due = force or time.monotonic() - self._scanned_at >= self._interval
             if self._closed or self._scanning or not due:
                 return
             self._scanning = True
