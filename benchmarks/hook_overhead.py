@@ -184,7 +184,8 @@ def seed_cnn(rounds: int, device: str = "cpu") -> tuple[list[str], float]:
         "raw torch.profiler, active": raw_profiler(wait=0, warmup=warm, active=window),
         "active window": phaseprof(wait=0, warmup=warm, active=window),
     }, steps=warm + window, keep=slice(warm, warm + window - 1), rounds=rounds)  # the last one exports
-    rows = [f"| MNIST CNN, {device}, batch 64 | median step | vs | ratio [95% interval] (range) | target |",
+    rows = [f"| MNIST CNN, {device}, batch 64 | median step | vs | ratio [95% interval] (range) "
+            "| target |",
             "|---|---:|---|---:|---:|"]
     for name, ref, target in [("timing only (after the window)", "bare", 1.01), ("wait phase", "bare", 1.01),
                               ("active window", "raw torch.profiler, active", 1.02)]:
@@ -210,12 +211,16 @@ def hook_cost(rounds: int, seed_step_us: float, device: str = "cpu") -> list[str
         "active window": phaseprof(wait=0, warmup=warm, active=window),
     }, steps=warm + window, keep=slice(warm, warm + window - 1), rounds=rounds)
     runs |= step_only(rounds, steps * blocks, keep=slice(warm, None))
-    rows = [f"| {device} | reference step | cost per step [95% interval] (range) | target | share of the MNIST CNN's "
+    rows = [f"| {device} | reference step | cost per step [95% interval] (range) | target | "
+            "share of the MNIST CNN's "
             f"step ({seed_step_us / 1e3:.1f} ms) | target |", "|---|---:|---:|---:|---:|---:|"]
     for label, name, ref, target_us, target_share in [
-            ("empty step (`prof.step()` alone) vs an empty loop", "prof.step() alone", "empty loop", 15, None),
-            ("every hook, timing only (after the window) vs bare", "timing only (after the window)", "bare", 15, 0.01),
-            ("every hook, wait phase vs raw torch.profiler, wait", "wait phase", "raw torch.profiler, wait", 15, None),
+            ("empty step (`prof.step()` alone) vs an empty loop", "prof.step() alone", "empty loop",
+             15, None),
+            ("every hook, timing only (after the window) vs bare", "timing only (after the window)",
+             "bare", 15, 0.01),
+            ("every hook, wait phase vs raw torch.profiler, wait", "wait phase",
+             "raw torch.profiler, wait", 15, None),
             ("every hook, wait phase vs bare", "wait phase", "bare", None, 0.01),
             ("every hook, active window vs raw torch.profiler, active", "active window",
              "raw torch.profiler, active", None, 0.02)]:
@@ -385,7 +390,8 @@ def _transformers_run(with_callback: bool, steps: int, keep_from: int, logdir: s
 def callback_cost(rounds: int, seed_step_us: float) -> list[str]:
     """Each framework's step with and without the callback (timing only, after the window), on a
     step that does next to nothing, so that the difference is the callback's cost."""
-    rows = [f"| callback, cpu | framework's own step | cost per step [95% interval] (range) | share of the MNIST CNN's "
+    rows = [f"| callback, cpu | framework's own step | cost per step [95% interval] (range) | "
+            "share of the MNIST CNN's "
             f"step ({seed_step_us / 1e3:.1f} ms) | target |", "|---|---:|---:|---:|---:|"]
     for name, run, steps in (("Lightning", _lightning_run, 400), ("transformers", _transformers_run, 300)):
         bare, costs = [], []

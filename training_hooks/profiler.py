@@ -386,7 +386,8 @@ class PhaseProfiler:
             self.step_num += 1
             if self._profiler is not None:
                 self._step_profiler(self._profiler)
-            if self._profiler is None and self._capture is not None and self._capture.plan is not None:
+            capture = self._capture
+            if self._profiler is None and capture is not None and capture.plan is not None:
                 self._profiler = self._capture.begin(self)
                 self._recording = self._profiler is not None and self._profiler.current_action in _RECORDING
             if gpu is None and self._cuda_possible:

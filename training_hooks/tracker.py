@@ -54,13 +54,13 @@ class PhaseTracker:
     the user's ``with prof.phase(...)`` calls `open` and `close`; the profiler calls `start_step`
     (first), then `cut` and `start_step` at each step boundary, and `stop` on close."""
 
-    __slots__ = ("stack", "running", "gpu", "apart", "_idle_pass", "_log", "_thread", "_live", "_ranges",
-                 "_faults", "_record", "_marks")
+    __slots__ = ("stack", "running", "gpu", "apart", "_idle_pass", "_log", "_thread", "_live",
+                 "_ranges", "_faults", "_record", "_marks")
 
     def __init__(self, thread: int, ranges: Ranges, faults: Faults) -> None:
         self.stack: list[str] = []  # open phases, outermost first
         self.running = True
-        self._live: int | None = thread  # the loop's thread while running, None once stopped: one test
+        self._live: int | None = thread  # the loop's thread while running, then None: one test
         self.gpu: CudaPhaseTimer | None = None
         self.apart = False  # an out-of-step phase (eval, paused) is open
         self._idle_pass = False  # the step began inside a pass, and no evaluation forward ran since
@@ -83,7 +83,8 @@ class PhaseTracker:
         thread, or time is kept out of the step (only another out-of-step phase opens then);
         returns whether it opened it."""
         stack = self.stack
-        if _get_ident() != self._live or phase in stack or (self.apart and phase not in OUT_OF_STEP):
+        if _get_ident() != self._live or phase in stack or (
+                self.apart and phase not in OUT_OF_STEP):
             return False
         entered = perf_counter_ns()
         previous = stack[-1] if stack else OTHER
