@@ -88,6 +88,7 @@ class Attachment:
                  optimizers_end_steps: bool = True, also: tuple[nn.Module, ...] = ()) -> None:
         self.models = tuple(models)
         self._tracker = tracker
+        self._thread = tracker.thread
         self._watch_eval = watch_eval
         self._forward_opened: list[bool] = []  # per nested forward call: whether it opened the phase
         self._undo: list[Callable[[], None]] = []
@@ -134,7 +135,7 @@ class Attachment:
     def _timed_step(self, function: Callable, optimizer: torch.optim.Optimizer) -> Callable:
         """``optimizer.step`` in the optimizer phase, a closure it is given outside it."""
         tracker = self._tracker
-        begin, end = tracker.begin, tracker.end
+        begin, end, stepped = tracker.begin, tracker.end, self._optimizer_stepped
 
         def step(owner: object, *args: Any, **kwargs: Any) -> Any:
             if tracker.apart:
@@ -146,7 +147,7 @@ class Attachment:
                 result = function(owner, *args, **kwargs)
             finally:
                 end(OPTIMIZER, opened)
-            self._optimizer_stepped(optimizer)
+            stepped(optimizer)
             return result
 
         return functools.update_wrapper(step, function)
@@ -155,7 +156,7 @@ class Attachment:
         """After an attached optimizer's ``step()`` on the loop's thread: the step ends if every
         optimizer has now stepped, unless the call was a no-op of Accelerate's while gradients
         accumulate, or a GradScaler's step runs it (the scaler counts it, its update ends the step)."""
-        if self._in_scaler_step or _get_ident() != self._tracker.thread:
+        if self._in_scaler_step or _get_ident() != self._thread:
             return
         if getattr(getattr(optimizer, "gradient_state", None), "sync_gradients", True) is False:
             return
@@ -164,6 +165,8 @@ class Attachment:
 
     def _all_stepped(self, optimizer: object) -> bool:
         """Count ``optimizer``'s step; True (and start counting again) once every optimizer stepped."""
+        if len(self._optimizer_ids) == 1:  # every step of the only one
+            return True
         stepped = self._stepped
         stepped.add(id(optimizer))
         if len(stepped) < len(self._optimizer_ids):
@@ -214,7 +217,7 @@ class Attachment:
     def _scaler_stepped(self, function: Callable, scaler: Any, args: tuple, kwargs: dict) -> Any:
         tracker = self._tracker
         optimizer = args[0] if args else kwargs.get("optimizer")
-        if not self._is_attached(optimizer) or _get_ident() != tracker.thread:
+        if not self._is_attached(optimizer) or _get_ident() != self._thread:
             return function(scaler, *args, **kwargs)
         if type(scaler) not in self._scaler_classes:
             self._watch_scaler_class(type(scaler))
@@ -231,7 +234,7 @@ class Attachment:
 
     def _scaler_updated(self, function: Callable, scaler: Any, args: tuple, kwargs: dict) -> Any:
         tracker = self._tracker
-        if not self._step_pending or _get_ident() != tracker.thread:
+        if not self._step_pending or _get_ident() != self._thread:
             return function(scaler, *args, **kwargs)
         self._in_scaler_update += 1
         try:

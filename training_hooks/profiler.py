@@ -76,6 +76,7 @@ __all__ = ["PhaseProfiler", "PhaseError"]
 T = TypeVar("T")
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+_get_ident, _perf_counter_ns, _wall_time = threading.get_ident, time.perf_counter_ns, time.time
 _NEW, _RUNNING, _CLOSED = "new", "running", "closed"
 _INHERITED = "inherited"  # the running profiler as a forked child sees it: its parent's run
 #: Phases that are not a step's training work: a step open at close with only these is dropped.
@@ -375,27 +376,28 @@ class PhaseProfiler:
         the hook's own, in the next step (`tracker.HOOK`). ``by_hook``: an optimizer's wrapper ends
         the step. Never raises; does nothing once closed, or for an optimizer stepped off the
         loop's thread."""
-        if self._state != _RUNNING or threading.get_ident() != self._thread:
+        if self._state != _RUNNING or _get_ident() != self._thread:
             return
         try:
             phases = self._phases
-            now = time.perf_counter_ns()
-            record = StepTimes(self.step_num, time.time(), phases.cut(now, by_hook))
+            now = _perf_counter_ns()
+            record = StepTimes(self.step_num, _wall_time(), phases.cut(now, by_hook))
             gpu = phases.gpu
             self.step_num += 1
             if self._profiler is not None:
                 self._step_profiler(self._profiler)
-            if self._capture is not None and self._capture.plan is not None and self._profiler is None:
+            capture = self._capture
+            if self._profiler is None and capture is not None and capture.plan is not None:
                 self._profiler = self._capture.begin(self)
                 self._recording = self._profiler is not None and self._profiler.current_action in _RECORDING
             if gpu is None and self._cuda_possible:
                 gpu = self._new_gpu_timer()
             if self._attachment is not None:
                 self._attachment.watch_compiles()
-            resumed = time.perf_counter_ns()
+            resumed = _perf_counter_ns()
             record.profiler_ns = resumed - now
             self._recorder.add(gpu.end_step(record) if gpu is not None else (record,), resumed)
-            phases.start_step(time.perf_counter_ns(), self._recording, gpu, hook_since=resumed)
+            phases.start_step(_perf_counter_ns(), self._recording, gpu, hook_since=resumed)
         except Exception as e:  # noqa: BLE001
             self._faults.report("internal error at the end of a step", e)
 
@@ -504,11 +506,12 @@ class _TimedLoader:
         prof = self._prof
         prof._start()
         phases = prof._phases
+        begin, end = phases.begin, phases.end
         batches = None
         while True:
             if phases.apart and prof._attachment is not None and prof._attachment.training_mode():
                 phases.leave_eval()
-            opened = phases.begin(DATA)
+            opened = begin(DATA)
             try:
                 if batches is None:
                     batches = iter(self._loader)
@@ -516,5 +519,5 @@ class _TimedLoader:
             except StopIteration:
                 return
             finally:
-                phases.end(DATA, opened)
+                end(DATA, opened)
             yield batch

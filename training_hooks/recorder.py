@@ -160,7 +160,8 @@ class StepRecorder:
             if len(self._batch) >= HANDOVER_STEPS or now_ns - self._handed_at >= _HANDOVER_NS:
                 self._hand_over()
                 self._handed_at = now_ns
-        self._report_write_error()
+        if self._write_error is not None:
+            self._report_write_error()
 
     def _hand_over(self) -> None:
         with self._lock:

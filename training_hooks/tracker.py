@@ -54,12 +54,13 @@ class PhaseTracker:
     the user's ``with prof.phase(...)`` calls `open` and `close`; the profiler calls `start_step`
     (first), then `cut` and `start_step` at each step boundary, and `stop` on close."""
 
-    __slots__ = ("stack", "running", "gpu", "apart", "_idle_pass", "_log", "_thread", "_ranges",
-                 "_faults", "_record", "_marks")
+    __slots__ = ("stack", "running", "gpu", "apart", "_idle_pass", "_log", "_thread", "_live",
+                 "_ranges", "_faults", "_record", "_marks")
 
     def __init__(self, thread: int, ranges: Ranges, faults: Faults) -> None:
         self.stack: list[str] = []  # open phases, outermost first
         self.running = True
+        self._live: int | None = thread  # the loop's thread while running, then None: one test
         self.gpu: CudaPhaseTimer | None = None
         self.apart = False  # an out-of-step phase (eval, paused) is open
         self._idle_pass = False  # the step began inside a pass, and no evaluation forward ran since
@@ -82,7 +83,7 @@ class PhaseTracker:
         thread, or time is kept out of the step (only another out-of-step phase opens then);
         returns whether it opened it."""
         stack = self.stack
-        if phase in stack or not self.running or _get_ident() != self._thread or (
+        if _get_ident() != self._live or phase in stack or (
                 self.apart and phase not in OUT_OF_STEP):
             return False
         entered = perf_counter_ns()
@@ -92,7 +93,7 @@ class PhaseTracker:
         stack.append(phase)
         if phase in OUT_OF_STEP:
             self.apart = True
-        self._log += (previous, entered, HOOK, perf_counter_ns())
+        self._log.extend((previous, entered, HOOK, perf_counter_ns()))
         return True
 
     def end(self, phase: str, opened: bool) -> None:
@@ -113,7 +114,7 @@ class PhaseTracker:
             self.apart = any(p in OUT_OF_STEP for p in stack)
         if self._marks:
             self._mark_close(phase, depth, closing)
-        self._log += (closing, entered, HOOK, perf_counter_ns())
+        self._log.extend((closing, entered, HOOK, perf_counter_ns()))
 
     # -- evaluation passes ------------------------------------------------------------------------
 
@@ -206,6 +207,7 @@ class PhaseTracker:
         if ended_at_cut:
             log[1::2] = [AFTER_LAST if phase == EVAL else phase for phase in log[1::2]]
         self.running = False
+        self._live = None
         self.stack.clear()
         self.apart = False
         return log
