@@ -233,7 +233,6 @@ class Attachment:
         return result
 
     def _scaler_updated(self, function: Callable, scaler: Any, args: tuple, kwargs: dict) -> Any:
-        tracker = self._tracker
         if not self._step_pending or _get_ident() != self._thread:
             return function(scaler, *args, **kwargs)
         self._in_scaler_update += 1
