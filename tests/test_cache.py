@@ -88,6 +88,8 @@ def _forge(analysis, how: str) -> None:
 
     if how == "op name out of range":
         analysis.ops.name = analysis.ops.name + len(analysis.names)
+    elif how == "op name one past the last":
+        analysis.ops.name = np.full_like(analysis.ops.name, len(analysis.names))
     elif how == "grid of another shape":
         analysis.host_us = analysis.host_us[:, :2]
     elif how == "columns of two lengths":
@@ -120,7 +122,7 @@ def _forge(analysis, how: str) -> None:
             setattr(m, column, np.ones(1))
 
 
-@pytest.mark.parametrize("how", ["op name out of range", "grid of another shape", "columns of two lengths",
+@pytest.mark.parametrize("how", ["op name out of range", "op name one past the last", "grid of another shape", "columns of two lengths",
                                  "steps out of order", "text where numbers go", "time outside the steps of no kind",
                                  "GPU time outside the steps of another shape", "ops called no times",
                                  "infinite op time", "infinite host time", "a step with no end",
@@ -342,3 +344,56 @@ def test_an_entry_of_another_major_version_is_not_used_and_the_log_says_so_once(
     assert cache.SUFFIX in line and "the trace is read instead" in line
     with open(_entry(traces[0]), "rb") as fh:  # replaced by this version's entry
         assert fh.read().startswith(b"phaseprof-analysis 1.0\n")
+
+
+def test_a_cache_directory_named_by_the_variable_holds_the_entries(tmp_path, monkeypatch):
+    """``PHASEPROF_CACHE=<dir>``: a run the reader cannot write keeps its entries in ``<dir>``."""
+    chosen = tmp_path / "chosen"
+    monkeypatch.setenv("PHASEPROF_CACHE", str(chosen))
+    trace = _trace(tmp_path / "run" / "w.1.pt.trace.json")
+    (tmp_path / "run" / ANALYSIS_DIR).write_text("in the way")
+    first = analyze(str(trace))
+    assert len(list(chosen.rglob("*" + cache.SUFFIX))) == 1
+    assert not (tmp_path / "user-cache").exists()
+    _replace_keeping_stamp(trace, b" " * trace.stat().st_size)
+    assert analyze(str(trace)) == first
+
+
+def test_on_windows_the_user_cache_is_under_local_app_data(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setenv("LOCALAPPDATA", str(tmp_path))
+    assert cache.user_cache_dir() == os.path.join(str(tmp_path), "phaseprof", "Cache")
+    monkeypatch.delenv("LOCALAPPDATA")
+    assert cache.user_cache_dir() is None
+
+
+def test_an_entry_loaded_names_the_file_and_worker_it_is_read_for(tmp_path):
+    """One entry serves a trace under whatever worker name discovery gives it now."""
+    _trace(tmp_path / "run" / "w.1.pt.trace.json")
+    analyze(str(tmp_path))
+    (f,) = discover(str(tmp_path))[0].files
+    loaded = cache.load(f)
+    assert loaded is not None and (loaded.file, loaded.worker) == (f.name, f.worker)
+    assert f.worker
+
+
+def test_the_analysis_version_changes_with_the_analysis_code(tmp_path, monkeypatch):
+    """Entries made by other reading or analysis code are retired: its source is in the version."""
+    import shutil
+
+    here = os.path.dirname(os.path.abspath(cache.__file__))
+    copy = tmp_path / "plugin"
+    for folder in ("reading", "analysis"):
+        shutil.copytree(os.path.join(here, folder), copy / folder,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(cache.__file__, copy / "cache.py")
+    monkeypatch.setattr(cache, "__file__", str(copy / "cache.py"))
+    versions = []
+    for folder in ("reading", "analysis"):
+        monkeypatch.setattr(cache, "_version", None)
+        versions.append(cache.version())
+        with open(copy / folder / "__init__.py", "a") as fh:
+            fh.write("# changed\n")
+    monkeypatch.setattr(cache, "_version", None)
+    versions.append(cache.version())
+    assert len(set(versions)) == 3
