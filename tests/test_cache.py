@@ -397,3 +397,27 @@ def test_the_analysis_version_changes_with_the_analysis_code(tmp_path, monkeypat
     monkeypatch.setattr(cache, "_version", None)
     versions.append(cache.version())
     assert len(set(versions)) == 3
+
+
+def test_an_entry_with_call_paths_and_modules_answers_alone(tmp_path):
+    """An entry of a trace with Python stacks and module calls (root paths and modules of parent -1)
+    holds together: it answers the step detail and the modules without the trace."""
+    events = []
+    for s in range(3):
+        t0 = s * 1000.0
+        events += [step(s, t0, 1000), annotation("phaseprof::forward", t0 + 10, 500),
+                   op("nn.Module: Net_0", t0 + 15, 400, cat="python_function"),
+                   op("train.py(12): forward", t0 + 20, 300, cat="python_function"),
+                   op("aten::mm", t0 + 30, 200, **{"Input Dims": [[8, 8], [8, 8]]})]
+    trace = write_trace(tmp_path / "w.1.pt.trace.json", events)
+    first = analyze(str(trace), step=1, modules=True)
+    worker = first["runs"][0]["workers"][0]
+    assert worker["detail"]["ops"]["forward"][0]["stack"] and worker["modules"]["modules"][0]["ops"]
+    with open(_entry(trace), "rb") as fh:  # a module table of columns of two lengths is not trusted
+        forged = cache._decode(fh.read())
+    forged.analysis.modules.op_us = forged.analysis.modules.op_us[:0]
+    with open(_entry(trace), "wb") as fh:
+        fh.write(cache._encode(forged))
+    assert analyze(str(trace), step=1, modules=True) == first
+    _replace_keeping_stamp(trace, b" " * trace.stat().st_size)
+    assert analyze(str(trace), step=1, modules=True) == first
