@@ -122,7 +122,8 @@ def _forge(analysis, how: str) -> None:
             setattr(m, column, np.ones(1))
 
 
-@pytest.mark.parametrize("how", ["op name out of range", "op name one past the last", "grid of another shape", "columns of two lengths",
+@pytest.mark.parametrize("how", ["op name out of range", "op name one past the last",
+                                 "grid of another shape", "columns of two lengths",
                                  "steps out of order", "text where numbers go", "time outside the steps of no kind",
                                  "GPU time outside the steps of another shape", "ops called no times",
                                  "infinite op time", "infinite host time", "a step with no end",
@@ -421,3 +422,25 @@ def test_an_entry_with_call_paths_and_modules_answers_alone(tmp_path):
     assert analyze(str(trace), step=1, modules=True) == first
     _replace_keeping_stamp(trace, b" " * trace.stat().st_size)
     assert analyze(str(trace), step=1, modules=True) == first
+
+
+def test_a_store_s_object_is_kept_for_its_etag_and_size_only():
+    """The copy of a fetched entry answers for the same ETag and size; another version of the
+    object, or one the store gave no ETag, has no copy."""
+    from phaseprof.plugin.reading.storage import Entry
+
+    obj = Entry("s3://bucket/run/.phaseprof/w.1.pt.trace.json.analysis", 5, 0, etag="abc")
+    cache.keep(obj, b"bytes")
+    assert cache.kept(obj) == b"bytes"
+    for other in (Entry(obj.url, 5, 0, etag="abd"), Entry(obj.url, 6, 0, etag="abc"),
+                  Entry(obj.url, 5, 0)):
+        assert cache.kept(other) is None
+
+
+def test_files_are_prefetched_in_batches_of_the_batch_size(tmp_path, monkeypatch):
+    from phaseprof.plugin.reading.discovery import TraceFile
+
+    monkeypatch.setattr(cache, "PREFETCH_BATCH", 2)
+    files = [TraceFile(".", f"w{i}", str(tmp_path / f"w{i}.json"), f"w{i}.json", 1, 0) for i in range(5)]
+    batches = [batch for batch, _ in cache.prefetched_batches(files)]
+    assert batches == [files[0:2], files[2:4], files[4:]]
