@@ -606,3 +606,51 @@ def test_a_real_tensorboard_refuses_a_post_from_another_host_or_origin(tmp_path)
         assert len([n for n in os.listdir(folder) if n.startswith("request.")]) == 1
     finally:
         tb.close()
+
+
+def _request(**changes):
+    from phaseprof.capture_channel import Request
+
+    fields = {"id": "a" * 16, "written": time.time(), "by": "cli", "steps": 2, "start": 5, **changes}
+    return Request(**fields)
+
+
+def _why(**changes):
+    from phaseprof.capture_channel import Why
+
+    return Why(**{"rank": 0, "steps": [3], "step_ms": [9.0], "median_ms": 5.0, "band_ms": 1.0, **changes})
+
+
+@pytest.mark.parametrize(("check", "line"), [
+    (lambda: _request(start=-1), "negative step or rank"),
+    (lambda: _request(ranks=[-2]), "negative step or rank"),
+    (lambda: _request(why=_why(steps=[2 ** 60])),
+     "why: step 1152921504606846976 is not a step number (0..2**53)"),
+    (lambda: _request(why=_why(band_ms=float("nan"))), "why: a time that is not a finite, non-negative number"),
+    (lambda: _request(id="b" * 16), "its id 'bbbbbbbbbbbbbbbb' is not its file name's"),
+    (lambda: _request(by="x" * 50), f"unknown requester '{'x' * 38}…"),
+], ids=["negative start", "negative rank", "why's step", "why's time", "id", "long requester"])
+def test_a_request_out_of_bounds_says_what_is_wrong_in_one_line(check, line):
+    """The ignored list shows each check's reason whole (a long value cut to 40 characters)."""
+    from phaseprof.capture_channel import check_request
+
+    with pytest.raises(Unreadable) as e:
+        check_request(check(), "a" * 16)
+    assert str(e.value).startswith(line)
+
+
+@pytest.mark.parametrize(("changes", "line"), [
+    ({"id": "b" * 16}, "its id or rank is not its file name's"),
+    ({"first": -3, "last": 4}, "first step -3 is not a step number (0..2**53)"),
+    ({"first": 3}, "steps 3–None are not a capture's"),
+    ({"first": 3, "last": 4, "files": ["a/b.json"]}, "its files are not a few trace file names"),
+])
+def test_an_answer_out_of_bounds_says_what_is_wrong(changes, line):
+    from phaseprof.capture_channel import check_answer
+
+    answer = Answer(**{"id": "a" * 16, "rank": 1, "state": WRITTEN, "updated": time.time(), **changes})
+    with pytest.raises(Unreadable) as e:
+        check_answer(answer, "a" * 16, 1, time.time())
+    assert str(e.value) == line
+    good = Answer(id="a" * 16, rank=1, state=WRITTEN, updated=time.time(), first=3, last=4, files=["w.json"])
+    assert check_answer(good, "a" * 16, 1, time.time()) is good
