@@ -654,3 +654,32 @@ def test_an_answer_out_of_bounds_says_what_is_wrong(changes, line):
     assert str(e.value) == line
     good = Answer(id="a" * 16, rank=1, state=WRITTEN, updated=time.time(), first=3, last=4, files=["w.json"])
     assert check_answer(good, "a" * 16, 1, time.time()) is good
+
+
+def test_a_plan_says_why_not_in_full_and_starts_where_its_lead_puts_it(tmp_path):
+    """The reasons a run cannot be asked, whole; a plan of one step; the start the lead given puts
+    ahead of the rank, and the deadline when that rank, at its pace, reaches the start."""
+    from phaseprof.capture_channel import MAX_WAIT_S, STALE_REQUEST_S
+
+    os.makedirs(capture_dir(str(tmp_path)))
+    with pytest.raises(ValueError) as e:
+        plan_request(str(tmp_path), 5)
+    assert str(e.value) == ("no running PhaseProfiler watches this run for capture requests (it has not "
+                            "started, or it was written by another tool or an older phaseprof)")
+    _publish(tmp_path, _beat(schedule_until=None))
+    with pytest.raises(ValueError) as e:
+        plan_request(str(tmp_path), 5)
+    assert str(e.value) == ("rank 0 traces every cycle of its schedule (repeat=0): its traces already "
+                            "cover the run")
+    beat = _beat(step=100, pace=50.0)
+    _publish(tmp_path, beat)
+    now = beat.time
+    plan = plan_request(str(tmp_path), 1, ranks=[0, 0], lead_s=7.0, now=now)
+    assert (plan.steps, plan.ranks, plan.start) == (1, [0], 100 + 50 * 7 + MARGIN_STEPS)
+    assert plan.expires == pytest.approx(now + min(MAX_WAIT_S, (plan.start - 100) / 50 + STALE_REQUEST_S))
+
+
+def test_a_request_for_a_run_without_a_capture_folder_says_it_is_missing(tmp_path):
+    with pytest.raises(ValueError) as e:
+        write_request(str(tmp_path), _request())
+    assert str(e.value) == f"{capture_dir(str(tmp_path))} is not a folder a running profiler made (missing)"
