@@ -683,3 +683,26 @@ def test_a_request_for_a_run_without_a_capture_folder_says_it_is_missing(tmp_pat
     with pytest.raises(ValueError) as e:
         write_request(str(tmp_path), _request())
     assert str(e.value) == f"{capture_dir(str(tmp_path))} is not a folder a running profiler made (missing)"
+
+
+def test_the_watcher_s_folder_reads_a_file_within_the_bound(tmp_path):
+    from phaseprof.capture_channel import open_folder
+
+    folder = _publish(tmp_path)
+    (tmp_path / folder / "ok").write_bytes(b"{}")
+    (tmp_path / folder / "big").write_bytes(b"x" * (MAX_FILE_BYTES + 1))
+    with open_folder(str(tmp_path)) as opened:
+        assert opened.read("ok") == b"{}"
+        with pytest.raises(Unreadable, match="more than"):
+            opened.read("big")
+
+
+def test_a_request_is_checked_against_the_time_the_channel_is_read_at(tmp_path):
+    """`read_channel`'s ``now`` is every check's: a request written after it is not yet one."""
+    folder = _publish(tmp_path, _beat())
+    request = _request()
+    with open(os.path.join(folder, request_name(request.id)), "wb") as fh:
+        fh.write(msgspec.json.encode(request))
+    assert read_channel(str(tmp_path)).requests == [request]
+    early = read_channel(str(tmp_path), now=request.written - 3600)
+    assert early.requests == [] and any("is not a time before now" in line for line in early.ignored)
