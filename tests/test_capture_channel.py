@@ -643,6 +643,7 @@ def test_a_request_out_of_bounds_says_what_is_wrong_in_one_line(check, line):
     ({"id": "b" * 16}, "its id or rank is not its file name's"),
     ({"first": -3, "last": 4}, "first step -3 is not a step number (0..2**53)"),
     ({"first": 3}, "steps 3–None are not a capture's"),
+    ({"first": 3, "last": 2}, "steps 3–2 are not a capture's"),
     ({"first": 3, "last": 4, "files": ["a/b.json"]}, "its files are not a few trace file names"),
 ])
 def test_an_answer_out_of_bounds_says_what_is_wrong(changes, line):
@@ -676,7 +677,8 @@ def test_a_plan_says_why_not_in_full_and_starts_where_its_lead_puts_it(tmp_path)
     now = beat.time
     plan = plan_request(str(tmp_path), 1, ranks=[0, 0], lead_s=7.0, now=now)
     assert (plan.steps, plan.ranks, plan.start) == (1, [0], 100 + 50 * 7 + MARGIN_STEPS)
-    assert plan.expires == pytest.approx(now + min(MAX_WAIT_S, (plan.start - 100) / 50 + STALE_REQUEST_S))
+    wait = (plan.start - 100) / 50  # seconds until the rank reaches the start
+    assert plan.expires - now == pytest.approx(min(MAX_WAIT_S, wait + STALE_REQUEST_S))
 
 
 def test_a_request_for_a_run_without_a_capture_folder_says_it_is_missing(tmp_path):
