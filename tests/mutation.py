@@ -69,6 +69,14 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # real loops with torch.profiler, about a minute per mutant on a loaded machine
     "tracker": ("phaseprof/training_hooks/tracker.py", ["tests/test_tracker.py", "tests/test_hooks.py"]),
     "hooks": ("phaseprof/training_hooks/hooks.py", ["tests/test_hooks.py"]),
+    # the cache's own tests and the two of a bucket's entries (batches, copies kept in the user's
+    # cache); not the fuzz, step index and other object-store tests, whole analyses a mutant
+    "cache": ("phaseprof/plugin/cache.py",
+              ["tests/test_cache.py",
+               "tests/test_object_storage.py::test_tensorboard_loads_a_bucket_s_analyses_batch_after_"
+               "batch_without_a_trace",
+               "tests/test_object_storage.py::test_a_second_start_on_a_bucket_lists_it_and_fetches_no_"
+               "analysis_again"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.

@@ -88,6 +88,8 @@ def _forge(analysis, how: str) -> None:
 
     if how == "op name out of range":
         analysis.ops.name = analysis.ops.name + len(analysis.names)
+    elif how == "op name one past the last":
+        analysis.ops.name = np.full_like(analysis.ops.name, len(analysis.names))
     elif how == "grid of another shape":
         analysis.host_us = analysis.host_us[:, :2]
     elif how == "columns of two lengths":
@@ -120,7 +122,8 @@ def _forge(analysis, how: str) -> None:
             setattr(m, column, np.ones(1))
 
 
-@pytest.mark.parametrize("how", ["op name out of range", "grid of another shape", "columns of two lengths",
+@pytest.mark.parametrize("how", ["op name out of range", "op name one past the last",
+                                 "grid of another shape", "columns of two lengths",
                                  "steps out of order", "text where numbers go", "time outside the steps of no kind",
                                  "GPU time outside the steps of another shape", "ops called no times",
                                  "infinite op time", "infinite host time", "a step with no end",
@@ -342,3 +345,102 @@ def test_an_entry_of_another_major_version_is_not_used_and_the_log_says_so_once(
     assert cache.SUFFIX in line and "the trace is read instead" in line
     with open(_entry(traces[0]), "rb") as fh:  # replaced by this version's entry
         assert fh.read().startswith(b"phaseprof-analysis 1.0\n")
+
+
+def test_a_cache_directory_named_by_the_variable_holds_the_entries(tmp_path, monkeypatch):
+    """``PHASEPROF_CACHE=<dir>``: a run the reader cannot write keeps its entries in ``<dir>``."""
+    chosen = tmp_path / "chosen"
+    monkeypatch.setenv("PHASEPROF_CACHE", str(chosen))
+    trace = _trace(tmp_path / "run" / "w.1.pt.trace.json")
+    (tmp_path / "run" / ANALYSIS_DIR).write_text("in the way")
+    first = analyze(str(trace))
+    assert len(list(chosen.rglob("*" + cache.SUFFIX))) == 1
+    assert not (tmp_path / "user-cache").exists()
+    _replace_keeping_stamp(trace, b" " * trace.stat().st_size)
+    assert analyze(str(trace)) == first
+
+
+def test_on_windows_the_user_cache_is_under_local_app_data(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setenv("LOCALAPPDATA", str(tmp_path))
+    assert cache.user_cache_dir() == os.path.join(str(tmp_path), "phaseprof", "Cache")
+    monkeypatch.delenv("LOCALAPPDATA")
+    assert cache.user_cache_dir() is None
+
+
+def test_an_entry_loaded_names_the_file_and_worker_it_is_read_for(tmp_path):
+    """One entry serves a trace under whatever worker name discovery gives it now."""
+    _trace(tmp_path / "run" / "w.1.pt.trace.json")
+    analyze(str(tmp_path))
+    (f,) = discover(str(tmp_path))[0].files
+    loaded = cache.load(f)
+    assert loaded is not None and (loaded.file, loaded.worker) == (f.name, f.worker)
+    assert f.worker
+
+
+def test_the_analysis_version_changes_with_the_analysis_code(tmp_path, monkeypatch):
+    """Entries made by other reading or analysis code are retired: its source is in the version."""
+    import shutil
+
+    here = os.path.dirname(os.path.abspath(cache.__file__))
+    copy = tmp_path / "plugin"
+    for folder in ("reading", "analysis"):
+        shutil.copytree(os.path.join(here, folder), copy / folder,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(cache.__file__, copy / "cache.py")
+    monkeypatch.setattr(cache, "__file__", str(copy / "cache.py"))
+    versions = []
+    for folder in ("reading", "analysis"):
+        monkeypatch.setattr(cache, "_version", None)
+        versions.append(cache.version())
+        with open(copy / folder / "__init__.py", "a") as fh:
+            fh.write("# changed\n")
+    monkeypatch.setattr(cache, "_version", None)
+    versions.append(cache.version())
+    assert len(set(versions)) == 3
+
+
+def test_an_entry_with_call_paths_and_modules_answers_alone(tmp_path):
+    """An entry of a trace with Python stacks and module calls (root paths and modules of parent -1)
+    holds together: it answers the step detail and the modules without the trace."""
+    events = []
+    for s in range(3):
+        t0 = s * 1000.0
+        events += [step(s, t0, 1000), annotation("phaseprof::forward", t0 + 10, 500),
+                   op("nn.Module: Net_0", t0 + 15, 400, cat="python_function"),
+                   op("train.py(12): forward", t0 + 20, 300, cat="python_function"),
+                   op("aten::mm", t0 + 30, 200, **{"Input Dims": [[8, 8], [8, 8]]})]
+    trace = write_trace(tmp_path / "w.1.pt.trace.json", events)
+    first = analyze(str(trace), step=1, modules=True)
+    worker = first["runs"][0]["workers"][0]
+    assert worker["detail"]["ops"]["forward"][0]["stack"] and worker["modules"]["modules"][0]["ops"]
+    with open(_entry(trace), "rb") as fh:  # a module table of columns of two lengths is not trusted
+        forged = cache._decode(fh.read())
+    forged.analysis.modules.op_us = forged.analysis.modules.op_us[:0]
+    with open(_entry(trace), "wb") as fh:
+        fh.write(cache._encode(forged))
+    assert analyze(str(trace), step=1, modules=True) == first
+    _replace_keeping_stamp(trace, b" " * trace.stat().st_size)
+    assert analyze(str(trace), step=1, modules=True) == first
+
+
+def test_a_store_s_object_is_kept_for_its_etag_and_size_only():
+    """The copy of a fetched entry answers for the same ETag and size; another version of the
+    object, or one the store gave no ETag, has no copy."""
+    from phaseprof.plugin.reading.storage import Entry
+
+    obj = Entry("s3://bucket/run/.phaseprof/w.1.pt.trace.json.analysis", 5, 0, etag="abc")
+    cache.keep(obj, b"bytes")
+    assert cache.kept(obj) == b"bytes"
+    for other in (Entry(obj.url, 5, 0, etag="abd"), Entry(obj.url, 6, 0, etag="abc"),
+                  Entry(obj.url, 5, 0)):
+        assert cache.kept(other) is None
+
+
+def test_files_are_prefetched_in_batches_of_the_batch_size(tmp_path, monkeypatch):
+    from phaseprof.plugin.reading.discovery import TraceFile
+
+    monkeypatch.setattr(cache, "PREFETCH_BATCH", 2)
+    files = [TraceFile(".", f"w{i}", str(tmp_path / f"w{i}.json"), f"w{i}.json", 1, 0) for i in range(5)]
+    batches = [batch for batch, _ in cache.prefetched_batches(files)]
+    assert batches == [files[0:2], files[2:4], files[4:]]

@@ -635,3 +635,105 @@ def test_a_real_tensorboard_refuses_a_post_from_another_host_or_origin(tmp_path)
         assert len([n for n in os.listdir(folder) if n.startswith("request.")]) == 1
     finally:
         tb.close()
+
+
+def _request(**changes):
+    from phaseprof.capture_channel import Request
+
+    fields = {"id": "a" * 16, "written": time.time(), "by": "cli", "steps": 2, "start": 5, **changes}
+    return Request(**fields)
+
+
+def _why(**changes):
+    from phaseprof.capture_channel import Why
+
+    return Why(**{"rank": 0, "steps": [3], "step_ms": [9.0], "median_ms": 5.0, "band_ms": 1.0, **changes})
+
+
+@pytest.mark.parametrize(("check", "line"), [
+    (lambda: _request(start=-1), "negative step or rank"),
+    (lambda: _request(ranks=[-2]), "negative step or rank"),
+    (lambda: _request(why=_why(steps=[2 ** 60])),
+     "why: step 1152921504606846976 is not a step number (0..2**53)"),
+    (lambda: _request(why=_why(band_ms=float("nan"))), "why: a time that is not a finite, non-negative number"),
+    (lambda: _request(id="b" * 16), "its id 'bbbbbbbbbbbbbbbb' is not its file name's"),
+    (lambda: _request(by="x" * 50), f"unknown requester '{'x' * 38}…"),
+], ids=["negative start", "negative rank", "why's step", "why's time", "id", "long requester"])
+def test_a_request_out_of_bounds_says_what_is_wrong_in_one_line(check, line):
+    """The ignored list shows each check's reason whole (a long value cut to 40 characters)."""
+    from phaseprof.capture_channel import check_request
+
+    with pytest.raises(Unreadable) as e:
+        check_request(check(), "a" * 16)
+    assert str(e.value).startswith(line)
+
+
+@pytest.mark.parametrize(("changes", "line"), [
+    ({"id": "b" * 16}, "its id or rank is not its file name's"),
+    ({"first": -3, "last": 4}, "first step -3 is not a step number (0..2**53)"),
+    ({"first": 3}, "steps 3–None are not a capture's"),
+    ({"first": 3, "last": 2}, "steps 3–2 are not a capture's"),
+    ({"first": 3, "last": 4, "files": ["a/b.json"]}, "its files are not a few trace file names"),
+])
+def test_an_answer_out_of_bounds_says_what_is_wrong(changes, line):
+    from phaseprof.capture_channel import check_answer
+
+    answer = Answer(**{"id": "a" * 16, "rank": 1, "state": WRITTEN, "updated": time.time(), **changes})
+    with pytest.raises(Unreadable) as e:
+        check_answer(answer, "a" * 16, 1, time.time())
+    assert str(e.value) == line
+    good = Answer(id="a" * 16, rank=1, state=WRITTEN, updated=time.time(), first=3, last=4, files=["w.json"])
+    assert check_answer(good, "a" * 16, 1, time.time()) is good
+
+
+def test_a_plan_says_why_not_in_full_and_starts_where_its_lead_puts_it(tmp_path):
+    """The reasons a run cannot be asked, whole; a plan of one step; the start the lead given puts
+    ahead of the rank, and the deadline when that rank, at its pace, reaches the start."""
+    from phaseprof.capture_channel import MAX_WAIT_S, STALE_REQUEST_S
+
+    os.makedirs(capture_dir(str(tmp_path)))
+    with pytest.raises(ValueError) as e:
+        plan_request(str(tmp_path), 5)
+    assert str(e.value) == ("no running PhaseProfiler watches this run for capture requests (it has not "
+                            "started, or it was written by another tool or an older phaseprof)")
+    _publish(tmp_path, _beat(schedule_until=None))
+    with pytest.raises(ValueError) as e:
+        plan_request(str(tmp_path), 5)
+    assert str(e.value) == ("rank 0 traces every cycle of its schedule (repeat=0): its traces already "
+                            "cover the run")
+    beat = _beat(step=100, pace=50.0)
+    _publish(tmp_path, beat)
+    now = beat.time
+    plan = plan_request(str(tmp_path), 1, ranks=[0, 0], lead_s=7.0, now=now)
+    assert (plan.steps, plan.ranks, plan.start) == (1, [0], 100 + 50 * 7 + MARGIN_STEPS)
+    wait = (plan.start - 100) / 50  # seconds until the rank reaches the start
+    assert plan.expires - now == pytest.approx(min(MAX_WAIT_S, wait + STALE_REQUEST_S))
+
+
+def test_a_request_for_a_run_without_a_capture_folder_says_it_is_missing(tmp_path):
+    with pytest.raises(ValueError) as e:
+        write_request(str(tmp_path), _request())
+    assert str(e.value) == f"{capture_dir(str(tmp_path))} is not a folder a running profiler made (missing)"
+
+
+def test_the_watcher_s_folder_reads_a_file_within_the_bound(tmp_path):
+    from phaseprof.capture_channel import open_folder
+
+    folder = _publish(tmp_path)
+    (tmp_path / folder / "ok").write_bytes(b"{}")
+    (tmp_path / folder / "big").write_bytes(b"x" * (MAX_FILE_BYTES + 1))
+    with open_folder(str(tmp_path)) as opened:
+        assert opened.read("ok") == b"{}"
+        with pytest.raises(Unreadable, match="more than"):
+            opened.read("big")
+
+
+def test_a_request_is_checked_against_the_time_the_channel_is_read_at(tmp_path):
+    """`read_channel`'s ``now`` is every check's: a request written after it is not yet one."""
+    folder = _publish(tmp_path, _beat())
+    request = _request()
+    with open(os.path.join(folder, request_name(request.id)), "wb") as fh:
+        fh.write(msgspec.json.encode(request))
+    assert read_channel(str(tmp_path)).requests == [request]
+    early = read_channel(str(tmp_path), now=request.written - 3600)
+    assert early.requests == [] and any("is not a time before now" in line for line in early.ignored)
