@@ -131,11 +131,11 @@ def prefetch(files: list[TraceFile], listed: dict[str, storage.Entry] | None = N
         return storage.read_many(list(traces), _MAX_ENTRY_BYTES) if traces else {}
     found = {}
     for path, f in traces.items():
-        copy = _copy(listed[path].url) if path in listed else None
-        if copy is not None and copy[:2] == (listed[path].size, listed[path].etag):
-            found[path] = copy[3]
-            if copy[2] != (f.size, f.etag):  # kept before copies named their trace, or for another
-                keep(listed[path], copy[3], f)
+        copy = kept(listed[path]) if path in listed else None
+        if copy is not None:
+            found[path] = copy[1]
+            if copy[0] != (f.size, f.etag):  # kept before copies named their trace, or for another
+                keep(listed[path], copy[1], f)
     missing = [path for path in traces if path in listed and path not in found]
     fetched = storage.read_many(missing, _MAX_ENTRY_BYTES) if missing else {}
     for path, data in fetched.items():
@@ -185,6 +185,15 @@ def keep(obj: storage.Entry, data: bytes, trace: TraceFile | None = None) -> Non
         stamp = [trace.size, trace.etag] if trace is not None and trace.etag else []
         head = msgspec.json.encode([obj.size, obj.etag, *stamp])
         write_whole(path, _COPY + COPY_FORMAT.encode() + b" " + head + b"\n" + data)
+
+
+def kept(obj: storage.Entry) -> tuple[tuple[int, str] | None, bytes] | None:
+    """The user cache's copy of the store's object ``obj`` if it is of ``obj``'s ETag and size: the
+    (size, ETag) of the trace it was fetched for (None where the copy does not say) and its bytes."""
+    copy = _copy(obj.url)
+    if copy is None or copy[:2] != (obj.size, obj.etag):
+        return None
+    return copy[2], copy[3]
 
 
 def _copy(url: str) -> tuple[int, str, tuple[int, str] | None, bytes] | None:

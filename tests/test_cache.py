@@ -427,14 +427,19 @@ def test_an_entry_with_call_paths_and_modules_answers_alone(tmp_path):
 def test_a_store_s_object_is_kept_for_its_etag_and_size_only():
     """The copy of a fetched entry answers for the same ETag and size; another version of the
     object, or one the store gave no ETag, has no copy."""
+    from phaseprof.plugin.reading.discovery import TraceFile
     from phaseprof.plugin.reading.storage import Entry
 
     obj = Entry("s3://bucket/run/.phaseprof/w.1.pt.trace.json.analysis", 5, 0, etag="abc")
     cache.keep(obj, b"bytes")
-    assert cache.kept(obj) == b"bytes"
+    assert cache.kept(obj) == (None, b"bytes")
     for other in (Entry(obj.url, 5, 0, etag="abd"), Entry(obj.url, 6, 0, etag="abc"),
                   Entry(obj.url, 5, 0)):
         assert cache.kept(other) is None
+    trace = TraceFile("run", "w", "s3://bucket/run/w.1.pt.trace.json", "w.1.pt.trace.json",
+                      7, 0, etag="t1")
+    cache.keep(obj, b"bytes", trace)
+    assert cache.kept(obj) == ((7, "t1"), b"bytes")
 
 
 def test_files_are_prefetched_in_batches_of_the_batch_size(tmp_path, monkeypatch):
