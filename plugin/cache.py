@@ -208,10 +208,10 @@ def _copy(url: str) -> tuple[int, str, tuple[int, str] | None, bytes] | None:
     except TraceError:
         return None
     end = data.find(b"\n")
-    found, _, head = data[len(_COPY):max(end, 0)].partition(b" ")
+    if not data.startswith(_COPY) or end < 0:
+        return None
+    found, _, head = data[len(_COPY):end].partition(b" ")
     try:
-        if not data.startswith(_COPY) or end < 0:
-            return None
         formats.check(found.decode("ascii", "replace"), COPY_MAJOR)
         size, etag, *trace = msgspec.json.decode(head, type=list[int | str])
     except (msgspec.DecodeError, formats.OtherFormat, ValueError):

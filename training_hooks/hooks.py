@@ -67,6 +67,7 @@ from torch import nn
 
 from phaseprof.contract import BACKWARD, COMPILE, FORWARD, OPTIMIZER
 
+from .integrations.wrapping import patch
 from .tracker import PhaseTracker
 
 _grad_enabled = torch.is_grad_enabled
@@ -303,19 +304,7 @@ class Attachment:
         self._patch(owner, name, types.MethodType(timed(function), owner))
 
     def _patch(self, owner: object, name: str, replacement: Any) -> None:
-        own = vars(owner)
-        had_own, previous = name in own, own.get(name)
-        setattr(owner, name, replacement)
-
-        def undo() -> None:
-            if vars(owner).get(name) is not replacement:
-                return  # wrapped again on top of ours: leave it, ours passes through
-            if had_own:
-                setattr(owner, name, previous)
-            else:
-                delattr(owner, name)
-
-        self._undo.append(undo)
+        self._undo.append(patch(owner, name, replacement))
 
     def _watch_compiles(self) -> None:
         """A ``compile`` phase around each torch.compile compilation (Dynamo's callbacks; absent

@@ -388,7 +388,7 @@ class PhaseProfiler:
                 self._step_profiler(self._profiler)
             capture = self._capture
             if self._profiler is None and capture is not None and capture.plan is not None:
-                self._profiler = self._capture.begin(self)
+                self._profiler = capture.begin(self)
                 self._recording = self._profiler is not None and self._profiler.current_action in _RECORDING
             if gpu is None and self._cuda_possible:
                 gpu = self._new_gpu_timer()

@@ -1,4 +1,4 @@
-"""How a framework callback puts the framework's own methods in a phase: a wrapper that opens the
+"""How methods are put in a phase (the hooks' and the framework callbacks'): a wrapper that opens the
 phase around a call, and a patch that puts the wrapper in place and can be undone when training
 ends (leaving alone a method wrapped again on top of ours)."""
 
