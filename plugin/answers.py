@@ -596,13 +596,13 @@ class Summary(Answer, omit_defaults=True):
     median_wall_ms: float | None = None
     mean: dict[str, PhaseMean] | None = None
     dominant_phase: str | None = None
+    measure: Measure | None = None
+    costs: dict[str, float] | None = None
+    cost_total_ms: float | None = None
     slowest: Slowest | None = None
     outliers: list[int] | None = None
     top_ops: list[MeanOp] | None = None
     inferred_phases: list[str] | None = None
-    measure: Measure | None = None
-    costs: dict[str, float] | None = None
-    cost_total_ms: float | None = None
     gpu_time: GpuTime | None = None
     compiling_steps: list[int] | None = None
     warmup_steps: list[int] | None = None
@@ -706,11 +706,11 @@ class RankRow(Answer):
     steps: int
     wall_ms: float
     step_ms: float
-    comm_ms: float
-    compute_ms: float
-    exposed_comm_ms: float
     phases: dict[str, Times]
+    compute_ms: float
     phase_compute_ms: dict[str, float]
+    comm_ms: float
+    exposed_comm_ms: float
 
 
 class Straggler(Answer):

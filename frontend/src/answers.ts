@@ -766,11 +766,11 @@ export interface RankRow {
   steps: number;
   wall_ms: number;
   step_ms: number;
-  comm_ms: number;
-  compute_ms: number;
-  exposed_comm_ms: number;
   phases: Record<string, Times>;
+  compute_ms: number;
   phase_compute_ms: Record<string, number>;
+  comm_ms: number;
+  exposed_comm_ms: number;
 }
 
 /**
@@ -1040,13 +1040,13 @@ export interface Summary {
   median_wall_ms?: number;
   mean?: Record<string, PhaseMean>;
   dominant_phase?: string;
+  measure?: 'gpu' | 'host';
+  costs?: Record<string, number>;
+  cost_total_ms?: number;
   slowest?: Slowest;
   outliers?: number[];
   top_ops?: MeanOp[];
   inferred_phases?: string[];
-  measure?: 'gpu' | 'host';
-  costs?: Record<string, number>;
-  cost_total_ms?: number;
   gpu_time?: GpuTime;
   compiling_steps?: number[];
   warmup_steps?: number[];
