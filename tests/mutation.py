@@ -89,6 +89,19 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "decode": ("phaseprof/plugin/reading/decode.py", ["tests/test_decode.py", *_READING]),
     # launch shapes and memory device labels: its own unit tests (every read packs a shape)
     "events": ("phaseprof/plugin/reading/events.py", ["tests/test_events.py"]),
+    # the one-line errors of test_decode and the trip between processes
+    "errors": ("phaseprof/plugin/reading/errors.py",
+               ["tests/test_decode.py", "tests/test_reading.py::test_trace_error_survives_pickling_between_processes"]),
+    # the line of a file read in part: its own tests and those of the reasons counted while reading
+    "problems": ("phaseprof/plugin/reading/problems.py",
+                 ["tests/test_problems.py", "tests/test_columns.py", "tests/test_lenient.py"]),
+    # in-process reads of files the typed pass refuses (test_hostile_input's go through `analyze`)
+    "lenient": ("phaseprof/plugin/reading/lenient.py",
+                ["tests/test_lenient.py", "tests/test_trace_facts.py", "tests/test_columns.py"]),
+    # its own tests, and the files test_decode cannot read (test_hostile_input's go through `analyze`)
+    "file_bytes": ("phaseprof/plugin/reading/file_bytes.py",
+                   ["tests/test_file_bytes.py", "tests/test_decode.py",
+                    "tests/test_hostile_input.py::test_budgets_are_configurable"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
