@@ -98,6 +98,11 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # in-process reads of files the typed pass refuses (test_hostile_input's go through `analyze`)
     "lenient": ("phaseprof/plugin/reading/lenient.py",
                 ["tests/test_lenient.py", "tests/test_trace_facts.py", "tests/test_columns.py"]),
+    # its own tests, test_decode's two halves, and the two split tests of test_reading and test_hostile_input
+    "split": ("phaseprof/plugin/reading/split.py",
+              ["tests/test_split.py", "tests/test_decode.py",
+               "tests/test_reading.py::test_a_split_that_is_not_between_events_falls_back_to_one_process",
+               "tests/test_hostile_input.py::test_a_decode_error_in_a_split_plain_file_is_reported_not_masked"]),
     # its own tests, and the files test_decode cannot read (test_hostile_input's go through `analyze`)
     "file_bytes": ("phaseprof/plugin/reading/file_bytes.py",
                    ["tests/test_file_bytes.py", "tests/test_decode.py",
