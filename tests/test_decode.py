@@ -45,20 +45,25 @@ TRAILER = {"distributedInfo": {"rank": 3, "world_size": 4},
 
 @pytest.fixture
 def two_processes(monkeypatch):
-    """Every file split in two, and how many were."""
-    calls = []
+    """Every file split in two; each split's parts (None: it gave up, the file read in one process)."""
+    handed = []
     real = split.decode_in_two
+
+    def spy(*args):
+        handed.append(real(*args))
+        return handed[-1]
+
     monkeypatch.setattr(split, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(split, "fork_is_safe", lambda: True)
-    monkeypatch.setattr(split, "decode_in_two", lambda *a: calls.append(1) or real(*a))
-    return calls
+    monkeypatch.setattr(split, "decode_in_two", spy)
+    return handed
 
 
 def test_a_file_read_in_two_halves_is_the_file_read_whole(tmp_path, two_processes):
     path = _write(tmp_path / "t.json", _halves(), TRAILER)
     one = read_trace(path, parallel=False)
     two = read_trace(path)
-    assert two_processes and len(two.host) == len(one.host)
+    assert two_processes and None not in two_processes and len(two.host) == len(one.host)
     for columns in ("host", "device", "memory", "python"):
         assert sorted(_rows(one, columns)) == sorted(_rows(two, columns)), columns
     for trace in (one, two):
@@ -81,13 +86,14 @@ def test_what_the_first_half_says_of_the_file_is_kept(tmp_path, two_processes):
     path.write_text(json.dumps({**head, "traceEvents": _halves()}))
     for trace in (read_trace(str(path), parallel=False), read_trace(str(path))):
         assert (trace.rank, trace.world_size, trace.gpu_names, trace.cpus) == (1, 2, ["H100"], 8)
-    assert two_processes
+    assert two_processes and None not in two_processes
 
 
 def test_a_file_whose_halves_disagree_on_nothing_reads_in_one(tmp_path, two_processes):
     path = _write(tmp_path / "t.json", [step(1, 0, 100)] + [op(f"o{i}", i, 1) for i in range(80)], {})
     trace = read_trace(path)
-    assert two_processes and len(trace.host) == 81 and len(trace.names) == 81
+    assert two_processes and None not in two_processes
+    assert len(trace.host) == 81 and len(trace.names) == 81
     assert trace.skipped == 0 and trace.first_problem == ""
 
 
@@ -105,3 +111,23 @@ def test_a_file_that_cannot_be_read_is_one_line_naming_it(tmp_path, content, rea
     with pytest.raises(TraceError) as caught:
         read_trace(str(path))
     assert str(caught.value) == f"{path}: {reason}"
+
+
+def test_a_file_nested_deeper_than_python_recurses_is_read_event_by_event_too(tmp_path):
+    events = [step(1, 0, 1000), {**op("refused", 1, 1), "dur": "1"}, op("deep", 5, 1, junk="DEEP"), op("b", 9, 1)]
+    text = json.dumps({"traceEvents": events}).replace('"DEEP"', "[" * 5000 + "]" * 5000)
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    trace = read_trace(str(path))
+    assert [trace.names[n] for n in trace.host.name] == ["ProfilerStep#1", "deep", "b"]
+    assert trace.first_problem == "1 event skipped: dur is not a number; first: event 1 ('refused')"
+
+
+def test_text_cut_inside_a_utf16_pair_is_replaced_and_counted(tmp_path):
+    path = tmp_path / "t.json"
+    text = json.dumps({"traceEvents": [step(1, 0, 100), op("NAME", 1, 1)]})
+    path.write_text(text.replace("NAME", "a\\ud800b\\ud83d\\ude00"))
+    trace = read_trace(str(path))
+    assert trace.names[trace.host.name[1]] == "a\ufffdb\U0001f600"
+    assert trace.first_problem == ("1 event read without a field: text with unpaired UTF-16 surrogates "
+                                   "(replaced by \ufffd); first: event -1")
