@@ -36,6 +36,13 @@ ROOT = Path(__file__).resolve().parent.parent
 STAGE = ROOT / ".mutation"
 EQUIVALENTS = ROOT / "docs" / "mutation-equivalents.md"
 
+#: The fast tests of reading a file: test_hostile_input's and test_reading's, without those that
+#: read every trace of tests/data or start loader processes (seconds each), and test_trace_facts.
+_READING = ["tests/test_hostile_input.py", "tests/test_reading.py", "tests/test_trace_facts.py",
+            "-k", "not hangs_or_kills and not slow_to_start and not large_file_on_two_cores and "
+            "not no_route_answers and not string_hash_seed and not every_trace_in_the_test_data and "
+            "not every_op_row and not typed_pass_reads_every and not two_process_decode"]
+
 #: Module -> (its file as imported, the fast tests that exercise it: files and pytest options).
 #: ``noise`` is the noise rule itself (``phaseprof/noise.py``); ``plugin/analysis/noise.py`` only re-exports it.
 MODULES: dict[str, tuple[str, list[str]]] = {
@@ -77,6 +84,29 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                "batch_without_a_trace",
                "tests/test_object_storage.py::test_a_second_start_on_a_bucket_lists_it_and_fetches_no_"
                "analysis_again"]),
+    # the fast reading tests (`_READING`) and the module's own
+    "columns": ("phaseprof/plugin/reading/columns.py", ["tests/test_columns.py", *_READING]),
+    "decode": ("phaseprof/plugin/reading/decode.py", ["tests/test_decode.py", *_READING]),
+    # launch shapes and memory device labels: its own unit tests (every read packs a shape)
+    "events": ("phaseprof/plugin/reading/events.py", ["tests/test_events.py"]),
+    # the one-line errors of test_decode and the trip between processes
+    "errors": ("phaseprof/plugin/reading/errors.py",
+               ["tests/test_decode.py", "tests/test_reading.py::test_trace_error_survives_pickling_between_processes"]),
+    # the line of a file read in part: its own tests and those of the reasons counted while reading
+    "problems": ("phaseprof/plugin/reading/problems.py",
+                 ["tests/test_problems.py", "tests/test_columns.py", "tests/test_lenient.py"]),
+    # in-process reads of files the typed pass refuses (test_hostile_input's go through `analyze`)
+    "lenient": ("phaseprof/plugin/reading/lenient.py",
+                ["tests/test_lenient.py", "tests/test_trace_facts.py", "tests/test_columns.py"]),
+    # its own tests, test_decode's two halves, and the two split tests of test_reading and test_hostile_input
+    "split": ("phaseprof/plugin/reading/split.py",
+              ["tests/test_split.py", "tests/test_decode.py",
+               "tests/test_reading.py::test_a_split_that_is_not_between_events_falls_back_to_one_process",
+               "tests/test_hostile_input.py::test_a_decode_error_in_a_split_plain_file_is_reported_not_masked"]),
+    # its own tests, and the files test_decode cannot read (test_hostile_input's go through `analyze`)
+    "file_bytes": ("phaseprof/plugin/reading/file_bytes.py",
+                   ["tests/test_file_bytes.py", "tests/test_decode.py",
+                    "tests/test_hostile_input.py::test_budgets_are_configurable"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.

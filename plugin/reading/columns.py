@@ -228,7 +228,8 @@ def _device_columns(group: list[Event], ts, dur, kind: int, part: Part) -> dict[
     return {
         "ts": ts,
         "dur": dur,
-        "device": _int_column(group, group, _PID, 0, 0, (1 << 31) - 1, part.problems, "device id", strings=False),
+        "device": _int_column(group, group, _PID, 0, 0, (1 << 31) - 1, part.problems, "device id",
+                              strings=False).astype(np.int32),
         "stream": stream,
         "name": _codes(list(map(_NAME, group)), part.names),
         "kind": np.full(n, kind, np.int8),
