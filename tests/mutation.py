@@ -77,6 +77,11 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                "batch_without_a_trace",
                "tests/test_object_storage.py::test_a_second_start_on_a_bucket_lists_it_and_fetches_no_"
                "analysis_again"]),
+    # the reader's own tests (event files written in-process, local and on fsspec's memory store)
+    # and the whole run's cut-short one; not test_whole_run's others (a training loop, the CLI)
+    "scalars": ("phaseprof/plugin/reading/scalars.py",
+                ["tests/test_scalars.py",
+                 "tests/test_whole_run.py::test_scalar_reader_stops_at_a_record_cut_short_and_later_files_win"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
