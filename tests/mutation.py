@@ -107,6 +107,22 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "file_bytes": ("phaseprof/plugin/reading/file_bytes.py",
                    ["tests/test_file_bytes.py", "tests/test_decode.py",
                     "tests/test_hostile_input.py::test_budgets_are_configurable"]),
+    # the reader's own tests (event files written in-process, local and on fsspec's memory store)
+    # and the whole run's cut-short one; not test_whole_run's others (a training loop, the CLI)
+    "scalars": ("phaseprof/plugin/reading/scalars.py",
+                ["tests/test_scalars.py",
+                 "tests/test_whole_run.py::test_scalar_reader_stops_at_a_record_cut_short_and_later_files_win"]),
+    # the store's own tests (fsspec's memory store in-process; S3 on moto where only S3 does it)
+    # and two of a bucket's listing; not the object-store tests that analyse traces or start TensorBoard
+    "storage": ("phaseprof/plugin/reading/storage.py",
+                ["tests/test_storage.py",
+                 "tests/test_object_storage.py::test_nothing_outside_the_logdir_is_listed",
+                 "tests/test_object_storage.py::test_keys_outside_the_prefix_or_through_odd_segments_are_refused"]),
+    # the faults' own tests; test_capture_store's and test_object_storage_writing's report through it
+    "faults": ("phaseprof/training_hooks/faults.py",
+               ["tests/test_capture_store.py::test_a_failing_store_is_one_fault_per_outage_and_the_loop_never_waits",
+                "tests/test_object_storage_writing.py::test_without_an_upload_process_a_thread_uploads_and_the_"
+                "staging_folder_goes"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
