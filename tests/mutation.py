@@ -77,6 +77,14 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                "batch_without_a_trace",
                "tests/test_object_storage.py::test_a_second_start_on_a_bucket_lists_it_and_fetches_no_"
                "analysis_again"]),
+    # its unit tests, the idle split of a built step and of the two small GPU traces against HTA's
+    # rules in plain Python (the larger traces' cases take seconds each and check the same rules)
+    "idle": ("phaseprof/plugin/analysis/idle.py",
+             ["tests/test_idle.py", "tests/test_critical_path.py::test_the_idle_split_of_a_step_built_to_know_it",
+              "tests/test_critical_path.py::test_the_idle_split_follows_htas_rules_and_adds_up_to_each_"
+              "streams_idle_time[hta_alexnet_2stream]",
+              "tests/test_critical_path.py::test_the_idle_split_follows_htas_rules_and_adds_up_to_each_"
+              "streams_idle_time[hta_event_sync_3stream]"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
