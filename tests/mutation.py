@@ -85,6 +85,11 @@ MODULES: dict[str, tuple[str, list[str]]] = {
               "streams_idle_time[hta_alexnet_2stream]",
               "tests/test_critical_path.py::test_the_idle_split_follows_htas_rules_and_adds_up_to_each_"
               "streams_idle_time[hta_event_sync_3stream]"]),
+    # its unit tests and the two built last steps of test_cut_step (not its cut ResNet-50 trace,
+    # nor every trace of tests/data)
+    "cut": ("phaseprof/plugin/analysis/cut.py",
+            ["tests/test_cut.py", "tests/test_cut_step.py", "-k",
+             "not test_cut_step or closes_before_its_gpu_work or ends_with_the_trace_after_only"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
