@@ -90,6 +90,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "cut": ("phaseprof/plugin/analysis/cut.py",
             ["tests/test_cut.py", "tests/test_cut_step.py", "-k",
              "not test_cut_step or closes_before_its_gpu_work or ends_with_the_trace_after_only"]),
+    # its unit tests and the two built loops of test_findings whose untraced time is known (not its
+    # real traces)
+    "untraced": ("phaseprof/plugin/analysis/untraced.py",
+                 ["tests/test_untraced.py", "tests/test_findings.py", "-k", "untraced"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
