@@ -94,6 +94,13 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # real traces)
     "untraced": ("phaseprof/plugin/analysis/untraced.py",
                  ["tests/test_untraced.py", "tests/test_findings.py", "-k", "untraced"]),
+    # its unit tests and the two of the timeline route (TensorBoard's scalars in a test client)
+    "timeline": ("phaseprof/plugin/analysis/timeline.py",
+                 ["tests/test_timeline.py",
+                  "tests/test_plugin.py::test_timeline_reads_every_step_from_the_scalars_and_marks_profiled_"
+                  "windows",
+                  "tests/test_kept_apart.py::test_the_timeline_carries_evaluation_and_the_profilers_own_time_"
+                  "apart"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
