@@ -123,6 +123,30 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                ["tests/test_capture_store.py::test_a_failing_store_is_one_fault_per_outage_and_the_loop_never_waits",
                 "tests/test_object_storage_writing.py::test_without_an_upload_process_a_thread_uploads_and_the_"
                 "staging_folder_goes"]),
+    # its unit tests, the idle split of a built step and of the two small GPU traces against HTA's
+    # rules in plain Python (the larger traces' cases take seconds each and check the same rules)
+    "idle": ("phaseprof/plugin/analysis/idle.py",
+             ["tests/test_idle.py", "tests/test_critical_path.py::test_the_idle_split_of_a_step_built_to_know_it",
+              "tests/test_critical_path.py::test_the_idle_split_follows_htas_rules_and_adds_up_to_each_"
+              "streams_idle_time[hta_alexnet_2stream]",
+              "tests/test_critical_path.py::test_the_idle_split_follows_htas_rules_and_adds_up_to_each_"
+              "streams_idle_time[hta_event_sync_3stream]"]),
+    # its unit tests and the two built last steps of test_cut_step (not its cut ResNet-50 trace,
+    # nor every trace of tests/data)
+    "cut": ("phaseprof/plugin/analysis/cut.py",
+            ["tests/test_cut.py", "tests/test_cut_step.py", "-k",
+             "not test_cut_step or closes_before_its_gpu_work or ends_with_the_trace_after_only"]),
+    # its unit tests and the two built loops of test_findings whose untraced time is known (not its
+    # real traces)
+    "untraced": ("phaseprof/plugin/analysis/untraced.py",
+                 ["tests/test_untraced.py", "tests/test_findings.py", "-k", "untraced"]),
+    # its unit tests and the two of the timeline route (TensorBoard's scalars in a test client)
+    "timeline": ("phaseprof/plugin/analysis/timeline.py",
+                 ["tests/test_timeline.py",
+                  "tests/test_plugin.py::test_timeline_reads_every_step_from_the_scalars_and_marks_profiled_"
+                  "windows",
+                  "tests/test_kept_apart.py::test_the_timeline_carries_evaluation_and_the_profilers_own_time_"
+                  "apart"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
