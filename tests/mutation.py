@@ -69,6 +69,14 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # real loops with torch.profiler, about a minute per mutant on a loaded machine
     "tracker": ("phaseprof/training_hooks/tracker.py", ["tests/test_tracker.py", "tests/test_hooks.py"]),
     "hooks": ("phaseprof/training_hooks/hooks.py", ["tests/test_hooks.py"]),
+    # the names' unit tests: partition's tests (which read every name through it) kill all 15 too,
+    # at about 40 s a mutant
+    "names": ("phaseprof/plugin/analysis/names.py", ["tests/test_names.py"]),
+    # against closed forms and mpmath, and test_compare's table values (not its Welch tests: a
+    # resampling each, and what they need of it is the quantile these check)
+    "student_t": ("phaseprof/plugin/analysis/student_t.py",
+                  ["tests/test_student_t.py", "tests/test_compare.py::test_the_t_quantile_is_exact",
+                   "tests/test_compare.py::test_the_t_quantile_holds_for_any_degrees_of_freedom"]),
     # the cache's own tests and the two of a bucket's entries (batches, copies kept in the user's
     # cache); not the fuzz, step index and other object-store tests, whole analyses a mutant
     "cache": ("phaseprof/plugin/cache.py",
