@@ -80,6 +80,12 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # the answer from capture folders built in memory; the route's tests on real folders
     # (test_capture_channel: `-k the_route or ...`) scored 95% of the same 40, at 15 s a mutant
     "captures": ("phaseprof/plugin/analysis/captures.py", ["tests/test_captures.py"]),
+    # the comparison's unit tests on a hand-built loop; its callers' tests (the /compare route, the
+    # slowest step of a summary, the facade) analyse whole logdirs, a minute or more a mutant
+    "compare": ("phaseprof/plugin/analysis/compare.py",
+                ["tests/test_compare.py", "-k",
+                 "mean_step_over or a_comparison_ or changed_ops_fill or median_step_is or grew_most or "
+                 "median_of_steps"]),
     # the cache's own tests and the two of a bucket's entries (batches, copies kept in the user's
     # cache); not the fuzz, step index and other object-store tests, whole analyses a mutant
     "cache": ("phaseprof/plugin/cache.py",
