@@ -86,6 +86,9 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                 ["tests/test_compare.py", "-k",
                  "mean_step_over or a_comparison_ or changed_ops_fill or median_step_is or grew_most or "
                  "median_of_steps"]),
+    # each table's rows of a step on a hand-built span, and the empty tables; span's and steps'
+    # tests read every table too, at about 40 s a mutant
+    "model": ("phaseprof/plugin/analysis/model.py", ["tests/test_model.py"]),
     # the cache's own tests and the two of a bucket's entries (batches, copies kept in the user's
     # cache); not the fuzz, step index and other object-store tests, whole analyses a mutant
     "cache": ("phaseprof/plugin/cache.py",
