@@ -89,6 +89,12 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # each table's rows of a step on a hand-built span, and the empty tables; span's and steps'
     # tests read every table too, at about 40 s a mutant
     "model": ("phaseprof/plugin/analysis/model.py", ["tests/test_model.py"]),
+    # the rule's tests on hand-built loops and against judging each step apart; not the tests on
+    # recorded traces (a whole analysis each, 20 s of setup)
+    "warmup": ("phaseprof/plugin/analysis/warmup.py",
+               ["tests/test_warmup.py", "-k",
+                "first_step or setup_calls or rule_from_one_sort or judging_more or compiling_steps or "
+                "numpy_s_for_every or exactly_half"]),
     # the cache's own tests and the two of a bucket's entries (batches, copies kept in the user's
     # cache); not the fuzz, step index and other object-store tests, whole analyses a mutant
     "cache": ("phaseprof/plugin/cache.py",
