@@ -95,6 +95,11 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                ["tests/test_warmup.py", "-k",
                 "first_step or setup_calls or rule_from_one_sort or judging_more or compiling_steps or "
                 "numpy_s_for_every or exactly_half"]),
+    # the rank table's tests on built and recorded jobs (not test_plugin's, through a served logdir);
+    # "ranks" selects all of test_ranks.py
+    "ranks": ("phaseprof/plugin/analysis/ranks.py",
+              ["tests/test_ranks.py", "tests/test_gpu_measures.py", "tests/test_findings.py", "-k",
+               "ranks or straggler or world_of_two or not_ranks"]),
     # the cache's own tests and the two of a bucket's entries (batches, copies kept in the user's
     # cache); not the fuzz, step index and other object-store tests, whole analyses a mutant
     "cache": ("phaseprof/plugin/cache.py",
