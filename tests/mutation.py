@@ -76,6 +76,37 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # real loops with torch.profiler, about a minute per mutant on a loaded machine
     "tracker": ("phaseprof/training_hooks/tracker.py", ["tests/test_tracker.py", "tests/test_hooks.py"]),
     "hooks": ("phaseprof/training_hooks/hooks.py", ["tests/test_hooks.py"]),
+    # the names' unit tests: partition's tests (which read every name through it) kill all 15 too,
+    # at about 40 s a mutant
+    "names": ("phaseprof/plugin/analysis/names.py", ["tests/test_names.py"]),
+    # against closed forms and mpmath, and test_compare's table values (not its Welch tests: a
+    # resampling each, and what they need of it is the quantile these check)
+    "student_t": ("phaseprof/plugin/analysis/student_t.py",
+                  ["tests/test_student_t.py", "tests/test_compare.py::test_the_t_quantile_is_exact",
+                   "tests/test_compare.py::test_the_t_quantile_holds_for_any_degrees_of_freedom"]),
+    # the answer from capture folders built in memory; the route's tests on real folders
+    # (test_capture_channel: `-k the_route or ...`) scored 95% of the same 40, at 15 s a mutant
+    "captures": ("phaseprof/plugin/analysis/captures.py", ["tests/test_captures.py"]),
+    # the comparison's unit tests on a hand-built loop; its callers' tests (the /compare route, the
+    # slowest step of a summary, the facade) analyse whole logdirs, a minute or more a mutant
+    "compare": ("phaseprof/plugin/analysis/compare.py",
+                ["tests/test_compare.py", "-k",
+                 "mean_step_over or a_comparison_ or changed_ops_fill or median_step_is or grew_most or "
+                 "median_of_steps"]),
+    # each table's rows of a step on a hand-built span, and the empty tables; span's and steps'
+    # tests read every table too, at about 40 s a mutant
+    "model": ("phaseprof/plugin/analysis/model.py", ["tests/test_model.py"]),
+    # the rule's tests on hand-built loops and against judging each step apart; not the tests on
+    # recorded traces (a whole analysis each, 20 s of setup)
+    "warmup": ("phaseprof/plugin/analysis/warmup.py",
+               ["tests/test_warmup.py", "-k",
+                "first_step or setup_calls or rule_from_one_sort or judging_more or compiling_steps or "
+                "numpy_s_for_every or exactly_half"]),
+    # the rank table's tests on built and recorded jobs (not test_plugin's, through a served logdir);
+    # "ranks" selects all of test_ranks.py
+    "ranks": ("phaseprof/plugin/analysis/ranks.py",
+              ["tests/test_ranks.py", "tests/test_gpu_measures.py", "tests/test_findings.py", "-k",
+               "ranks or straggler or world_of_two or not_ranks"]),
     # the cache's own tests and the two of a bucket's entries (batches, copies kept in the user's
     # cache); not the fuzz, step index and other object-store tests, whole analyses a mutant
     "cache": ("phaseprof/plugin/cache.py",

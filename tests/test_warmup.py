@@ -18,7 +18,7 @@ from phaseprof.plugin.analysis.kernels import kernels_answer
 from phaseprof.plugin.analysis.modules import modules_answer
 from phaseprof.plugin.analysis.operators import run_ops
 from phaseprof.plugin.analysis.ranks import ranks
-from phaseprof.plugin.analysis.warmup import FAR, SETUP_SHARE, warmup
+from phaseprof.plugin.analysis.warmup import FAR, SETUP_SHARE, _of_the_others, warmup
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.reading.discovery import discover
 from phaseprof.plugin.spans import analyze_file
@@ -277,3 +277,26 @@ def test_judging_more_steps_makes_no_more_calls():
     # whole-array work over all steps: the number of calls does not grow with the steps (it did by
     # two numpy calls of all the others per step, n^2 work in all)
     assert _calls(4_000) == _calls(250)
+
+
+def test_the_median_and_the_largest_of_the_others_are_numpy_s_for_every_step():
+    # the one-sort figures the rule judges each step by, against np.median and np.max of the others:
+    # every rank, ties, and a NaN (the others' median is NaN unless the step itself is the NaN)
+    rng = np.random.default_rng(11)
+    for n in [2, 3, 4, 5, 8, 9, 30, 31]:
+        for walls in (rng.lognormal(3.0, 0.3, n), rng.integers(0, 3, n).astype(np.float64),
+                      np.where(np.arange(n) == n // 2, np.nan, rng.lognormal(3.0, 0.3, n))):
+            median, most = _of_the_others(walls)
+            for k in range(n):
+                others = np.delete(walls, k)
+                np.testing.assert_equal([median[k], most[k]], [np.median(others), np.max(others)])
+
+
+def test_setup_calls_of_exactly_half_the_excess_make_a_step_warmup():
+    # step 3: 300 µs against the others' 100, of which setup calls took 100 µs = SETUP_SHARE of 200
+    walls = np.array([100.0, 100.0, 100.0, 300.0, 100.0])
+    first = np.zeros(5, dtype=bool)
+    rows = np.arange(5)
+    assert warmup(walls, np.array([0, 0, 0, SETUP_SHARE * 200.0, 0]), first, rows).tolist() == [
+        False, False, False, True, False]
+    assert not warmup(walls, np.array([0, 0, 0, SETUP_SHARE * 200.0 - 0.01, 0]), first, rows).any()
