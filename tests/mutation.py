@@ -77,6 +77,9 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                "batch_without_a_trace",
                "tests/test_object_storage.py::test_a_second_start_on_a_bucket_lists_it_and_fetches_no_"
                "analysis_again"]),
+    # its unit tests and the memory routes' tests on recorded traces; not every analysis of a trace
+    "memory": ("phaseprof/plugin/analysis/memory.py",
+               ["tests/test_memory.py", "tests/test_below_phases.py", "-k", "memory"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
