@@ -80,6 +80,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # its unit tests and the memory routes' tests on recorded traces; not every analysis of a trace
     "memory": ("phaseprof/plugin/analysis/memory.py",
                ["tests/test_memory.py", "tests/test_below_phases.py", "-k", "memory"]),
+    # its unit tests and the span tests of nesting at float resolution and of ops sharing a start
+    "nesting": ("phaseprof/plugin/analysis/nesting.py",
+                ["tests/test_nesting.py", "tests/test_phases.py", "-k",
+                 "test_nesting or float_resolution or one_start or thread_time_order"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
