@@ -37,8 +37,11 @@ def ranges(run) -> list[tuple[str, float, float]]:
     """The module ranges recorded while ``run()`` ran: (path, start, end), by start."""
     with profile(activities=[ProfilerActivity.CPU]) as p:
         run()
-    found = [(e.name[len(PREFIX):], e.time_range.start, e.time_range.end)
-             for e in p.profiler.function_events if e.name.startswith(PREFIX)]
+    found = [
+        (e.name[len(PREFIX) :], e.time_range.start, e.time_range.end)
+        for e in p.profiler.function_events
+        if e.name.startswith(PREFIX)
+    ]
     return sorted(found, key=lambda r: (r[1], -r[2]))
 
 
@@ -56,8 +59,12 @@ def test_each_module_call_gets_a_range_named_by_its_path_inside_its_parents():
     found = ranges(lambda: model(x()))
     assert paths(found) == ["Net", "Net.enc", "Net.enc.0", "Net.enc.1", "Net.head"]
     at = {name: (start, end) for name, start, end in found}
-    for child, parent in [("Net.enc", "Net"), ("Net.enc.0", "Net.enc"), ("Net.enc.1", "Net.enc"),
-                          ("Net.head", "Net")]:
+    for child, parent in [
+        ("Net.enc", "Net"),
+        ("Net.enc.0", "Net.enc"),
+        ("Net.enc.1", "Net.enc"),
+        ("Net.head", "Net"),
+    ]:
         assert at[parent][0] <= at[child][0] <= at[child][1] <= at[parent][1], (child, parent)
     assert at["Net.enc.0"][1] <= at["Net.enc.1"][0]
     hooks.remove()
@@ -68,8 +75,17 @@ def test_two_models_of_one_class_are_told_apart_and_one_model_attached_twice_onc
     first, second = Net(), Net()
     ModuleRanges([first, first, second], lambda: True, Faults("run"))
     assert paths(ranges(lambda: (first(x()), second(x())))) == [
-        "Net", "Net.enc", "Net.enc.0", "Net.enc.1", "Net.head",
-        "Net_1", "Net_1.enc", "Net_1.enc.0", "Net_1.enc.1", "Net_1.head"]
+        "Net",
+        "Net.enc",
+        "Net.enc.0",
+        "Net.enc.1",
+        "Net.head",
+        "Net_1",
+        "Net_1.enc",
+        "Net_1.enc.0",
+        "Net_1.enc.1",
+        "Net_1.head",
+    ]
 
 
 def test_no_ranges_while_the_profiler_does_not_record():
@@ -105,8 +121,11 @@ def test_a_modules_range_lies_inside_a_range_its_earlier_hooks_open():
     ModuleRanges([model], lambda: True, Faults("run"))
     with profile(activities=[ProfilerActivity.CPU]) as p:
         model(x())
-    at = {e.name: (e.time_range.start, e.time_range.end) for e in p.profiler.function_events
-          if e.name in ("phase", PREFIX + "Net")}
+    at = {
+        e.name: (e.time_range.start, e.time_range.end)
+        for e in p.profiler.function_events
+        if e.name in ("phase", PREFIX + "Net")
+    }
     assert at["phase"][0] <= at[PREFIX + "Net"][0] <= at[PREFIX + "Net"][1] <= at["phase"][1]
 
 
@@ -129,8 +148,17 @@ def test_a_forward_that_raises_leaves_no_range_open():
 
     found = ranges(run)
     # the failed call's ranges closed (by the hooks run on the exception), then the next call's
-    assert paths(found) == ["Net", "Net.enc", "Net.enc.0", "Net.enc.1",
-                            "Net", "Net.enc", "Net.enc.0", "Net.enc.1", "Net.head"]
+    assert paths(found) == [
+        "Net",
+        "Net.enc",
+        "Net.enc.0",
+        "Net.enc.1",
+        "Net",
+        "Net.enc",
+        "Net.enc.0",
+        "Net.enc.1",
+        "Net.head",
+    ]
     assert found[0][2] <= found[4][1]
     hooks.remove()
 
@@ -176,8 +204,10 @@ def test_a_failing_range_is_reported_once_and_the_ranges_stop(monkeypatch):
     assert out.shape == (2, 1)  # the forward went on
     model(x())
     assert calls == [PREFIX + "Net"]  # stopped after the first failure
-    assert faults.lines == ["module ranges failed and were stopped (modules=True): RuntimeError: "
-                            "record_function is broken"]
+    assert faults.lines == [
+        "module ranges failed and were stopped (modules=True): RuntimeError: "
+        "record_function is broken"
+    ]
     monkeypatch.undo()
     assert ranges(lambda: model(x())) == []  # stopped for good
 
@@ -192,4 +222,6 @@ def test_a_range_failing_to_close_is_reported(monkeypatch):
     monkeypatch.setattr(module_ranges, "_exit", broken)
     with pytest.warns(RuntimeWarning, match="module ranges failed"):
         assert model(x()).shape == (2, 1)
-    assert faults.lines == ["module ranges failed and were stopped (modules=True): RuntimeError: cannot close"]
+    assert faults.lines == [
+        "module ranges failed and were stopped (modules=True): RuntimeError: cannot close"
+    ]

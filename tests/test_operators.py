@@ -54,7 +54,9 @@ def row(answer, name: str, shapes: str | None = None):
 
 def test_every_op_of_the_steps_with_its_time_calls_and_shares(tmp_path):
     answer = run_ops(worker_of(tmp_path, gpu_loop()))
-    assert (answer.worker, answer.phase, answer.group, answer.steps) == ("w", None, "name", 3)
+    # the run's name is the caller's to give
+    assert (answer.run, answer.worker, answer.phase, answer.group) == ("", "w", None, "name")
+    assert answer.steps == 3
     assert (answer.wall_ms, answer.gpu_ms, answer.left_out, answer.left_out_why) == (
         9.0,
         1.05,
@@ -135,10 +137,11 @@ def test_one_phase_holds_only_its_ops_and_its_time(tmp_path):
     assert relu.self_host_ms_per_step == 0.017
 
 
-def test_a_phase_no_step_has_is_empty(tmp_path):
-    answer = run_ops(worker_of(tmp_path, gpu_loop()), phase="optimizer")
+@pytest.mark.parametrize("phase", ["optimizer", "no such phase"])
+def test_a_phase_no_step_has_is_empty(tmp_path, phase):
+    answer = run_ops(worker_of(tmp_path, gpu_loop()), phase=phase)
     assert (answer.phase, answer.steps, answer.wall_ms, answer.gpu_ms, answer.ops) == (
-        "optimizer",
+        phase,
         3,
         0.0,
         0.0,
@@ -212,3 +215,19 @@ def test_step_numbers_are_the_loops_own(tmp_path, numbers):
     for n in numbers:
         loop.step(n, ("phaseprof::forward", 1_000, [], [("aten::add", 10, 200)]))
     assert run_ops(worker_of(tmp_path, loop)).ops[0].steps == list(numbers)
+
+
+def test_an_ops_call_stack_is_its_path_of_most_host_time_over_all_spans(tmp_path):
+    # aten::add under a.py's frame for 300 µs a step in the first trace file, under b.py's for
+    # 100 µs in the second: a.py's path is the row's, whichever span comes last
+    first, second = Loop(), Loop()
+    for loop, frame, dur, numbers in (
+        (first, "a.py(1): f", 300, (1, 2)),
+        (second, "b.py(2): g", 100, (3, 4)),
+    ):
+        for n in numbers:
+            loop.step(n, ("phaseprof::forward", 1_000, [], [("aten::add", 10, dur)]))
+            start = loop.t - 1_000
+            loop.events.append(op(frame, start + 5, dur + 10, cat="python_function"))
+    (add,) = [r for r in run_ops(worker_of(tmp_path, first, second)).ops if r.name == "aten::add"]
+    assert (add.stack, add.frame, add.calls) == (["a.py(1): f"], "a.py(1): f", 4)
