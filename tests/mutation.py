@@ -178,6 +178,39 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                   "windows",
                   "tests/test_kept_apart.py::test_the_timeline_carries_evaluation_and_the_profilers_own_time_"
                   "apart"]),
+    # its unit tests and the memory routes' tests on recorded traces; not every analysis of a trace
+    "memory": ("phaseprof/plugin/analysis/memory.py",
+               ["tests/test_memory.py", "tests/test_below_phases.py", "-k", "memory"]),
+    # its unit tests and the span tests of nesting at float resolution and of ops sharing a start
+    "nesting": ("phaseprof/plugin/analysis/nesting.py",
+                ["tests/test_nesting.py", "tests/test_phases.py", "-k",
+                 "test_nesting or float_resolution or one_start or thread_time_order"]),
+    # its unit tests (hand-built loops), the route's totals against the steps' and the cut step
+    "operators": ("phaseprof/plugin/analysis/operators.py",
+                  ["tests/test_operators.py",
+                   "tests/test_below_phases.py::test_ops_totals_equal_the_sum_over_steps",
+                   "tests/test_cut_step.py::test_the_run_wide_tables_leave_the_cut_step_out_and_"
+                   "say_so"]),
+    # its unit tests on hand-placed frames, and the user-frame test (test_modules' others train)
+    "stacks": ("phaseprof/plugin/analysis/stacks.py",
+               ["tests/test_stacks.py",
+                "tests/test_modules.py::test_user_frames_skip_torch_the_standard_library_and_"
+                "builtins"]),
+    # its documents of hand-built steps, the evaluation pass's; not the step index's (whole traces)
+    "step_trace": ("phaseprof/plugin/analysis/step_trace.py",
+                   ["tests/test_step_trace.py",
+                    "tests/test_phases.py::test_the_step_trace_labels_host_events_of_an_"
+                    "evaluation_pass_apart_from_the_step"]),
+    # the ranges under torch.profiler, in-process; test_modules trains a model with them first
+    "module_ranges": ("phaseprof/training_hooks/module_ranges.py",
+                      ["tests/test_module_ranges.py"]),
+    # test_modules' hand-built traces (its others train a model first, and one of them compares
+    # times within 1%, which a loaded machine can miss), the cache's entry with module calls, and
+    # the run-wide table leaving the warm-up step out
+    "modules": ("phaseprof/plugin/analysis/modules.py",
+                ["tests/test_modules.py", "tests/test_cache.py", "tests/test_warmup.py", "-k",
+                 "built or deeper_than_the_longest or module_depths or gpu_time_of_a_modules or "
+                 "an_entry_with_call_paths_and_modules or run_wide_tables_leave_the_warmup"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pytest
 import torch
 from rich.console import Console
@@ -253,3 +254,160 @@ def test_gpu_time_of_a_modules_forward_and_backward_is_the_work_each_launched(tm
     assert rows["Net.b"]["parent"] == "Net" and rows["Net"]["forward_self_ms"] == pytest.approx(0.15)
     assert {(o["name"], o["backward"], o["gpu_ms"]) for o in rows["Net.a"]["ops"]} == {
         ("aten::mm", False, 0.05), ("autograd::engine::evaluate_function: MmBackward0", True, 0.04)}
+
+
+# The module view on hand-built traces (no training loop): figures known to the microsecond.
+
+RANGE = "phaseprof.module::"
+
+
+def _linked(s: int) -> list[dict]:
+    """Step ``s`` (2 ms): a forward (1 ms) where Net [10, 610) calls enc [20, 320) (aten::linear
+    around aten::addmm, launching a 100 µs gemm; aten::relu) and head [400, 500) (aten::linear); a
+    backward on the autograd thread whose gradient functions carry their forward ops' sequence
+    numbers (AddmmBackward0 of enc's linear launching a 200 µs kernel; one of no forward op)."""
+    from tests.tracebuilder import AUTOGRAD, annotation, kernel, launch, op, step
+
+    t, c = (s - 1) * 2_000.0, 10 * s
+    evaluate = "autograd::engine::evaluate_function: "
+
+    def seq(k: int) -> dict:
+        return {"Sequence number": k}
+
+    return [step(s, t, 2_000), annotation("phaseprof::forward", t, 1_000),
+            op(RANGE + "Net", t + 10, 600), op(RANGE + "Net.enc", t + 20, 300),
+            op("aten::linear", t + 30, 200, **seq(c)), op("aten::addmm", t + 40, 160),
+            launch(t + 50, c + 1), kernel("gemm", t + 60, 100, c + 1),
+            op("aten::relu", t + 240, 60, **seq(c + 1)),
+            op(RANGE + "Net.head", t + 400, 100), op("aten::linear", t + 410, 80, **seq(c + 2)),
+            annotation("phaseprof::backward", t + 1_000, 1_000),
+            op(evaluate + "AddmmBackward0", t + 1_100, 300, tid=AUTOGRAD, **seq(c)),
+            launch(t + 1_150, c + 2, tid=AUTOGRAD), kernel("gemm_bwd", t + 1_200, 200, c + 2),
+            op(evaluate + "ReluBackward0", t + 1_500, 50, tid=AUTOGRAD, **seq(c + 1)),
+            op(evaluate + "AddmmBackward0", t + 1_600, 70, tid=AUTOGRAD, **seq(c + 2)),
+            op(evaluate + "TBackward0", t + 1_700, 20, tid=AUTOGRAD, **seq(999))]
+
+
+def _built_worker(folder: Path, *traces: list[dict]):
+    from tests.test_operators import worker_of
+    from tests.tracebuilder import Loop
+
+    loops = []
+    for events in traces:
+        loops.append(Loop())
+        loops[-1].events += events
+    return worker_of(folder, *loops)
+
+
+def _rows(answer) -> dict[str, tuple]:
+    return {r.path: (r.parent, r.depth, r.calls, r.forward_ms, r.forward_self_ms,
+                     r.forward_gpu_ms, r.backward_ms, r.backward_gpu_ms, r.forward_ms_per_step,
+                     r.backward_ms_per_step)
+            for r in answer.modules}
+
+
+def _ops(answer, path: str) -> list[tuple]:
+    (row,) = [r for r in answer.modules if r.path == path]
+    return [(o.name, o.backward, o.calls, o.host_ms, o.gpu_ms) for o in row.ops]
+
+
+def test_a_built_trace_s_modules_forward_backward_and_ops(tmp_path):
+    from phaseprof.plugin.analysis.modules import modules_answer
+
+    w = _built_worker(tmp_path, [e for s in (1, 2, 3) for e in _linked(s)])
+    answer = modules_answer("r", w, w.full().tolist(), None)
+    assert (answer.run, answer.worker, answer.step, answer.steps, answer.source) == (
+        "r", "w", None, 3, "phaseprof ranges")
+    assert (answer.forward_phase_ms, answer.has_gpu) == (3.0, True)
+    assert (answer.left_out, answer.left_out_why) == ([], None)
+    # Net: 600 µs a call, 200 of its own; its backward is its children's (enc 300 + 50, head 70)
+    assert [r.path for r in answer.modules] == ["Net", "Net.enc", "Net.head"]
+    assert _rows(answer) == {
+        "Net": (None, 0, 3, 1.8, 0.6, 0.3, 1.26, 0.6, 0.6, 0.42),
+        "Net.enc": ("Net", 1, 3, 0.9, 0.9, 0.3, 1.05, 0.6, 0.3, 0.35),
+        "Net.head": ("Net", 1, 3, 0.3, 0.3, 0.0, 0.21, 0.0, 0.1, 0.07)}
+    # the innermost module's ops, most time first; aten::addmm is its linear's; no gradient function
+    # of an unknown sequence number
+    evaluate = "autograd::engine::evaluate_function: "
+    assert _ops(answer, "Net.enc") == [(evaluate + "AddmmBackward0", True, 3, 0.9, 0.6),
+                                       ("aten::linear", False, 3, 0.6, 0.3),
+                                       ("aten::relu", False, 3, 0.18, 0.0),
+                                       (evaluate + "ReluBackward0", True, 3, 0.15, 0.0)]
+    assert _ops(answer, "Net.head") == [("aten::linear", False, 3, 0.24, 0.0),
+                                        (evaluate + "AddmmBackward0", True, 3, 0.21, 0.0)]
+    assert _ops(answer, "Net") == []
+    one = modules_answer("r", w, [w.row_of(2)], 2)
+    assert (one.step, one.steps) == (2, 1)
+    assert _rows(one)["Net.enc"] == ("Net", 1, 1, 0.3, 0.3, 0.1, 0.35, 0.2, 0.3, 0.35)
+
+
+def test_a_built_trace_s_modules_over_two_spans_are_summed_by_path(tmp_path):
+    from phaseprof.plugin.analysis.modules import modules_answer
+
+    # steps 4 and 5 in a second trace file of the worker: one row per path over both spans
+    second = [e for s in (4, 5) for e in _linked(s)]
+    w = _built_worker(tmp_path, [e for s in (1, 2) for e in _linked(s)], second)
+    answer = modules_answer("r", w, w.full().tolist(), None)
+    assert answer.steps == 4 and answer.forward_phase_ms == 4.0
+    assert _rows(answer)["Net.enc"] == ("Net", 1, 4, 1.2, 1.2, 0.4, 1.4, 0.8, 0.3, 0.35)
+    assert _ops(answer, "Net.head")[0] == ("aten::linear", False, 4, 0.32, 0.0)
+
+
+def test_a_built_trace_s_module_records_make_paths_of_their_chain(tmp_path):
+    from phaseprof.plugin.analysis.modules import modules_answer
+    from tests.tracebuilder import annotation, op, step
+
+    # torch's records: Net_0 calls Linear_0 twice then Seq_0, which calls its own Linear_0
+    events = []
+    for s in (1, 2):
+        t = (s - 1) * 1_000.0
+        events += [step(s, t, 1_000), annotation("phaseprof::forward", t, 1_000),
+                   op("nn.Module: Net_0", t + 10, 800, cat="python_function"),
+                   op("nn.Module: Linear_0", t + 20, 100, cat="python_function"),
+                   op("aten::linear", t + 30, 50),
+                   op("nn.Module: Linear_0", t + 200, 100, cat="python_function"),
+                   op("nn.Module: Seq_0", t + 400, 300, cat="python_function"),
+                   op("nn.Module: Linear_0", t + 410, 200, cat="python_function"),
+                   op("aten::mm", t + 420, 120)]
+    w = _built_worker(tmp_path, events)
+    answer = modules_answer("r", w, w.full().tolist(), None)
+    assert answer.source == "trace module records" and answer.has_gpu is False
+    assert _rows(answer) == {
+        "Net_0": (None, 0, 2, 1.6, 0.6, 0.0, 0.0, 0.0, 0.8, 0.0),
+        "Net_0.Seq_0": ("Net_0", 1, 2, 0.6, 0.2, 0.0, 0.0, 0.0, 0.3, 0.0),
+        "Net_0.Linear_0": ("Net_0", 1, 4, 0.4, 0.4, 0.0, 0.0, 0.0, 0.2, 0.0),
+        "Net_0.Seq_0.Linear_0": ("Net_0.Seq_0", 2, 2, 0.4, 0.4, 0.0, 0.0, 0.0, 0.2, 0.0)}
+    assert _ops(answer, "Net_0.Seq_0.Linear_0") == [("aten::mm", False, 2, 0.24, 0.0)]
+    assert _ops(answer, "Net_0.Linear_0") == [("aten::linear", False, 2, 0.1, 0.0)]
+
+
+def test_a_path_deeper_than_the_longest_shown_keeps_its_first_and_last_records():
+    from phaseprof.plugin.analysis import modules
+    from phaseprof.plugin.analysis.model import no_modules
+
+    depth = modules._LONGEST + 8
+    labels = [f"M_{k}" for k in range(depth)]
+    table = no_modules()
+    table.source, table.paths = modules.FROM_RECORDS, labels
+    table.parent = np.arange(-1, depth - 1, dtype=np.int32)
+    paths = modules.module_paths(table)
+    assert paths[modules._LONGEST - 1] == ".".join(labels[: modules._LONGEST])
+    longest = modules._LONGEST
+    assert paths[longest] == (".".join(labels[:8]) + f".…{longest + 1 - 16} more…."
+                              + ".".join(labels[longest - 7: longest + 1]))
+    assert paths[-1] == ".".join(labels[:8]) + f".…{depth - 16} more…." + ".".join(labels[-8:])
+    # a parent that does not come before its child (a forged table) makes a root
+    table.parent = np.array([-1, 5, 0], dtype=np.int32)
+    table.paths = ["A_0", "B_0", "C_0"]
+    assert modules.module_paths(table) == ["A_0", "B_0", "A_0.C_0"]
+    table.source = modules.FROM_RANGES
+    assert modules.module_paths(table) == ["A_0", "B_0", "C_0"]
+
+
+def test_module_depths_count_listed_parents_and_stop_in_a_loop():
+    from phaseprof.plugin.analysis.modules import _depths
+
+    acc = {"a.b.c": {"parent": "a.b"}, "a.b": {"parent": "a"}, "a": {"parent": None},
+           "x.y": {"parent": "x"},  # x not listed: y is at the top
+           "p": {"parent": "q"}, "q": {"parent": "p"}}  # parents merged from two spans, in a loop
+    assert _depths(acc) == {"a.b.c": 2, "a.b": 1, "a": 0, "x.y": 0, "p": 256, "q": 256}
