@@ -69,6 +69,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # real loops with torch.profiler, about a minute per mutant on a loaded machine
     "tracker": ("phaseprof/training_hooks/tracker.py", ["tests/test_tracker.py", "tests/test_hooks.py"]),
     "hooks": ("phaseprof/training_hooks/hooks.py", ["tests/test_hooks.py"]),
+    # the ranges in a small real profile and NVTX through a stand-in: no training loop
+    "ranges": ("phaseprof/training_hooks/ranges.py", ["tests/test_ranges.py"]),
     # the cache's own tests and the two of a bucket's entries (batches, copies kept in the user's
     # cache); not the fuzz, step index and other object-store tests, whole analyses a mutant
     "cache": ("phaseprof/plugin/cache.py",
