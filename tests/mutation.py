@@ -107,6 +107,17 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "ranks": ("phaseprof/plugin/analysis/ranks.py",
               ["tests/test_ranks.py", "tests/test_gpu_measures.py", "tests/test_findings.py", "-k",
                "ranks or straggler or world_of_two or not_ranks"]),
+    # the ranges in a small real profile and NVTX through a stand-in: no training loop
+    "ranges": ("phaseprof/training_hooks/ranges.py", ["tests/test_ranges.py"]),
+    # a real SIGTERM raised in-process, the default action's os.kill stood in for: no job to start
+    "signals": ("phaseprof/training_hooks/signals.py", ["tests/test_signals.py"]),
+    # a small real profile handed to the writer, its background finishing each trace in-process
+    "traces": ("phaseprof/training_hooks/traces.py", ["tests/test_traces.py"]),
+    # hand-made steps, the scalars read back, a full disk through a stand-in os.write; and the
+    # records' framing against TensorBoard's writer (not the rest of test_training_hooks: loops)
+    "recorder": ("phaseprof/training_hooks/recorder.py",
+                 ["tests/test_recorder.py",
+                  "tests/test_training_hooks.py::test_the_scalars_records_carry_tensorboards_checksums"]),
     # the cache's own tests and the two of a bucket's entries (batches, copies kept in the user's
     # cache); not the fuzz, step index and other object-store tests, whole analyses a mutant
     "cache": ("phaseprof/plugin/cache.py",
