@@ -77,6 +77,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                "batch_without_a_trace",
                "tests/test_object_storage.py::test_a_second_start_on_a_bucket_lists_it_and_fetches_no_"
                "analysis_again"]),
+    # its own unit tests: the training loops that also run these models take seconds a test
+    "models": ("phaseprof/training_hooks/models.py", ["tests/test_models.py"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
