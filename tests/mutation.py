@@ -222,6 +222,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                 ["tests/test_modules.py", "tests/test_cache.py", "tests/test_warmup.py", "-k",
                  "built or deeper_than_the_longest or module_depths or gpu_time_of_a_modules or "
                  "an_entry_with_call_paths_and_modules or run_wide_tables_leave_the_warmup"]),
+    # its own unit tests: the training loops that also run these models take seconds a test
+    "models": ("phaseprof/training_hooks/models.py", ["tests/test_models.py"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
