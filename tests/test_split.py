@@ -32,22 +32,30 @@ def halves(monkeypatch):
 
 
 def _events(n: int = 400) -> list[dict]:
-    return [step(1, 0, 1e6)] + [op(f"aten::op{i % 50}", 10 + i, 1, **({"Sequence number": i} if i % 3 else {}))
-                                for i in range(n)]
+    return [step(1, 0, 1e6)] + [
+        op(f"aten::op{i % 50}", 10 + i, 1, **({"Sequence number": i} if i % 3 else {}))
+        for i in range(n)
+    ]
 
 
 @pytest.mark.parametrize("bare_list", [False, True])
-def test_a_well_formed_file_is_decoded_in_two_halves_that_make_the_whole(tmp_path, halves, bare_list):
+def test_a_well_formed_file_is_decoded_in_two_halves_that_make_the_whole(
+    tmp_path, halves, bare_list
+):
     events = _events()
     path = tmp_path / "t.json"
-    path.write_text(json.dumps(events if bare_list else {"schemaVersion": 1, "traceEvents": events}))
+    path.write_text(
+        json.dumps(events if bare_list else {"schemaVersion": 1, "traceEvents": events})
+    )
     whole = read_trace(str(path), parallel=False)
     two = read_trace(str(path))
     (parts,) = halves
     assert parts is not None and len(parts) == 2  # the split held: both halves decoded
     assert all(len(p.host["ts"]) > 100 for p in parts)
     assert sorted(_rows(whole, "host")) == sorted(_rows(two, "host")) and len(two.host) == 401
-    assert path.read_text() == json.dumps(events if bare_list else {"schemaVersion": 1, "traceEvents": events})
+    assert path.read_text() == json.dumps(
+        events if bare_list else {"schemaVersion": 1, "traceEvents": events}
+    )
 
 
 def test_files_are_split_one_after_another(tmp_path, halves):
@@ -59,7 +67,8 @@ def test_files_are_split_one_after_another(tmp_path, halves):
 
 
 def test_the_split_lands_where_the_events_are_halved_not_the_bytes():
-    # small events (~100 bytes) fill about half the bytes, ten times fewer large ones (~1 KB) the rest:
+    # small events (~100 bytes) fill about half the bytes, ten times fewer large ones (~1 KB)
+    # the rest:
     # the middle of the bytes would leave nearly all the events to the first process
     small = [json.dumps(op(f"s{i}", i, 1)) for i in range(12_000)]
     large = [json.dumps(op(f"l{i}", i, 1, junk="x" * 1000)) for i in range(1_200)]
