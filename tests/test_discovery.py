@@ -5,6 +5,9 @@ from __future__ import annotations
 import gzip
 import os
 
+import fsspec
+import pytest
+
 from phaseprof.plugin.reading.discovery import discover, display, within
 
 TRACE = b'{"schemaVersion": 1, "traceEvents": []}'
@@ -178,3 +181,62 @@ def test_names_are_shown_on_one_line_whatever_bytes_they_hold():
     assert display("a\nb\tc") == "a\\nb\\tc"
     assert display(b"r\xffn".decode("utf-8", "surrogateescape")) == "r\\xffn"
     assert display("é\x07") == "é\\x07"
+
+
+ROOT = "/discovery-bucket/logs"  # fsspec's in-memory store keys paths from "/"
+URL = f"memory://{ROOT}"
+
+
+@pytest.fixture
+def store():
+    """fsspec's in-memory store, emptied of this test's logdir after it."""
+    fs = fsspec.filesystem("memory")
+    yield fs
+    for key in [k for k in fs.store if k.startswith("/discovery-bucket")]:
+        del fs.store[key]
+    fs.pseudo_dirs[:] = [d for d in fs.pseudo_dirs if not d.startswith("/discovery-bucket")]
+
+
+def test_a_logdir_in_a_store_is_found_as_on_disk(store):
+    store.pipe({f"{ROOT}/a/w0.100.pt.trace.json": TRACE, f"{ROOT}/a/w0.200.pt.trace.json.gz": b"zz",
+                f"{ROOT}/a/.phaseprof/w0.100.pt.trace.json.analysis": b"entry",
+                f"{ROOT}/a/sniffed.json": TRACE, f"{ROOT}/a/config.json": b'{"lr": 1}',
+                f"{ROOT}/.phaseprof/top.analysis": b"entry", f"{ROOT}/top.pt.trace.json": TRACE,
+                f"{ROOT}/b/c/events.out.tfevents.1": b"", f"{ROOT}/job/x.pt.trace.json": TRACE,
+                f"{ROOT}/job/rank3/events.out.tfevents.1": b"",
+                f"{ROOT}/gone/.phaseprof/old.analysis": b"entry"})
+    runs = {r.name: r for r in discover(URL)}
+    assert set(runs) == {".", "a", "b/c", "job"}
+    a = runs["a"]
+    assert a.path == f"{URL}/a" and not a.has_scalars
+    assert [(f.run, f.worker, f.name, f.path, f.size) for f in a.files] == [
+        ("a", "sniffed", "sniffed.json", f"{URL}/a/sniffed.json", len(TRACE)),
+        ("a", "w0", "w0.100.pt.trace.json", f"{URL}/a/w0.100.pt.trace.json", len(TRACE)),
+        ("a", "w0", "w0.200.pt.trace.json.gz", f"{URL}/a/w0.200.pt.trace.json.gz", 2)]
+    assert list(a.stored) == [f"{URL}/a/.phaseprof/w0.100.pt.trace.json.analysis"]
+    assert list(runs["."].stored) == [f"{URL}/.phaseprof/top.analysis"]
+    assert runs["."].path == URL and [f.name for f in runs["."].files] == ["top.pt.trace.json"]
+    assert runs["b/c"].has_scalars and runs["b/c"].path == f"{URL}/b/c"
+    assert runs["job"].rank_scalars == {3: f"{URL}/job/rank3"}
+
+
+def test_one_trace_in_a_store_named_by_its_url(store):
+    store.pipe({f"{ROOT}/run/notes.txt": TRACE})
+    (run,) = discover(f"{URL}/run/notes.txt")
+    assert (run.name, run.path) == (".", f"{URL}/run")
+    assert [(f.worker, f.name, f.path) for f in run.files] == [
+        ("notes.txt", "notes.txt", f"{URL}/run/notes.txt")]
+
+
+def test_a_store_that_cannot_be_listed_is_named_or_raised(store, monkeypatch):
+    from phaseprof.plugin.reading import storage
+
+    def refuse(*args):
+        raise PermissionError("access denied")
+
+    monkeypatch.setattr(storage, "listing_apart", refuse)
+    unreadable: list = []
+    assert discover(URL, unreadable) == []
+    assert unreadable == [(URL, "cannot list it (access denied)")]
+    with pytest.raises(PermissionError):
+        discover(URL)
