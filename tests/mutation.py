@@ -108,6 +108,11 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                "process",
                "tests/test_hostile_input.py::test_a_decode_error_in_a_split_plain_file_is_reported_"
                "not_masked"]),
+    # its own tests (on disk and in fsspec's memory store) and test_reading's two of discovery
+    "discovery": ("phaseprof/plugin/reading/discovery.py",
+                  ["tests/test_discovery.py",
+                   "tests/test_reading.py::test_discovery_finds_runs_workers_and_spans",
+                   "tests/test_reading.py::test_symlink_leading_outside_the_logdir_is_not_read"]),
     # its own tests, and the files test_decode cannot read (test_hostile_input's go through
     # `analyze`)
     "file_bytes": ("phaseprof/plugin/reading/file_bytes.py",
