@@ -4,6 +4,8 @@ event by event, each bad field dropped or its event skipped, and counted by reas
 from __future__ import annotations
 
 import json
+import time
+import types
 
 import pytest
 
@@ -191,3 +193,29 @@ def test_a_compute_capability_is_major_dot_minor_within_reason(major, minor, tex
 def test_the_usable_cpus_are_the_affinity_else_the_count():
     assert usable_cpus(12, 64) == 12 and usable_cpus(None, 64) == 64 and usable_cpus(0, 64) == 64
     assert usable_cpus("x", None) is None and usable_cpus(None, None) is None
+
+
+def test_events_read_event_by_event_keep_their_process_and_lack_of_a_duration(tmp_path):
+    no_dur = op("no_dur", 5, 1)
+    del no_dur["dur"]
+    trace = _read(tmp_path, [op("a", 2, 1, tid=7), {**op("b", 3, 1), "pid": "host"}, no_dur])
+    assert {(t.pid, t.tid) for t in trace.threads} == {(100, 100), (100, 7), ("host", 100)}
+    assert trace.first_problem == ("2 events skipped: dur is not a number (1), has no 'dur' (1); "
+                                   "first: event 1 ('refused')")
+
+
+def test_a_long_file_read_event_by_event_stops_at_its_deadline(tmp_path, monkeypatch):
+    from phaseprof.plugin.reading import lenient
+
+    calls = []
+
+    def monotonic():  # the deadline passes once the first 65,536 events are read
+        calls.append(1)
+        return time.monotonic() + (1e6 if len(calls) > 1 else 0)
+
+    monkeypatch.setattr(lenient, "time", types.SimpleNamespace(monotonic=monotonic))
+    events = [{"ph": "i", "ts": 1}] * 65_536
+    with pytest.raises(TraceError) as caught:
+        _read(tmp_path, events)
+    assert caught.value.reason == "took too long to read (see PHASEPROF_MAX_READ_SECONDS)"
+    assert len(calls) == 2

@@ -96,3 +96,14 @@ def test_a_trace_names_its_first_malformed_event_by_its_place_in_the_file(tmp_pa
         f"2 events skipped: dur is not a number (1), ts is not a number (1); "
         f"first: event 2 ({quoted('n' * 70)})"
     )
+
+
+def test_an_event_not_among_the_decoded_ones_is_named_without_a_place():
+    a, b = Event(ph="X", name="a"), Event(ph="i", name="")
+    problems = Problems()
+    problems.events, problems.positions = [a], [3]
+    problems.add([b], "has no 'ts'")
+    assert problems.describe() == "1 event skipped: has no 'ts'; first: event -1 ('i')"
+    alone = Problems()  # no decoded events at hand
+    alone.degrade_events([a], "grid is not [x, y, z]")
+    assert alone.describe().endswith("; first: event -1 ('X' 'a')")
