@@ -7,7 +7,9 @@ import gzip
 import json
 import os
 import time
+import tracemalloc
 
+import fsspec
 import pytest
 
 from phaseprof.plugin.reading.decode import read_trace
@@ -20,6 +22,9 @@ def test_budgets_are_read_from_the_environment_and_nonsense_keeps_the_default(mo
     monkeypatch.setenv("PHASEPROF_MAX_INFLATE_RATIO", "7")
     monkeypatch.setenv("PHASEPROF_MAX_READ_SECONDS", "2.5")
     assert Limits.from_env() == Limits(max_bytes=1000, max_ratio=7, max_seconds=2.5)
+    monkeypatch.setenv("PHASEPROF_MAX_INFLATE_RATIO", "1")
+    monkeypatch.setenv("PHASEPROF_MAX_READ_SECONDS", "0.5")
+    assert (Limits.from_env().max_ratio, Limits.from_env().max_seconds) == (1, 0.5)
     for bad in ("0", "-3", "lots", ""):
         for key in (
             "PHASEPROF_MAX_TRACE_BYTES",
@@ -131,8 +136,36 @@ def test_broken_gzip_says_how():
         inflate(data[:10] + b"\xff" * 50 + data[60:], 1 << 20, "t.gz", time.monotonic() + 60)
     assert caught.value.reason.startswith("corrupt gzip data (")
     with pytest.raises(TraceError) as caught:
+        # a second member cut short
+        inflate(data + b"\x1f\x8b", 1 << 20, "t.gz", time.monotonic() + 60)
+    cut = "corrupt gzip data (the file ends before the compressed stream does)"
+    assert caught.value.reason == cut
+    with pytest.raises(TraceError) as caught:
         inflate(data, 1 << 20, "t.gz", time.monotonic() - 1)
-    assert caught.value.reason == "took too long to decompress (see PHASEPROF_MAX_READ_SECONDS)"
+    assert (caught.value.path, caught.value.reason) == (
+        "t.gz", "took too long to decompress (see PHASEPROF_MAX_READ_SECONDS)")
+
+
+def test_a_gzip_bomb_is_inflated_piece_by_piece_never_whole():
+    bomb = gzip.compress(bytes(64 << 20), 1)  # 64 MiB of zeros in a few hundred KiB
+    tracemalloc.start()
+    try:
+        with pytest.raises(TraceError, match="a gzip bomb"):
+            inflate(bomb, 4 << 20, "bomb.gz", time.monotonic() + 600)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+
+
+def test_a_small_file_in_a_store_is_read_from_it():
+    fs = fsspec.filesystem("memory")
+    key = "/file-bytes-bucket/logs/entry.json"
+    fs.pipe(key, b"entry")
+    try:
+        assert read_regular(f"memory://{key}", 100) == b"entry"
+    finally:
+        fs.rm(key)
 
 
 @pytest.mark.parametrize("gz", [False, True])
