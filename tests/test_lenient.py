@@ -196,12 +196,21 @@ def test_the_usable_cpus_are_the_affinity_else_the_count():
 
 
 def test_events_read_event_by_event_keep_their_process_and_lack_of_a_duration(tmp_path):
-    no_dur = op("no_dur", 5, 1)
+    no_dur = op("no_dur", 5, 1, correlation="not a number")  # read field by field
     del no_dur["dur"]
     trace = _read(tmp_path, [op("a", 2, 1, tid=7), {**op("b", 3, 1), "pid": "host"}, no_dur])
     assert {(t.pid, t.tid) for t in trace.threads} == {(100, 100), (100, 7), ("host", 100)}
-    assert trace.first_problem == ("2 events skipped: dur is not a number (1), has no 'dur' (1); "
-                                   "first: event 1 ('refused')")
+    assert trace.first_problem == (
+        "2 events skipped: dur is not a number (1), has no 'dur' (1); "
+        "1 event read without a field: correlation is not a number; first: event 1 ('refused')")
+
+
+def test_a_collective_s_args_read_field_by_field_keep_what_it_is(tmp_path):
+    comm = op("record_param_comms", 5, 10, **{"Collective name": "allreduce", "Group size": 4,
+                                              "Sequence number": "x"})
+    trace = _read(tmp_path, [comm])
+    (code,) = trace.host.comm[trace.host.name == trace.names.index("record_param_comms")]
+    assert (trace.comms[code].kind, trace.comms[code].group_size) == ("allreduce", 4)
 
 
 def test_a_long_file_read_event_by_event_stops_at_its_deadline(tmp_path, monkeypatch):
