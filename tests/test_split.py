@@ -5,11 +5,12 @@ process reads."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from phaseprof.plugin.reading import split
-from phaseprof.plugin.reading.decode import read_trace
+from phaseprof.plugin.reading.decode import TraceError, read_trace
 from tests.test_reading import _rows
 from tests.tracebuilder import op, step
 
@@ -77,3 +78,24 @@ def test_the_split_lands_where_the_events_are_halved_not_the_bytes():
     at = split._halfway(buf, 0)
     share = buf[:at].count(b'"ph"') / buf.count(b'"ph"')
     assert split.FIRST_SHARE - 0.03 < share < split.FIRST_SHARE + 0.03, share
+
+
+def test_a_file_written_without_spaces_splits_too(tmp_path, halves):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": _events()}, separators=(",", ":")))
+    assert len(read_trace(str(path)).host) == 401
+    (parts,) = halves
+    assert parts is not None
+
+
+def test_a_split_given_up_leaves_no_child_behind(tmp_path, halves):
+    split._reap(block=True)  # the children of earlier splits
+    text = json.dumps({"traceEvents": _events()})
+    cut = text.index("}, {", len(text) // 4) + 1
+    path = tmp_path / "t.json"
+    path.write_text(text[:cut] + ", @@" + text[cut:])  # the first half is no JSON: it fails here
+    with pytest.raises(TraceError, match="not valid JSON"):
+        read_trace(str(path))
+    assert halves == [None]
+    with pytest.raises(ChildProcessError):  # the child was waited for: none is left, not a zombie
+        os.waitpid(-1, os.WNOHANG)
