@@ -240,3 +240,33 @@ def test_a_store_that_cannot_be_listed_is_named_or_raised(store, monkeypatch):
     assert unreadable == [(URL, "cannot list it (access denied)")]
     with pytest.raises(PermissionError):
         discover(URL)
+
+
+def test_a_run_s_analysis_folder_listed_apart_is_kept_to_list_on_its_own(store, monkeypatch):
+    from phaseprof.plugin.reading import storage
+
+    store.pipe({f"{ROOT}/a/w.pt.trace.json": TRACE, f"{ROOT}/top.pt.trace.json": TRACE})
+    entries = storage.listing(URL)
+    # as S3 lists it: each analysis folder rolled up into one prefix (`storage.listing_apart`)
+    apart = [f"{URL}/a/.phaseprof", f"{URL}/.phaseprof", f"{URL}/gone/.phaseprof"]
+    monkeypatch.setattr(storage, "listing_apart", lambda root, folder: (entries, apart))
+    runs = {r.name: r for r in discover(URL)}
+    assert {name: r.analyses_apart for name, r in runs.items()} == {
+        ".": f"{URL}/.phaseprof", "a": f"{URL}/a/.phaseprof"}
+
+
+def test_a_json_file_that_cannot_be_read_to_sniff_it_is_no_trace(tmp_path, monkeypatch):
+    from phaseprof.plugin.reading import discovery
+
+    _tree(tmp_path, {"run/sniffed.json": TRACE, "run/w.pt.trace.json": TRACE})
+
+    real_open = os.open
+
+    def failing_open(path, flags, *args):  # a disk error on that file alone
+        if str(path).endswith("sniffed.json"):
+            raise OSError(5, "Input/output error", path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(discovery.os, "open", failing_open)
+    runs = _listing(tmp_path)
+    assert [f[2] for f in runs["run"]["files"]] == ["w.pt.trace.json"]
