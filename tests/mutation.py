@@ -40,7 +40,8 @@ EQUIVALENTS = ROOT / "docs" / "mutation-equivalents.md"
 #: read every trace of tests/data or start loader processes (seconds each), and test_trace_facts.
 _READING = ["tests/test_hostile_input.py", "tests/test_reading.py", "tests/test_trace_facts.py",
             "-k", "not hangs_or_kills and not slow_to_start and not large_file_on_two_cores and "
-            "not no_route_answers and not string_hash_seed and not every_trace_in_the_test_data and "
+            "not no_route_answers and not string_hash_seed and not every_trace_in_the_test_data "
+            "and "
             "not every_op_row and not typed_pass_reads_every and not two_process_decode"]
 
 #: Module -> (its file as imported, the fast tests that exercise it: files and pytest options).
@@ -133,19 +134,31 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "events": ("phaseprof/plugin/reading/events.py", ["tests/test_events.py"]),
     # the one-line errors of test_decode and the trip between processes
     "errors": ("phaseprof/plugin/reading/errors.py",
-               ["tests/test_decode.py", "tests/test_reading.py::test_trace_error_survives_pickling_between_processes"]),
+               ["tests/test_decode.py",
+                "tests/test_reading.py::test_trace_error_survives_pickling_between_processes"]),
     # the line of a file read in part: its own tests and those of the reasons counted while reading
     "problems": ("phaseprof/plugin/reading/problems.py",
                  ["tests/test_problems.py", "tests/test_columns.py", "tests/test_lenient.py"]),
     # in-process reads of files the typed pass refuses (test_hostile_input's go through `analyze`)
     "lenient": ("phaseprof/plugin/reading/lenient.py",
                 ["tests/test_lenient.py", "tests/test_trace_facts.py", "tests/test_columns.py"]),
-    # its own tests, test_decode's two halves, and the two split tests of test_reading and test_hostile_input
+    # its own tests, test_decode's two halves, and the split tests of test_reading and
+    # test_hostile_input
     "split": ("phaseprof/plugin/reading/split.py",
               ["tests/test_split.py", "tests/test_decode.py",
-               "tests/test_reading.py::test_a_split_that_is_not_between_events_falls_back_to_one_process",
-               "tests/test_hostile_input.py::test_a_decode_error_in_a_split_plain_file_is_reported_not_masked"]),
-    # its own tests, and the files test_decode cannot read (test_hostile_input's go through `analyze`)
+               "tests/test_reading.py::test_a_split_that_is_not_between_events_falls_back_to_one_"
+               "process",
+               "tests/test_hostile_input.py::test_a_decode_error_in_a_split_plain_file_is_reported_"
+               "not_masked"]),
+    # the structs are made at import: only a test that makes them again reaches a mutant
+    "trace_fields": ("phaseprof/plugin/reading/trace_fields.py", ["tests/test_trace_fields.py"]),
+    # its own tests (on disk and in fsspec's memory store) and test_reading's two of discovery
+    "discovery": ("phaseprof/plugin/reading/discovery.py",
+                  ["tests/test_discovery.py",
+                   "tests/test_reading.py::test_discovery_finds_runs_workers_and_spans",
+                   "tests/test_reading.py::test_symlink_leading_outside_the_logdir_is_not_read"]),
+    # its own tests, and the files test_decode cannot read (test_hostile_input's go through
+    # `analyze`)
     "file_bytes": ("phaseprof/plugin/reading/file_bytes.py",
                    ["tests/test_file_bytes.py", "tests/test_decode.py",
                     "tests/test_hostile_input.py::test_budgets_are_configurable"]),

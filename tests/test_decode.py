@@ -17,15 +17,24 @@ from tests.tracebuilder import collective, kernel, launch, memory, op, step
 def _halves() -> list[dict]:
     """Events whose names, threads, shapes, collectives and memory devices differ between the
     first and the second half of the file, each half with a malformed event."""
-    first = [step(1, 0, 10_000), op("aten::mm", 10, 5, **{"Input Dims": [[2, 3]]}), launch(20, 1),
-             kernel("gemm", 30, 5, 1), memory(40, 8, 8), op("bad", 50, -1)]
+    first = [
+        step(1, 0, 10_000),
+        op("aten::mm", 10, 5, **{"Input Dims": [[2, 3]]}),
+        launch(20, 1),
+        kernel("gemm", 30, 5, 1),
+        memory(40, 8, 8),
+        op("bad", 50, -1),
+    ]
     first += [op(f"aten::first{i}", 100 + i, 1) for i in range(60)]
-    second = [{"ph": "M", "name": "thread_name", "pid": 100, "tid": 7, "args": {"name": "the loader"}},
-              op("aten::add", 5000, 5, tid=7, **{"Input Dims": [[4]]}),
-              {**op("train.py(12): step", 5001, 2), "cat": "python_function"},
-              *collective("allreduce", 5100, 2, 5200, 5, Collective_name="allreduce", Group_size=2),
-              memory(5300, 16, 24, device_id=1), {**op("late", 5400, 5), "dur": -2},
-              step(2, 6000, 100)]
+    second = [
+        {"ph": "M", "name": "thread_name", "pid": 100, "tid": 7, "args": {"name": "the loader"}},
+        op("aten::add", 5000, 5, tid=7, **{"Input Dims": [[4]]}),
+        {**op("train.py(12): step", 5001, 2), "cat": "python_function"},
+        *collective("allreduce", 5100, 2, 5200, 5, Collective_name="allreduce", Group_size=2),
+        memory(5300, 16, 24, device_id=1),
+        {**op("late", 5400, 5), "dur": -2},
+        step(2, 6000, 100),
+    ]
     second += [op(f"aten::second{i}", 6000 + i, 1) for i in range(60)]
     return first + second
 
@@ -38,14 +47,16 @@ def _write(path, events, trailer: dict) -> str:
     return str(path)
 
 
-TRAILER = {"distributedInfo": {"rank": 3, "world_size": 4},
-           "deviceProperties": [{"name": "NVIDIA A100", "computeMajor": 8, "computeMinor": 0}],
-           CPUS_KEY: {"count": 64, "usable": 12}}
+TRAILER = {
+    "distributedInfo": {"rank": 3, "world_size": 4},
+    "deviceProperties": [{"name": "NVIDIA A100", "computeMajor": 8, "computeMinor": 0}],
+    CPUS_KEY: {"count": 64, "usable": 12},
+}
 
 
 @pytest.fixture
 def two_processes(monkeypatch):
-    """Every file split in two; each split's parts (None: it gave up, the file read in one process)."""
+    """Every file split in two; each split's parts (None: it gave up, read in one process)."""
     handed = []
     real = split.decode_in_two
 
@@ -76,13 +87,19 @@ def test_a_file_read_in_two_halves_is_the_file_read_whole(tmp_path, two_processe
         assert [trace.names[n] for n in trace.python.name] == ["train.py(12): step"]
         assert "train.py(12): step" not in [trace.names[n] for n in trace.host.name]
         assert trace.skipped == 2
-        assert trace.first_problem == "2 events skipped: has a negative duration; first: event 5 ('X' 'bad')"
+        assert (
+            trace.first_problem
+            == "2 events skipped: has a negative duration; first: event 5 ('X' 'bad')"
+        )
 
 
 def test_what_the_first_half_says_of_the_file_is_kept(tmp_path, two_processes):
     path = tmp_path / "t.json"
-    head = {"distributedInfo": {"rank": 1, "world_size": 2}, "deviceProperties": [{"name": "H100"}],
-            CPUS_KEY: {"count": 8}}
+    head = {
+        "distributedInfo": {"rank": 1, "world_size": 2},
+        "deviceProperties": [{"name": "H100"}],
+        CPUS_KEY: {"count": 8},
+    }
     path.write_text(json.dumps({**head, "traceEvents": _halves()}))
     for trace in (read_trace(str(path), parallel=False), read_trace(str(path))):
         assert (trace.rank, trace.world_size, trace.gpu_names, trace.cpus) == (1, 2, ["H100"], 8)
@@ -90,21 +107,29 @@ def test_what_the_first_half_says_of_the_file_is_kept(tmp_path, two_processes):
 
 
 def test_a_file_whose_halves_disagree_on_nothing_reads_in_one(tmp_path, two_processes):
-    path = _write(tmp_path / "t.json", [step(1, 0, 100)] + [op(f"o{i}", i, 1) for i in range(80)], {})
+    path = _write(
+        tmp_path / "t.json", [step(1, 0, 100)] + [op(f"o{i}", i, 1) for i in range(80)], {}
+    )
     trace = read_trace(path)
     assert two_processes and None not in two_processes
     assert len(trace.host) == 81 and len(trace.names) == 81
     assert trace.skipped == 0 and trace.first_problem == ""
 
 
-@pytest.mark.parametrize(("content", "reason"), [
-    (b"", "empty file"),
-    (b" \n\t ", "empty file (only whitespace)"),
-    (b"\n  7", "not JSON: a trace starts with '{' or '['"),
-    (b'{"traceEvents": [', "not valid JSON (the file ends in the middle of the JSON (truncated?))"),
-    (b'{"traceEvents": [}', "not valid JSON (invalid character (byte 17))"),
-    (b'{"schemaVersion": 1}', "a JSON object without a 'traceEvents' list"),
-])
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"", "empty file"),
+        (b" \n\t ", "empty file (only whitespace)"),
+        (b"\n  7", "not JSON: a trace starts with '{' or '['"),
+        (
+            b'{"traceEvents": [',
+            "not valid JSON (the file ends in the middle of the JSON (truncated?))",
+        ),
+        (b'{"traceEvents": [}', "not valid JSON (invalid character (byte 17))"),
+        (b'{"schemaVersion": 1}', "a JSON object without a 'traceEvents' list"),
+    ],
+)
 def test_a_file_that_cannot_be_read_is_one_line_naming_it(tmp_path, content, reason):
     path = tmp_path / "t.json"
     path.write_bytes(content)
@@ -114,7 +139,12 @@ def test_a_file_that_cannot_be_read_is_one_line_naming_it(tmp_path, content, rea
 
 
 def test_a_file_nested_deeper_than_python_recurses_is_read_event_by_event_too(tmp_path):
-    events = [step(1, 0, 1000), {**op("refused", 1, 1), "dur": "1"}, op("deep", 5, 1, junk="DEEP"), op("b", 9, 1)]
+    events = [
+        step(1, 0, 1000),
+        {**op("refused", 1, 1), "dur": "1"},
+        op("deep", 5, 1, junk="DEEP"),
+        op("b", 9, 1),
+    ]
     text = json.dumps({"traceEvents": events}).replace('"DEEP"', "[" * 5000 + "]" * 5000)
     path = tmp_path / "t.json"
     path.write_text(text)
@@ -129,5 +159,7 @@ def test_text_cut_inside_a_utf16_pair_is_replaced_and_counted(tmp_path):
     path.write_text(text.replace("NAME", "a\\ud800b\\ud83d\\ude00"))
     trace = read_trace(str(path))
     assert trace.names[trace.host.name[1]] == "a\ufffdb\U0001f600"
-    assert trace.first_problem == ("1 event read without a field: text with unpaired UTF-16 surrogates "
-                                   "(replaced by \ufffd); first: event -1")
+    assert trace.first_problem == (
+        "1 event read without a field: text with unpaired UTF-16 surrogates "
+        "(replaced by \ufffd); first: event -1"
+    )

@@ -59,12 +59,6 @@ class HostEvents(msgspec.Struct):
         return HostEvents(**{f: getattr(self, f)[rows] for f in self.__struct_fields__})
 
 
-def no_host_events() -> HostEvents:
-    return HostEvents(ts=np.zeros(0), dur=np.zeros(0), thread=np.zeros(0, np.int32), name=np.zeros(0, np.int32),
-                      kind=np.zeros(0, np.int8), corr=np.zeros(0, np.int64), shapes=np.zeros(0, np.int32),
-                      seq=np.zeros(0, np.int64))
-
-
 class CommArgs(msgspec.Struct, frozen=True):
     """A collective as ``record_param_comms`` records it in its args ("" / -1: not recorded)."""
 
@@ -157,6 +151,8 @@ class Trace(msgspec.Struct):
     shapes: list[str]  # JSON text of "Input Dims", "" at index 0
     threads: list[Thread]
     memory_devices: list[str]
+    #: Python frames and module calls (kind PYTHON), written with ``with_stack`` / ``with_modules``
+    python: HostEvents
     #: the collectives' recorded args, `HostEvents.comm` indexes them (index 0: none)
     comms: list[CommArgs] = msgspec.field(default_factory=lambda: [CommArgs()])
     rank: int | None = None
@@ -167,5 +163,3 @@ class Trace(msgspec.Struct):
     #: Events skipped (or read without a field) as malformed, and one line saying how many, why, and which first.
     skipped: int = 0
     first_problem: str = ""
-    #: Python frames and module calls (kind PYTHON), written with ``with_stack`` / ``with_modules``
-    python: HostEvents = msgspec.field(default_factory=no_host_events)
