@@ -93,6 +93,11 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "faults": ("phaseprof/training_hooks/faults.py", ["tests/test_faults.py"]),
     # the summary printed on close, from step figures built by hand; no other fast test prints it
     "summary": ("phaseprof/training_hooks/summary.py", ["tests/test_summary.py"]),
+    # the uploads in-process, to fsspec's memory store under a scheme of its own that refuses as
+    # told; test_object_storage_writing runs them against S3 in the uploader's process (slow)
+    "upload": ("phaseprof/training_hooks/upload.py",
+               ["tests/test_object_storage_writing.py::test_without_an_upload_process_a_thread_uploads_and_the_"
+                "staging_folder_goes"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
