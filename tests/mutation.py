@@ -166,18 +166,16 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # and the whole run's cut-short one; not test_whole_run's others (a training loop, the CLI)
     "scalars": ("phaseprof/plugin/reading/scalars.py",
                 ["tests/test_scalars.py",
-                 "tests/test_whole_run.py::test_scalar_reader_stops_at_a_record_cut_short_and_later_files_win"]),
+                 "tests/test_whole_run.py::test_scalar_reader_stops_at_a_record_cut_short_and_later_"
+                 "files_win"]),
     # the store's own tests (fsspec's memory store in-process; S3 on moto where only S3 does it)
-    # and two of a bucket's listing; not the object-store tests that analyse traces or start TensorBoard
+    # and two of a bucket's listing; not the object-store tests that analyse traces or start
+    # TensorBoard
     "storage": ("phaseprof/plugin/reading/storage.py",
                 ["tests/test_storage.py",
                  "tests/test_object_storage.py::test_nothing_outside_the_logdir_is_listed",
-                 "tests/test_object_storage.py::test_keys_outside_the_prefix_or_through_odd_segments_are_refused"]),
-    # the faults' own tests; test_capture_store's and test_object_storage_writing's report through it
-    "faults": ("phaseprof/training_hooks/faults.py",
-               ["tests/test_capture_store.py::test_a_failing_store_is_one_fault_per_outage_and_the_loop_never_waits",
-                "tests/test_object_storage_writing.py::test_without_an_upload_process_a_thread_uploads_and_the_"
-                "staging_folder_goes"]),
+                 "tests/test_object_storage.py::test_keys_outside_the_prefix_or_through_odd_"
+                 "segments_are_refused"]),
     # its unit tests, the idle split of a built step and of the two small GPU traces against HTA's
     # rules in plain Python (the larger traces' cases take seconds each and check the same rules)
     "idle": ("phaseprof/plugin/analysis/idle.py",
@@ -237,6 +235,14 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                  "an_entry_with_call_paths_and_modules or run_wide_tables_leave_the_warmup"]),
     # its own unit tests: the training loops that also run these models take seconds a test
     "models": ("phaseprof/training_hooks/models.py", ["tests/test_models.py"]),
+    # the faults' own tests (the warning and the summary's lines); not its importers, which start
+    # S3 servers and training processes to report through it
+    "faults": ("phaseprof/training_hooks/faults.py", ["tests/test_faults.py"]),
+    # the summary printed on close, from step figures built by hand; no other fast test prints it
+    "summary": ("phaseprof/training_hooks/summary.py", ["tests/test_summary.py"]),
+    # the uploads in-process, to fsspec's memory store under a scheme of its own that refuses as
+    # told; test_object_storage_writing runs them against S3 in the uploader's process (slow)
+    "upload": ("phaseprof/training_hooks/upload.py", ["tests/test_upload.py"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
