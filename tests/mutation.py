@@ -109,11 +109,18 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                         "tests/test_kept_apart.py", "-k",
                         "not every_gpu_case and not resnet50 and not first_finding and "
                         "not real_loop and not hta_v100 and not two_rank_sampled"]),
-    # the four built steps of test_critical_path whose paths are known (not its real trace's what-if
-    # bound nor its idle split against HTA over every GPU trace)
+    # its own tests and the four built steps of test_critical_path whose paths are known (not its
+    # real trace's what-if bound nor its idle split against HTA over every GPU trace)
     "path_summary": ("phaseprof/plugin/analysis/path_summary.py",
-                     ["tests/test_critical_path.py", "-k",
-                      "data_stall or blocking_copy or gpu_bound_step or exposed_all_reduce"]),
+                     ["tests/test_path_summary.py", "tests/test_critical_path.py", "-k",
+                      "test_path_summary or data_stall or blocking_copy or gpu_bound_step or "
+                      "exposed_all_reduce"]),
+    # the built steps of test_blocking and test_critical_path's blocking copy (not HTA's 16-rank
+    # trace nor every GPU trace of tests/data)
+    "blocking": ("phaseprof/plugin/analysis/blocking.py",
+                 ["tests/test_blocking.py", "tests/test_critical_path.py", "-k",
+                  "item_in_forward or returns_before or launch_queue_and_delay or no_known_launch or "
+                  "blocking_copy"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
