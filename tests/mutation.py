@@ -128,7 +128,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                        "data_stall or blocking_copy or gpu_bound_step or exposed_all_reduce or "
                        "built_to_know_it or item_in_forward or returns_before or little_before or "
                        "launch_call_on or no_known_launch or second_stream or before_any_device or "
-                       "launched_in_the_step"]),
+                       "launched_in_the_step or autograds_thread"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
