@@ -4,9 +4,10 @@ built steps are those of tests/test_critical_path.py, whose paths are known by c
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from phaseprof.plugin.analysis.path_summary import BOUNDS, TOP_ITEMS, PathFigures
+from phaseprof.plugin.analysis.path_summary import BOUNDS, TOP_ITEMS, PathFigures, path_figures
 from phaseprof.plugin.analysis.steps import step_detail
 from tests.logdir import write_trace
 from tests.test_critical_path import (
@@ -97,10 +98,11 @@ def test_the_mean_paths_bound_weighs_every_step(tmp_path):
 
 def test_a_gap_between_kernels_on_the_path_is_named_kernel_wait(tmp_path):
     # kernel 0 (launched at 10) runs 100-200 µs, kernel 1 (launched at 20, queued) 210-300: a 10 µs
-    # kernel wait between them; the loss read waits for kernel 1 until 300
-    events = [*thread_names(), step(1, T0, 1_000), annotation("phaseprof::forward", T0, 1_000),
-              launch(T0 + 10, 1), kernel("gemm", T0 + 100, 100, 1),
-              launch(T0 + 20, 2), kernel("gemm", T0 + 210, 90, 2), _sync(T0 + 50, 252)]
+    # kernel wait between them; the loss read waits for kernel 1 until 300. The kernels come first
+    # in the file: "gemm" is the trace's first name
+    events = [kernel("gemm", T0 + 100, 100, 1), kernel("gemm", T0 + 210, 90, 2),
+              *thread_names(), step(1, T0, 1_000), annotation("phaseprof::forward", T0, 1_000),
+              launch(T0 + 10, 1), launch(T0 + 20, 2), _sync(T0 + 50, 252)]
     write_trace(tmp_path / "w.1.pt.trace.json", events)
     path = step_detail(_worker(tmp_path / "w.1.pt.trace.json"), 0, "run").critical_path
     assert [(s.lane, s.kind, s.name) for s in path.segments] == [
@@ -110,6 +112,17 @@ def test_a_gap_between_kernels_on_the_path_is_named_kernel_wait(tmp_path):
         ("host", "phase", "forward")]
     gap = path.segments[3]
     assert (gap.start_ms, gap.end_ms) == (0.2, 0.21)
+    items = {(i.kind, i.name): i.ms for i in path.items}
+    assert (items[("kernel", "gemm")], items[("idle", "kernel wait")]) == (0.19, 0.01)
+
+
+def test_a_paths_time_per_phase_and_kind_adds_up_to_its_time_per_phase(tmp_path):
+    w, _ = _built(tmp_path, _data_stall)
+    f = path_figures(w, np.array([2]))
+    assert f.steps == 1 and f.phases == {"data": 20_000.0, "forward": 9_000.0, "other": 1_000.0}
+    for phase, us in f.phases.items():
+        assert sum(v for (p, _), v in f.phase_kinds.items() if p == phase) == pytest.approx(us, abs=1e-6)
+    assert f.phase_kinds[("data", "phase")] == 20_000.0
 
 
 def test_the_share_of_a_path_under_a_microsecond_is_its_items_part():
