@@ -120,7 +120,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "blocking": ("phaseprof/plugin/analysis/blocking.py",
                  ["tests/test_blocking.py", "tests/test_critical_path.py", "-k",
                   "item_in_forward or returns_before or launch_queue_and_delay or no_known_launch or "
-                  "blocking_copy or two_traces or inputs_are or first_device_event or weighed_by"]),
+                  "blocking_copy or two_traces or inputs_are or first_device_event or weighed_by "
+                  "or still_waiting"]),
     # the built steps of test_critical_path and test_blocking whose paths and calls are known (not
     # the what-if bound on a real trace nor the idle split over every GPU trace)
     "critical_path": ("phaseprof/plugin/analysis/critical_path.py",

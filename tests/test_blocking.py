@@ -324,3 +324,16 @@ def test_the_launch_queue_of_a_launch_bound_phase_is_weighed_by_its_host_time(tm
     first = s.runs[0].workers[0].summary.findings[0]
     assert (first.kind, first.phase, first.evidence.queue) == ("launch-bound", "forward", 0.08)
     assert "0.1 waiting to start on average" in first.text
+
+
+def test_a_queue_still_waiting_when_the_step_ends_counts_to_the_steps_end(tmp_path):
+    # one 1,000 µs step launches a kernel at 200 µs that starts only at 2,000 (in the next step):
+    # one kernel queued for the step's last 800 µs, a mean of 0.8
+    events, t = thread_names(), 5_000.0
+    events += [step(1, t, 1_000), annotation("phaseprof::forward", t, 1_000),
+               launch(t + 200, 1), kernel("gemm", t + 2_000, 90, 1),
+               step(2, t + 1_000, 1_500), annotation("phaseprof::forward", t + 1_000, 1_500)]
+    write_trace(tmp_path / "run" / "w.1.pt.trace.json", events)
+    first, second = report(str(tmp_path / "run")).runs[0].workers[0].steps
+    q = first.gpu_time.queues["GPU 0 stream 7"]
+    assert (q.mean, q.max) == (0.8, 1)
