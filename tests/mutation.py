@@ -179,11 +179,12 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # its unit tests, the idle split of a built step and of the two small GPU traces against HTA's
     # rules in plain Python (the larger traces' cases take seconds each and check the same rules)
     "idle": ("phaseprof/plugin/analysis/idle.py",
-             ["tests/test_idle.py", "tests/test_critical_path.py::test_the_idle_split_of_a_step_built_to_know_it",
-              "tests/test_critical_path.py::test_the_idle_split_follows_htas_rules_and_adds_up_to_each_"
-              "streams_idle_time[hta_alexnet_2stream]",
-              "tests/test_critical_path.py::test_the_idle_split_follows_htas_rules_and_adds_up_to_each_"
-              "streams_idle_time[hta_event_sync_3stream]"]),
+             ["tests/test_idle.py",
+              "tests/test_critical_path.py::test_the_idle_split_of_a_step_built_to_know_it",
+              "tests/test_critical_path.py::test_the_idle_split_follows_htas_rules_and_adds_up_"
+              "to_each_streams_idle_time[hta_alexnet_2stream]",
+              "tests/test_critical_path.py::test_the_idle_split_follows_htas_rules_and_adds_up_"
+              "to_each_streams_idle_time[hta_event_sync_3stream]"]),
     # its unit tests and the two built last steps of test_cut_step (not its cut ResNet-50 trace,
     # nor every trace of tests/data)
     "cut": ("phaseprof/plugin/analysis/cut.py",
@@ -196,10 +197,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # its unit tests and the two of the timeline route (TensorBoard's scalars in a test client)
     "timeline": ("phaseprof/plugin/analysis/timeline.py",
                  ["tests/test_timeline.py",
-                  "tests/test_plugin.py::test_timeline_reads_every_step_from_the_scalars_and_marks_profiled_"
-                  "windows",
-                  "tests/test_kept_apart.py::test_the_timeline_carries_evaluation_and_the_profilers_own_time_"
-                  "apart"]),
+                  "tests/test_plugin.py::test_timeline_reads_every_step_from_the_scalars_and_"
+                  "marks_profiled_windows",
+                  "tests/test_kept_apart.py::test_the_timeline_carries_evaluation_and_the_"
+                  "profilers_own_time_apart"]),
     # its unit tests and the memory routes' tests on recorded traces; not every analysis of a trace
     "memory": ("phaseprof/plugin/analysis/memory.py",
                ["tests/test_memory.py", "tests/test_below_phases.py", "-k", "memory"]),
@@ -243,6 +244,34 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # the uploads in-process, to fsspec's memory store under a scheme of its own that refuses as
     # told; test_object_storage_writing runs them against S3 in the uploader's process (slow)
     "upload": ("phaseprof/training_hooks/upload.py", ["tests/test_upload.py"]),
+    # its own tests and the summaries of built loops (findings, time kept apart); not the tests that
+    # read real traces or run a real loop, nor test_blocking (its importer: HTA's 16-rank trace)
+    "worker_summary": ("phaseprof/plugin/analysis/worker_summary.py",
+                       ["tests/test_worker_summary.py", "tests/test_findings.py",
+                        "tests/test_kept_apart.py", "-k",
+                        "not every_gpu_case and not resnet50 and not first_finding and "
+                        "not real_loop and not hta_v100 and not two_rank_sampled"]),
+    # its own tests and the four built steps of test_critical_path whose paths are known (not its
+    # real trace's what-if bound nor its idle split against HTA over every GPU trace)
+    "path_summary": ("phaseprof/plugin/analysis/path_summary.py",
+                     ["tests/test_path_summary.py", "tests/test_critical_path.py", "-k",
+                      "test_path_summary or data_stall or blocking_copy or gpu_bound_step or "
+                      "exposed_all_reduce"]),
+    # the built steps of test_blocking and test_critical_path's blocking copy (not HTA's 16-rank
+    # trace nor every GPU trace of tests/data)
+    "blocking": ("phaseprof/plugin/analysis/blocking.py",
+                 ["tests/test_blocking.py", "tests/test_critical_path.py", "-k",
+                  "item_in_forward or returns_before or launch_queue_and_delay or no_known_launch or "
+                  "blocking_copy or two_traces or inputs_are or first_device_event or weighed_by "
+                  "or still_waiting"]),
+    # the built steps of test_critical_path and test_blocking whose paths and calls are known (not
+    # the what-if bound on a real trace nor the idle split over every GPU trace)
+    "critical_path": ("phaseprof/plugin/analysis/critical_path.py",
+                      ["tests/test_critical_path.py", "tests/test_blocking.py", "-k",
+                       "data_stall or blocking_copy or gpu_bound_step or exposed_all_reduce or "
+                       "built_to_know_it or item_in_forward or returns_before or little_before or "
+                       "launch_call_on or no_known_launch or second_stream or before_any_device or "
+                       "launched_in_the_step or autograds_thread"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.

@@ -9,9 +9,11 @@ import gzip
 import json
 import re
 
+import numpy as np
 import pytest
 
 from phaseprof.cli.report import report
+from phaseprof.plugin.analysis.blocking import inputs_of
 from phaseprof.plugin.analysis.steps import step_detail
 from phaseprof.plugin.analysis.worker import Worker
 from phaseprof.plugin.analysis.worker_summary import summarize
@@ -20,7 +22,7 @@ from phaseprof.plugin.spans import analyze_file
 from tests.conftest import DATA
 from tests.logdir import write_trace
 from tests.test_gpu_measures import gpu_report
-from tests.tracebuilder import annotation, kernel, launch, op, step, thread_names
+from tests.tracebuilder import Loop, annotation, kernel, launch, op, step, thread_names
 
 NCCL = DATA / "gpu" / "hta_nccl_16rank"
 
@@ -257,3 +259,81 @@ def test_a_stream_whose_work_has_no_known_launch_has_an_empty_queue(tmp_path):
     (row,) = report(str(tmp_path / "run")).runs[0].workers[0].steps
     assert row.gpu_time.queues["GPU 0 stream 7"].max == 1
     assert "GPU 0 stream 9" not in row.gpu_time.queues
+
+
+@pytest.mark.parametrize("longer", ["w.1", "w.2"])
+def test_the_blocking_calls_of_two_traces_add_up_per_step_and_keep_the_longest_calls_facts(tmp_path,
+                                                                                           longer):
+    # one worker, two traces of six steps each: in one, one step's copy call lasts 805 µs, not 800
+    # (still ending before the synchronize after it); either trace may be read first
+    for name in ("w.1", "w.2"):
+        trace = json.loads(_item_loop(tmp_path / "a" / f"{name}.pt.trace.json").read_text())
+        if name == longer:
+            copies = [e for e in trace["traceEvents"]
+                      if e.get("name") == "cudaMemcpyAsync" and e["dur"] == 800]
+            copies[3]["dur"] = 805
+        write_trace(tmp_path / "run" / f"{name}.pt.trace.json", trace["traceEvents"])
+    w = _worker(tmp_path / "run")
+    rows = np.arange(len(w.refs))
+    assert len(rows) == 12
+    copy, sync = w.blocking_means(rows)  # most blocked time first
+    assert (copy.phase, copy.call, copy.copy, copy.op) == \
+        ("forward", "cudaMemcpyAsync", "Memcpy DtoH (Device -> Pageable)", "aten::item")
+    mean = pytest.approx((11 * 800 + 805) / 12)
+    assert (copy.calls, copy.blocked_us, copy.longest_us) == (1.0, mean, 805.0)
+    assert (sync.call, sync.copy, sync.op, sync.calls, sync.longest_us) == \
+        ("cudaStreamSynchronize", None, "aten::item", 1.0, 150.0)
+    assert sync.blocked_us == pytest.approx(150.0) and sync.queued == 0  # every kernel had started
+    assert (copy.queued, copy.queue_stream, copy.shapes) == (14, "GPU 0 stream 7", "")
+    # each trace's steps alone: its own copies only
+    halves = {}
+    for r in rows.tolist():
+        halves.setdefault(id(w.refs[r].span), []).append(r)
+    firsts = [w.blocking_means(np.array(h))[0] for h in halves.values()]
+    alone = sorted((b.longest_us, b.blocked_us, b.calls) for b in firsts)
+    assert alone == [(800.0, 800.0, 1.0), (805.0, pytest.approx((5 * 800 + 805) / 6), 1.0)]
+
+
+def test_an_ops_inputs_are_its_tensor_shapes_and_anything_else_is_shown_as_recorded():
+    assert inputs_of("[[88], [], []]") == "[88]"
+    assert inputs_of('[[2, 3], [], [4], null, ""]') == "[2,3], [4]"
+    assert inputs_of("[[]]") == ""
+    for recorded in ("not json", '{"a": 1}', "5"):
+        assert inputs_of(recorded) == recorded
+
+
+def test_the_first_device_event_can_be_the_copy_a_call_waited_for(tmp_path):
+    events, t = thread_names(), 1_000.0
+    events += [step(1, t, 1_000), annotation("phaseprof::forward", t, 1_000),
+               launch(t + 10, 1, dur=40, name="cudaMemcpy"),
+               kernel("Memcpy DtoH (Device -> Pinned)", t + 20, 20, 1),
+               launch(t + 100, 2), kernel("gemm", t + 110, 20, 2)]
+    write_trace(tmp_path / "run" / "w.1.pt.trace.json", events)
+    (b,) = step_detail(_worker(tmp_path / "run"), 0, "run").blocking
+    assert (b.call, b.copy, b.blocked_ms) == ("cudaMemcpy", "Memcpy DtoH (Device -> Pinned)", 0.04)
+
+
+def test_the_launch_queue_of_a_launch_bound_phase_is_weighed_by_its_host_time(tmp_path):
+    # forward launches 500 kernels of 5 µs in 30 ms, each queued for the 5 µs of its launch call:
+    # 2,500 queue-µs over 30,000 µs of host time, 0.08 kernels waiting on average
+    loop = Loop()
+    for n in range(5):
+        loop.step(n, ("phaseprof::forward", 30_000, [("elementwise_kernel", 5)] * 500),
+                  ("phaseprof::backward", 5_000, [("gemm", 400)] * 10))
+    s = report(str(write_trace(tmp_path / "run" / "w.1.pt.trace.json", loop.events).parent))
+    first = s.runs[0].workers[0].summary.findings[0]
+    assert (first.kind, first.phase, first.evidence.queue) == ("launch-bound", "forward", 0.08)
+    assert "0.1 waiting to start on average" in first.text
+
+
+def test_a_queue_still_waiting_when_the_step_ends_counts_to_the_steps_end(tmp_path):
+    # one 1,000 µs step launches a kernel at 200 µs that starts only at 2,000 (in the next step):
+    # one kernel queued for the step's last 800 µs, a mean of 0.8
+    events, t = thread_names(), 5_000.0
+    events += [step(1, t, 1_000), annotation("phaseprof::forward", t, 1_000),
+               launch(t + 200, 1), kernel("gemm", t + 2_000, 90, 1),
+               step(2, t + 1_000, 1_500), annotation("phaseprof::forward", t + 1_000, 1_500)]
+    write_trace(tmp_path / "run" / "w.1.pt.trace.json", events)
+    first, second = report(str(tmp_path / "run")).runs[0].workers[0].steps
+    q = first.gpu_time.queues["GPU 0 stream 7"]
+    assert (q.mean, q.max) == (0.8, 1)

@@ -23,7 +23,16 @@ from phaseprof.plugin.spans import analyze_file
 from tests import hta_reference
 from tests.conftest import DATA
 from tests.logdir import write_trace
-from tests.tracebuilder import annotation, collective, kernel, launch, op, step, thread_names
+from tests.tracebuilder import (
+    AUTOGRAD,
+    annotation,
+    collective,
+    kernel,
+    launch,
+    op,
+    step,
+    thread_names,
+)
 
 NCCL = DATA / "gpu" / "hta_nccl_16rank"
 GPU_FOLDERS = sorted(p.name for p in (DATA / "gpu").iterdir() if p.is_dir())
@@ -383,3 +392,122 @@ def test_the_idle_split_follows_htas_rules_and_adds_up_to_each_streams_idle_time
                     slack = 0.01 + unsure[(o, lane)]
                     assert list(values) == pytest.approx(split, abs=slack), (folder, s.number, lane)
                     assert sum(values) == pytest.approx(idle[(o, lane)], abs=slack)
+
+
+# --- what the walk reads off the host -------------------------------------------------------------
+
+
+def _path(tmp_path, events, step_index: int = 0):
+    write_trace(tmp_path / "run" / "w.1.pt.trace.json", [*thread_names(), *events])
+    return step_detail(_worker(tmp_path / "run"), step_index, "run").critical_path
+
+
+def test_a_synchronize_read_a_little_before_its_kernel_ends_still_waited_for_it(tmp_path):
+    # the kernel ends 0.5 µs after the synchronize waiting for it (the host's and the GPU's clocks
+    # are read apart): the path still runs through the kernel
+    events = [step(1, T0, 1_000), annotation("phaseprof::forward", T0, 1_000),
+              launch(T0 + 10, 1), kernel("gemm", T0 + 100, 200.5, 1), _sync(T0 + 50, 250)]
+    path = _path(tmp_path, events)
+    assert [(s.lane, s.kind, s.name) for s in path.segments] == [
+        ("host", "phase", "forward"), ("GPU 0 stream 7", "launch", "cudaLaunchKernel"),
+        ("GPU 0 stream 7", "kernel", "gemm"), ("host", "sync", "cudaStreamSynchronize"),
+        ("host", "phase", "forward")]
+    # a kernel ending 2 µs after it is not what it waited for: the host held it, not the GPU
+    events[3] = kernel("gemm", T0 + 100, 202, 1)
+    assert {s.lane for s in _path(tmp_path, events).segments} == {"host"}
+
+
+@pytest.mark.parametrize("call", ["cudaLaunchKernel", "hipLaunchKernel", "cuLaunchKernel",
+                                  "hipExtModuleLaunchKernel", "cudaGraphLaunch",
+                                  "cudaLaunchKernelExC"])
+def test_host_time_in_a_launch_call_on_the_path_is_launching(tmp_path, call):
+    events = [step(1, T0, 1_000), annotation("phaseprof::forward", T0, 1_000),
+              launch(T0 + 10, 1, dur=5, name=call), kernel("gemm", T0 + 900, 10, 1)]
+    path = _path(tmp_path, events)
+    assert ("host", "launch", call) in [(s.lane, s.kind, s.name) for s in path.segments]
+    assert _item(path, "launch") == 0.005
+
+
+def _lanes(path) -> list[tuple]:
+    return [(s.lane, s.kind, s.name) for s in path.segments]
+
+
+def test_device_work_with_no_known_launch_goes_back_to_the_loops_thread(tmp_path):
+    # a kernel with no runtime call correlated to it, first on the device, and a synchronize waiting
+    # for it: nothing on the device bound its start, the path goes on on the host at its start (in
+    # the synchronize, before it was held); a later kernel, launched at 550, is not on the path
+    events = [step(1, T0, 1_000), annotation("phaseprof::forward", T0, 1_000),
+              kernel("orphan", T0 + 100, 200, 99), _sync(T0 + 50, 250),
+              launch(T0 + 550, 1), kernel("later", T0 + 600, 100, 1)]
+    assert _lanes(_path(tmp_path, events)) == [
+        ("host", "phase", "forward"), ("host", "op", "cudaStreamSynchronize"),
+        ("GPU 0 stream 7", "kernel", "orphan"), ("host", "sync", "cudaStreamSynchronize"),
+        ("host", "phase", "forward"), ("host", "launch", "cudaLaunchKernel"),
+        ("host", "phase", "forward")]
+
+
+def test_a_chain_on_a_second_stream_names_each_gap_by_what_bound_it(tmp_path):
+    # stream 7 runs a kernel at 3-8 µs (launched at 1); stream 9 runs k1 100-200 (launched at 10)
+    # and k2 210-300 (launched at 20, queued: 10 µs of kernel wait); k3 on stream 7 (launched at
+    # 30) waits for k2 through an event and starts at 305: 5 µs of other wait; the loss read waits
+    # for k3 until 400
+    events = [step(1, T0, 1_000), annotation("phaseprof::forward", T0, 1_000),
+              launch(T0 + 1, 1), kernel("early", T0 + 3, 5, 1),
+              launch(T0 + 10, 2), kernel("k1", T0 + 100, 100, 2, stream=9),
+              launch(T0 + 20, 3), kernel("k2", T0 + 210, 90, 3, stream=9),
+              launch(T0 + 30, 4), kernel("k3", T0 + 305, 95, 4), _sync(T0 + 50, 350)]
+    path = _path(tmp_path, events)
+    assert _lanes(path) == [
+        ("host", "phase", "forward"), ("host", "launch", "cudaLaunchKernel"),
+        ("host", "phase", "forward"), ("GPU 0 stream 9", "launch", "cudaLaunchKernel"),
+        ("GPU 0 stream 9", "kernel", "k1"), ("GPU 0 stream 9", "idle", "kernel wait"),
+        ("GPU 0 stream 9", "kernel", "k2"), ("GPU 0 stream 7", "idle", "other wait"),
+        ("GPU 0 stream 7", "kernel", "k3"), ("host", "sync", "cudaStreamSynchronize"),
+        ("host", "phase", "forward")]
+    gaps = [(s.start_ms, s.end_ms) for s in path.segments[5:8]]
+    assert gaps == [(0.2, 0.21), (0.21, 0.3), (0.3, 0.305)]
+
+
+def test_a_synchronize_before_any_device_work_ended_held_nothing(tmp_path):
+    events = [step(1, T0, 1_000), annotation("phaseprof::forward", T0, 1_000), _sync(T0 + 1, 2),
+              launch(T0 + 10, 1), kernel("gemm", T0 + 100, 200, 1), _sync(T0 + 50, 250)]
+    # the first synchronize is the host's own time; the second waited for the kernel
+    assert _lanes(_path(tmp_path, events)) == [
+        ("host", "phase", "forward"), ("host", "op", "cudaStreamSynchronize"),
+        ("host", "phase", "forward"), ("GPU 0 stream 7", "launch", "cudaLaunchKernel"),
+        ("GPU 0 stream 7", "kernel", "gemm"), ("host", "sync", "cudaStreamSynchronize"),
+        ("host", "phase", "forward")]
+
+
+def test_a_step_waiting_for_work_launched_in_the_step_before_starts_its_path_there(tmp_path):
+    # step 0 launches a kernel at 900 µs that runs 1,100-1,300, in step 1, whose synchronize waits
+    # for it: step 1's path starts with the launch's wait, from the step's start
+    events = [step(0, T0, 1_000), annotation("phaseprof::forward", T0, 1_000),
+              launch(T0 + 900, 1), kernel("gemm", T0 + 1_100, 200, 1),
+              step(1, T0 + 1_000, 1_000), annotation("phaseprof::forward", T0 + 1_000, 1_000),
+              _sync(T0 + 1_050, 250)]
+    path = _path(tmp_path, events, step_index=1)
+    assert _lanes(path) == [
+        ("GPU 0 stream 7", "launch", "cudaLaunchKernel"), ("GPU 0 stream 7", "kernel", "gemm"),
+        ("host", "sync", "cudaStreamSynchronize"), ("host", "phase", "forward")]
+    assert (path.segments[0].start_ms, path.segments[0].end_ms, path.length_ms) == (0.0, 0.1, 1.0)
+
+
+@pytest.mark.parametrize("op_us", [300, 50])
+def test_work_launched_from_autograds_thread_is_followed_through_its_op(tmp_path, op_us):
+    # backward's loop thread waits in a synchronize (110-500 µs) for a kernel (200-500) that
+    # autograd's thread launched at 150 inside an op begun at 100, or right after one (100-150):
+    # the path runs back through that op, then on the loop's thread from its start
+    events = [step(1, T0, 1_000), annotation("phaseprof::backward", T0, 1_000),
+              op("autograd::engine::evaluate_function: MmBackward0", T0 + 100, op_us, tid=AUTOGRAD),
+              launch(T0 + 150, 1, tid=AUTOGRAD), kernel("gemm", T0 + 200, 300, 1),
+              _sync(T0 + 110, 390)]
+    path = _path(tmp_path, events)
+    assert [(s.lane, s.kind, s.name, s.start_ms, s.end_ms) for s in path.segments] == [
+        ("host", "phase", "backward", 0.0, 0.1),
+        ("host", "op", "autograd::engine::evaluate_function: MmBackward0", 0.1, 0.15),
+        ("GPU 0 stream 7", "launch", "cudaLaunchKernel", 0.15, 0.2),
+        ("GPU 0 stream 7", "kernel", "gemm", 0.2, 0.5),
+        ("host", "sync", "cudaStreamSynchronize", 0.5, 0.5),
+        ("host", "phase", "backward", 0.5, 1.0)]
+    assert path.length_ms == 1.0

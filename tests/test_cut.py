@@ -47,6 +47,11 @@ def test_the_tail_must_outlast_the_noise_both_in_the_window_and_on_the_gpu():
     assert _cut([(110.0, 192.0)], [196.0]) == [False, False]
     # the GPU ends 7 µs after the host, the window only 3 µs after it
     assert _cut([(110.0, 197.0)], [204.0]) == [False, False]
+    # each at the noise exactly, the other past it: not cut
+    assert _cut([(110.0, 195.0)], [201.0]) == [False, False]  # the window 5 µs after the host
+    assert _cut([(110.0, 194.0)], [199.0]) == [False, False]  # the GPU 5 µs after the host
+    # the trace's end 5 µs after the device's last work is within the noise
+    assert _cut([(110.0, 120.0)], [195.0]) == [False, True]
 
 
 def test_the_noise_is_a_share_of_the_steps_own_time_less_what_is_kept_apart():

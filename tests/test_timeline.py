@@ -14,6 +14,7 @@ def test_the_profiled_windows_are_runs_of_consecutive_steps():
 
 
 SERIES = {
+    "loss": [(5, 1.0)],  # not a phaseprof scalar: no step of its own, and the tags after it read
     "phaseprof/zeta_gpu_ms": [(1, 7.0)],  # a phase of the user's with GPU time only
     "phaseprof/forward_ms": [(0, 1.23456), (2, 2.5), (2, 2.0)],  # the last value of a step counts
     "phaseprof/alpha_ms": [(0, 0.0)],
@@ -24,7 +25,6 @@ SERIES = {
     "phaseprof/eval_ms": [(3, 100.0)],
     "phaseprof/profiler_ms": [(2, 4.0)],
     "phaseprof/hook_ms": [(0, 0.1)],
-    "loss": [(5, 1.0)],  # not a phaseprof scalar: no step of its own
     "phaseprof/paused": [(6, 1.0)],
 }
 
@@ -57,3 +57,6 @@ def test_a_run_written_before_the_hooks_time_was_measured_has_no_hook_series():
     answer = timeline("r", {"phaseprof/step_ms": [(4, 1.0)]}, profiled=[4], kept_all=True)
     assert (answer.phases, answer.steps, answer.wall, answer.cpu) == ([], [4], [1.0], {})
     assert (answer.eval, answer.profiler, answer.wall_gpu) == ([None], [None], [None])
+    # no step total: the wall column is empty, each step still there
+    answer = timeline("r", {"phaseprof/forward_ms": [(0, 1.0), (1, 2.0)]}, profiled=[], kept_all=True)
+    assert (answer.wall, answer.cpu) == ([None, None], {"forward": [1.0, 2.0]})
