@@ -100,6 +100,12 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "ranks": ("phaseprof/plugin/analysis/ranks.py",
               ["tests/test_ranks.py", "tests/test_gpu_measures.py", "tests/test_findings.py", "-k",
                "ranks or straggler or world_of_two or not_ranks"]),
+    # the worker's unit tests on hand-built trace files, and warmup's on hand-built loops (through
+    # a whole summary); "test_worker" selects all of test_worker.py. Its other importers analyse
+    # recorded traces or run real loops, a minute or more a mutant
+    "worker": ("phaseprof/plugin/analysis/worker.py",
+               ["tests/test_worker.py", "tests/test_warmup.py", "-k",
+                "test_worker or first_step or setup_calls or compiling_steps"]),
     # the cache's own tests and the two of a bucket's entries (batches, copies kept in the user's
     # cache); not the fuzz, step index and other object-store tests, whole analyses a mutant
     "cache": ("phaseprof/plugin/cache.py",
