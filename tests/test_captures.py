@@ -7,7 +7,9 @@ from __future__ import annotations
 from phaseprof.capture_channel import Answer, Channel, Heartbeat, Request, Why
 from phaseprof.plugin.analysis.captures import SHOWN, captures
 
-NOW = 1_800_000_000.0
+#: The answer's clock: decades past the machine's, so that a rule reading the machine's clock
+#: instead of the time it is given would find every request still pending.
+NOW = 4_000_000_000.0
 
 
 def _beat(rank, step, active=10, ended=False, time=NOW - 1):
@@ -85,6 +87,7 @@ def test_the_newest_captures_are_listed_first_and_only_so_many():
     answer = captures("r", _channel([_beat(0, 41)], requests), NOW)
     assert [c.id for c in answer.captures] == [r.id for r in reversed(requests[2:])]
     assert [c.first for c in answer.captures[:2]] == [100 + SHOWN + 1, 100 + SHOWN]
+    assert answer.can_ask and answer.reason is None  # every request expired at NOW
 
 
 def test_a_capture_lists_every_asked_rank_in_order_and_those_not_answered_wait():
