@@ -793,8 +793,9 @@ def test_the_phase_that_grew_most_is_the_one_whose_host_time_grew_most():
     delta = Delta(
         wall_ms=1.0,
         phases={
-            "forward": Times(host_ms=0.12345, gpu_ms=5.0),
-            "backward": Times(host_ms=-3.0, gpu_ms=0.0),
+            "forward": Times(host_ms=-3.0, gpu_ms=5.0),  # its GPU time grew: not what is asked
+            "backward": Times(host_ms=0.12345, gpu_ms=0.0),
+            "data": Times(host_ms=0.1, gpu_ms=0.0),
         },
     )
-    assert grew_most(delta) == ("forward", 0.123)
+    assert grew_most(delta) == ("backward", 0.123)
