@@ -94,7 +94,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "warmup": ("phaseprof/plugin/analysis/warmup.py",
                ["tests/test_warmup.py", "-k",
                 "first_step or setup_calls or rule_from_one_sort or judging_more or compiling_steps or "
-                "numpy_s_for_every or exactly_half"]),
+                "numpy_s_for_every or exactly_half or enough_to_judge or under_a_microsecond"]),
     # the rank table's tests on built and recorded jobs (not test_plugin's, through a served logdir);
     # "ranks" selects all of test_ranks.py
     "ranks": ("phaseprof/plugin/analysis/ranks.py",
