@@ -262,3 +262,27 @@ def test_a_last_step_that_compiled_and_was_cut_is_named_once_as_compiled(tmp_pat
         [6],
         "step 6 compiled: left out, as the summary's means and findings leave them out",
     )
+
+
+def test_rows_of_two_files_taking_turns_keep_their_order_in_each(tmp_path):
+    # file a holds the even steps, b the odd ones: every other row is a's (20 rows, past the size
+    # where numpy's default sort stops keeping equal keys in order)
+    spans = []
+    for name, parity in (("a", 0), ("b", 1)):
+        loop = Loop()
+        for n in range(parity, 20, 2):
+            loop.step(n, ("phaseprof::forward", 100.0 + n))
+        spans.append(_span(tmp_path / f"w.{name}.pt.trace.json", loop))
+    w = Worker("w", spans)
+    assert w.numbers == list(range(20))
+    groups = [(span.file, rows, indices) for span, rows, indices in w.by_span(range(20))]
+    assert groups == [
+        ("w.a.pt.trace.json", list(range(0, 20, 2)), list(range(10))),
+        ("w.b.pt.trace.json", list(range(1, 20, 2)), list(range(10))),
+    ]
+
+
+def test_a_worker_without_trace_files_has_no_steps():
+    w = Worker("w", [])
+    assert w.numbers == [] and w.steady().tolist() == [] and w.run_wide([]) == ([], [], None)
+    assert w.rank is None and w.loader is None and not w.has_gpu
