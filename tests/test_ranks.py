@@ -196,3 +196,46 @@ def test_a_worker_without_a_rank_is_named_by_its_worker_name(tmp_path):
     assert answer.straggler.worker == "slow" and answer.straggler.rank is None
     assert answer.note.startswith("slow is the straggler: slow computes")
     assert answer.world_size is None and answer.missing_ranks == []
+
+
+def test_ranks_are_listed_by_rank_then_by_name_and_a_lone_step_is_its_own_mean(tmp_path):
+    answer = ranks(
+        "job",
+        [
+            _rank(tmp_path, "a", 1, 1, 10_000.0, 5_000.0, 100.0),
+            _rank(tmp_path, "b", 0, 6, 10_000.0, 5_000.0, 100.0),
+        ],
+    )
+    assert [(r.worker, r.rank) for r in answer.ranks] == [("b", 0), ("a", 1)]
+    assert (answer.ranks[1].steps, answer.ranks[1].step_ms, answer.ranks[1].comm_ms) == (
+        1,
+        15.0,
+        0.1,
+    )
+    unranked = ranks(
+        "cpu",
+        [
+            _rank(tmp_path, "slow", None, 6, 30_000.0, 5_000.0, 100.0),
+            _rank(tmp_path, "fast", None, 6, 10_000.0, 5_000.0, 100.0),
+        ],
+    )
+    assert [r.worker for r in unranked.ranks] == ["fast", "slow"]
+
+
+def test_the_straggler_s_phase_is_where_it_computes_longest_against_the_others(tmp_path):
+    answer = ranks(
+        "job",
+        [
+            _rank(tmp_path, "a", 0, 6, 10_000.0, 5_000.0, 100.0),
+            _rank(tmp_path, "b", 1, 6, 10_000.0, 15_000.0, 100.0),
+        ],
+    )
+    assert (answer.straggler.rank, answer.straggler.phase) == (1, "backward")
+    assert answer.straggler.phase_behind_ms == 10.0
+
+
+def test_a_file_without_a_rank_of_a_ranked_worker_s_steps_is_not_a_rank(tmp_path):
+    ranked = _rank(tmp_path, "x", 0, 6, 10_000.0, 5_000.0, 100.0)
+    copy = _rank(tmp_path, "x-export", None, 6, 10_000.0, 5_000.0, 100.0)
+    answer = ranks("job", [ranked, copy])
+    assert [r.worker for r in answer.ranks] == ["x"] and answer.not_ranks == ["x-export"]
