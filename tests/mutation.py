@@ -102,7 +102,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "warmup": ("phaseprof/plugin/analysis/warmup.py",
                ["tests/test_warmup.py", "-k",
                 "first_step or setup_calls or rule_from_one_sort or judging_more or compiling_steps or "
-                "numpy_s_for_every or exactly_half"]),
+                "numpy_s_for_every or exactly_half or enough_to_judge or under_a_microsecond"]),
     # the rank table's tests on built and recorded jobs (not test_plugin's, through a served logdir);
     # "ranks" selects all of test_ranks.py
     "ranks": ("phaseprof/plugin/analysis/ranks.py",
@@ -272,6 +272,12 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                        "built_to_know_it or item_in_forward or returns_before or little_before or "
                        "launch_call_on or no_known_launch or second_stream or before_any_device or "
                        "launched_in_the_step or autograds_thread"]),
+    # the worker's unit tests on hand-built trace files, and warmup's on hand-built loops (through
+    # a whole summary); "test_worker" selects all of test_worker.py. Its other importers analyse
+    # recorded traces or run real loops, a minute or more a mutant
+    "worker": ("phaseprof/plugin/analysis/worker.py",
+               ["tests/test_worker.py", "tests/test_warmup.py", "-k",
+                "test_worker or first_step or setup_calls or compiling_steps"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.

@@ -634,7 +634,7 @@ def test_a_phase_only_one_side_recorded_is_not_comparable_never_slower(tmp_path)
         assert table.stdout.strip().splitlines()[-1].startswith("no phase slower by more than 5%")
 
 
-# --- comparing two sets of steps (plugin/analysis/compare.py: the /compare answer, the slowest step) ---
+# --- two sets of steps compared (plugin/analysis/compare.py: /compare, the slowest step) ---
 
 
 @pytest.fixture(scope="module")
@@ -642,16 +642,21 @@ def four_steps(tmp_path_factory) -> Worker:
     """Steps 1, 2 and 4 of a hand-built loop (step 3 holds no work): forward's aten::mm wraps the
     launch of a kernel of 30, 60 and 300 µs, backward's aten::add takes 20, 10 and 400 µs."""
     loop = Loop()
-    for number, forward, kernel_us, mm_us, backward, add_us in ((1, 100.0, 30.0, 40.0, 200.0, 20.0),
-                                                                (2, 150.0, 60.0, 80.0, 100.0, 10.0),
-                                                                (3, None, 0, 0, 0, 0),
-                                                                (4, 120.0, 300.0, 50.0, 450.0, 400.0)):
+    for number, forward, kernel_us, mm_us, backward, add_us in (
+        (1, 100.0, 30.0, 40.0, 200.0, 20.0),
+        (2, 150.0, 60.0, 80.0, 100.0, 10.0),
+        (3, None, 0, 0, 0, 0),
+        (4, 120.0, 300.0, 50.0, 450.0, 400.0),
+    ):
         if forward is None:
             loop.t += 50.0
             loop.step(number)
             continue
-        loop.step(number, ("phaseprof::forward", forward, [("k1", kernel_us)], [("aten::mm", 0.0, mm_us)]),
-                  ("phaseprof::backward", backward, [], [("aten::add", 5.0, add_us)]))
+        loop.step(
+            number,
+            ("phaseprof::forward", forward, [("k1", kernel_us)], [("aten::mm", 0.0, mm_us)]),
+            ("phaseprof::backward", backward, [], [("aten::add", 5.0, add_us)]),
+        )
     path = write_trace(tmp_path_factory.mktemp("compare") / "w.1.pt.trace.json", loop.events)
     return Worker("w", [analyze_trace(read_trace(str(path)))])
 
@@ -670,21 +675,47 @@ def test_each_side_is_its_mean_step_over_the_steps_holding_work(four_steps):
 
 def test_a_comparison_gives_both_sides_their_deltas_and_the_ops_that_changed_most(four_steps):
     w = four_steps
-    c = compare_sides((w, np.array([0, 1, 2])), (w, np.array([3])), ["forward", "backward"], labels=("A", "B"))
-    assert (c.a.label, c.b.label, c.a.steps, c.b.steps, c.phases) == ("A", "B", [1, 2], [4], ["forward", "backward"])
+    c = compare_sides(
+        (w, np.array([0, 1, 2])), (w, np.array([3])), ["forward", "backward"], labels=("A", "B")
+    )
+    assert (c.a.label, c.b.label, c.a.steps, c.b.steps, c.phases) == (
+        "A",
+        "B",
+        [1, 2],
+        [4],
+        ["forward", "backward"],
+    )
     assert c.b.wall_ms == 0.57 and c.delta.wall_ms == 0.295
-    assert c.delta.phases == {"forward": Times(host_ms=-0.005, gpu_ms=0.255),
-                              "backward": Times(host_ms=0.3, gpu_ms=0.0)}
+    assert c.delta.phases == {
+        "forward": Times(host_ms=-0.005, gpu_ms=0.255),
+        "backward": Times(host_ms=0.3, gpu_ms=0.0),
+    }
     # by host and GPU self time together: add's 0.385 ms on the host before mm's 0.01 + 0.255
-    assert [(o.phase, o.name) for o in c.ops] == [("backward", "aten::add"), ("forward", "aten::mm"),
-                                                  ("forward", "cudaLaunchKernel")]
+    assert [(o.phase, o.name) for o in c.ops] == [
+        ("backward", "aten::add"),
+        ("forward", "aten::mm"),
+        ("forward", "cudaLaunchKernel"),
+    ]
     mm = c.ops[1]
-    assert (mm.a_calls, mm.b_calls, mm.a_self_host_ms, mm.b_self_host_ms, mm.delta_self_host_ms) == (
-        1.0, 1.0, 0.055, 0.045, -0.01)  # mm's self time: (40 - 5) and (80 - 5) µs of launch, then 50 - 5
+    assert (
+        mm.a_calls,
+        mm.b_calls,
+        mm.a_self_host_ms,
+        mm.b_self_host_ms,
+        mm.delta_self_host_ms,
+    ) == (
+        1.0,
+        1.0,
+        0.055,
+        0.045,
+        -0.01,
+    )  # mm's self time: (40 - 5) and (80 - 5) µs of launch, then 50 - 5
     assert (mm.a_host_ms, mm.b_host_ms, mm.delta_host_ms) == (0.06, 0.05, -0.01)
     assert (mm.a_self_gpu_ms, mm.b_self_gpu_ms, mm.delta_self_gpu_ms) == (0.045, 0.3, 0.255)
     assert (mm.a_gpu_ms, mm.b_gpu_ms, mm.delta_gpu_ms) == (0.045, 0.3, 0.255)
-    by_gpu = compare_sides((w, np.array([0, 1])), (w, np.array([3])), ["forward", "backward"], by="gpu")
+    by_gpu = compare_sides(
+        (w, np.array([0, 1])), (w, np.array([3])), ["forward", "backward"], by="gpu"
+    )
     assert [o.name for o in by_gpu.ops][:1] == ["aten::mm"]
     assert (by_gpu.a.label, by_gpu.b.label) == ("", "")
 
@@ -695,28 +726,46 @@ def test_a_comparison_lists_the_top_ops_then_the_op_asked_for(four_steps):
     assert [o.name for o in compare_sides(*sides, ["forward"], top=1).ops] == ["aten::add"]
     asked = compare_sides(*sides, ["forward"], top=1, op="cudaLaunchKernel").ops
     assert [o.name for o in asked] == ["aten::add", "cudaLaunchKernel"]
-    assert [o.name for o in compare_sides(*sides, ["forward"], top=1, op="aten::add").ops] == ["aten::add"]
+    assert [o.name for o in compare_sides(*sides, ["forward"], top=1, op="aten::add").ops] == [
+        "aten::add"
+    ]
 
 
 def test_changed_ops_fill_a_missing_side_with_zeros_and_rank_by_the_clock_asked():
-    a = {("forward", "mm"): np.array([2.0 / 3, 100.0, 150.0, 10.0, 20.0]),
-         ("forward", "gone"): np.array([1.0, 2000.0, 2000.0, 0.0, 0.0])}
-    b = {("forward", "mm"): np.array([4.0 / 3, 100.0, 150.0, 900.0, 950.0]),
-         ("backward", "new"): np.array([2.0, 30.0, 30.0, 0.0, 700.0])}
+    a = {
+        ("forward", "mm"): np.array([2.0 / 3, 100.0, 150.0, 10.0, 20.0]),
+        ("forward", "gone"): np.array([1.0, 2000.0, 2000.0, 0.0, 0.0]),
+    }
+    b = {
+        ("forward", "mm"): np.array([4.0 / 3, 100.0, 150.0, 900.0, 950.0]),
+        ("backward", "new"): np.array([2.0, 30.0, 30.0, 0.0, 700.0]),
+    }
     rows = changed_ops(a, b)
     assert [r.name for r in rows] == ["gone", "mm", "new"]
     gone, mm, new = rows
-    assert (gone.b_calls, gone.b_self_host_ms, gone.delta_self_host_ms, gone.delta_host_ms) == (0.0, 0.0, -2.0, -2.0)
+    assert (gone.b_calls, gone.b_self_host_ms, gone.delta_self_host_ms, gone.delta_host_ms) == (
+        0.0,
+        0.0,
+        -2.0,
+        -2.0,
+    )
     assert (new.a_calls, new.a_host_ms, new.b_gpu_ms, new.delta_gpu_ms) == (0.0, 0.0, 0.7, 0.7)
     assert (mm.a_calls, mm.b_calls) == (0.67, 1.33)  # calls per step, to the hundredth
     assert (mm.delta_self_gpu_ms, mm.delta_gpu_ms) == (0.89, 0.93)
     # the GPU clock: self GPU time first, then GPU time (new's 0.7 ms launched, none its own)
     assert [r.name for r in changed_ops(a, b, by="gpu")] == ["mm", "new", "gone"]
     # equal changes: by phase, then name
-    tie = {("b", "y"): np.array([1.0, 10.0, 0, 0, 0]), ("b", "x"): np.array([1.0, 10.0, 0, 0, 0]),
-           ("a", "z"): np.array([1.0, 0.0, 0, 10.0, 0])}
+    tie = {
+        ("b", "y"): np.array([1.0, 10.0, 0, 0, 0]),
+        ("b", "x"): np.array([1.0, 10.0, 0, 0, 0]),
+        ("a", "z"): np.array([1.0, 0.0, 0, 10.0, 0]),
+    }
     assert [(r.phase, r.name) for r in changed_ops({}, tie)] == [("a", "z"), ("b", "x"), ("b", "y")]
-    assert [(r.phase, r.name) for r in changed_ops(tie, {}, by="gpu")] == [("a", "z"), ("b", "x"), ("b", "y")]
+    assert [(r.phase, r.name) for r in changed_ops(tie, {}, by="gpu")] == [
+        ("a", "z"),
+        ("b", "x"),
+        ("b", "y"),
+    ]
 
 
 def test_the_median_step_is_the_lower_middle_one_of_those_holding_work(four_steps):
@@ -733,11 +782,20 @@ def test_the_median_of_steps_of_equal_times_is_the_first_of_them_in_step_order(t
     loop = Loop()
     for number in range(17):
         loop.step(number, ("phaseprof::forward", 100.0 + 100.0 * ((7 * number) % 3)))
-    w = Worker("w", [analyze_trace(read_trace(str(write_trace(tmp_path / "w.1.pt.trace.json", loop.events))))])
+    w = Worker(
+        "w",
+        [analyze_trace(read_trace(str(write_trace(tmp_path / "w.1.pt.trace.json", loop.events))))],
+    )
     assert w.numbers[median_row(w, np.arange(17))] == 7
 
 
 def test_the_phase_that_grew_most_is_the_one_whose_host_time_grew_most():
-    delta = Delta(wall_ms=1.0, phases={"forward": Times(host_ms=0.12345, gpu_ms=5.0),
-                                       "backward": Times(host_ms=-3.0, gpu_ms=0.0)})
-    assert grew_most(delta) == ("forward", 0.123)
+    delta = Delta(
+        wall_ms=1.0,
+        phases={
+            "forward": Times(host_ms=-3.0, gpu_ms=5.0),  # its GPU time grew: not what is asked
+            "backward": Times(host_ms=0.12345, gpu_ms=0.0),
+            "data": Times(host_ms=0.1, gpu_ms=0.0),
+        },
+    )
+    assert grew_most(delta) == ("backward", 0.123)

@@ -9,7 +9,11 @@ import math
 import mpmath
 import pytest
 
-from phaseprof.plugin.analysis.student_t import regularized_beta, t_quantile_two_sided, t_tail_two_sided
+from phaseprof.plugin.analysis.student_t import (
+    regularized_beta,
+    t_quantile_two_sided,
+    t_tail_two_sided,
+)
 
 
 @pytest.mark.parametrize("x", [0.05, 0.3, 0.5, 0.7, 0.95])
@@ -39,16 +43,24 @@ def test_a_precise_one_minus_x_is_used_where_the_subtraction_would_lose_it():
     # with y given exactly, the tail is I_y(b, a) to full precision
     mpmath.mp.dps = 30
     y = 1e-12 / 3
-    exact = 1 - float(mpmath.betainc(0.5, 2.0, 0, mpmath.mpf(1) / 3 * mpmath.mpf("1e-12"), regularized=True))
+    exact = 1 - float(
+        mpmath.betainc(0.5, 2.0, 0, mpmath.mpf(1) / 3 * mpmath.mpf("1e-12"), regularized=True)
+    )
     assert regularized_beta(1 - y, 2.0, 0.5, y=y) == pytest.approx(exact, rel=1e-14)
     tail = 1 - regularized_beta(1 - y, 2.0, 0.5, y=y)
-    assert tail == pytest.approx(float(mpmath.betainc(0.5, 2.0, 0, mpmath.mpf(1) / 3 * mpmath.mpf("1e-12"),
-                                                       regularized=True)), rel=1e-6)
+    assert tail == pytest.approx(
+        float(
+            mpmath.betainc(0.5, 2.0, 0, mpmath.mpf(1) / 3 * mpmath.mpf("1e-12"), regularized=True)
+        ),
+        rel=1e-6,
+    )
 
 
 @pytest.mark.parametrize("q", [0.1, 1.0, 2.5, 12.7, 300.0])
 def test_the_tail_of_t_with_1_and_2_degrees_of_freedom_is_its_closed_form(q):
-    assert t_tail_two_sided(1, q) == pytest.approx(1 - 2 / math.pi * math.atan(q), rel=1e-10)  # Cauchy
+    assert t_tail_two_sided(1, q) == pytest.approx(
+        1 - 2 / math.pi * math.atan(q), rel=1e-10
+    )  # Cauchy
     assert t_tail_two_sided(2, q) == pytest.approx(1 - q / math.sqrt(2 + q * q), rel=1e-10)
 
 
@@ -58,24 +70,43 @@ def test_the_tail_at_many_degrees_of_freedom_agrees_with_mpmath():
     for df in (1e3, 1e5, 1e6):
         for q in (1.96, 3.29):
             d, t = mpmath.mpf(df), mpmath.mpf(q)
-            exact = float(mpmath.betainc(d / 2, mpmath.mpf(1) / 2, 0, d / (d + t * t), regularized=True))
+            exact = float(
+                mpmath.betainc(d / 2, mpmath.mpf(1) / 2, 0, d / (d + t * t), regularized=True)
+            )
             assert t_tail_two_sided(df, q) == pytest.approx(exact, rel=1e-9), (df, q)
     # a small q: 1 - x is q² / df, 1e-11 or less, which 1 - x computed would give only to 1e-5
     for df in (1e5, 1e6):
         d, t = mpmath.mpf(df), mpmath.mpf("0.001")
-        exact = float(mpmath.betainc(d / 2, mpmath.mpf(1) / 2, 0, d / (d + t * t), regularized=True))
+        exact = float(
+            mpmath.betainc(d / 2, mpmath.mpf(1) / 2, 0, d / (d + t * t), regularized=True)
+        )
         assert t_tail_two_sided(df, 0.001) == pytest.approx(exact, rel=1e-10), df
 
 
 @pytest.mark.parametrize("alpha", [0.5, 0.1, 0.05, 0.01, 1e-4])
 def test_the_quantile_of_t_with_1_and_2_degrees_of_freedom_is_its_closed_form(alpha):
-    assert t_quantile_two_sided(1, alpha) == pytest.approx(math.tan(math.pi / 2 * (1 - alpha)), rel=1e-10)
+    assert t_quantile_two_sided(1, alpha) == pytest.approx(
+        math.tan(math.pi / 2 * (1 - alpha)), rel=1e-10
+    )
     p = 1 - alpha
-    assert t_quantile_two_sided(2, alpha) == pytest.approx(p * math.sqrt(2 / (1 - p * p)), rel=1e-10)
+    assert t_quantile_two_sided(2, alpha) == pytest.approx(
+        p * math.sqrt(2 / (1 - p * p)), rel=1e-10
+    )
 
 
-@pytest.mark.parametrize("df, alpha", [(0, 0.05), (-1, 0.05), (float("nan"), 0.05), (5, 0), (5, 1), (5, -0.1),
-                                       (5, 1.5), (5, float("nan"))])
+@pytest.mark.parametrize(
+    "df, alpha",
+    [
+        (0, 0.05),
+        (-1, 0.05),
+        (float("nan"), 0.05),
+        (5, 0),
+        (5, 1),
+        (5, -0.1),
+        (5, 1.5),
+        (5, float("nan")),
+    ],
+)
 def test_a_quantile_outside_its_domain_is_refused_naming_both_figures(df, alpha):
     with pytest.raises(ValueError) as caught:
         t_quantile_two_sided(df, alpha)

@@ -300,3 +300,17 @@ def test_setup_calls_of_exactly_half_the_excess_make_a_step_warmup():
     assert warmup(walls, np.array([0, 0, 0, SETUP_SHARE * 200.0, 0]), first, rows).tolist() == [
         False, False, False, True, False]
     assert not warmup(walls, np.array([0, 0, 0, SETUP_SHARE * 200.0 - 0.01, 0]), first, rows).any()
+
+
+def test_two_steps_are_enough_to_judge_and_one_is_not():
+    first = np.array([False, True])
+    assert warmup(np.array([100.0, 300.0]), np.zeros(2), first, np.arange(2)).tolist() == [False, True]
+    assert not warmup(np.array([100.0, 300.0]), np.zeros(2), first, np.array([1])).any()
+
+
+def test_steps_under_a_microsecond_are_judged_like_any_other():
+    # the others' median is 0.5 µs: above 0, so it can rule; the first step took ten times it
+    walls = np.array([5.0, 0.5, 0.5, 0.5])
+    first = np.array([True, False, False, False])
+    assert warmup(walls, np.zeros(4), first, np.arange(4)).tolist() == [True, False, False, False]
+    assert not warmup(np.array([5.0, 0.0, 0.0, 0.0]), np.zeros(4), first, np.arange(4)).any()
