@@ -411,3 +411,46 @@ def test_module_depths_count_listed_parents_and_stop_in_a_loop():
            "x.y": {"parent": "x"},  # x not listed: y is at the top
            "p": {"parent": "q"}, "q": {"parent": "p"}}  # parents merged from two spans, in a loop
     assert _depths(acc) == {"a.b.c": 2, "a.b": 1, "a": 0, "x.y": 0, "p": 256, "q": 256}
+
+
+def test_a_built_trace_of_module_records_and_no_host_event_has_no_modules(tmp_path):
+    from phaseprof.plugin.analysis.span import analyze_trace
+    from phaseprof.plugin.reading.decode import read_trace
+    from tests.logdir import write_trace
+    from tests.tracebuilder import op
+
+    events = [op("nn.Module: Net_0", 10, 500, cat="python_function"),
+              op("nn.Module: Linear_0", 20, 100, cat="python_function")]
+    span = analyze_trace(read_trace(str(write_trace(tmp_path / "w.1.pt.trace.json", events))))
+    assert span.steps == [] and len(span.modules.step) == 0 and len(span.modules.op_name) == 0
+
+
+def test_a_built_trace_s_module_holds_the_gpu_work_launched_directly_in_its_call(tmp_path):
+    from phaseprof.plugin.analysis.modules import modules_answer
+    from tests.tracebuilder import annotation, kernel, launch, op, step
+
+    # Net launches a 70 µs kernel itself, then calls Net.head, which launches a 30 µs one
+    events = [step(1, 0, 1_000), annotation("phaseprof::forward", 0, 1_000),
+              op(RANGE + "Net", 10, 500), op("aten::add", 20, 40), launch(30, 1),
+              kernel("add_k", 40, 70, 1),
+              op(RANGE + "Net.head", 200, 100), op("aten::mm", 210, 50), launch(220, 2),
+              kernel("mm_k", 230, 30, 2)]
+    w = _built_worker(tmp_path, events)
+    answer = modules_answer("r", w, w.full().tolist(), None)
+    figures = {r.path: (r.forward_ms, r.forward_self_ms, r.forward_gpu_ms) for r in answer.modules}
+    assert figures == {"Net": (0.5, 0.4, 0.1), "Net.head": (0.1, 0.1, 0.03)}
+    assert _ops(answer, "Net") == [("aten::add", False, 1, 0.04, 0.07)]
+
+
+def test_a_cut_trace_built_from_a_recording_leaves_its_cut_step_out_of_the_modules(traces,
+                                                                                   tmp_path):
+    from phaseprof.plugin.analysis.modules import modules_answer
+    from tests import test_cut_step
+
+    w = test_cut_step._worker(test_cut_step._cut(traces, tmp_path))
+    answer = modules_answer("r", w, w.full().tolist(), None)
+    assert (answer.steps, answer.left_out) == (5, [21])
+    assert answer.left_out_why == ("step 21 cut by the trace's end: left out, as the summary's "
+                                   "means and findings leave them out")
+    one = modules_answer("r", w, [w.row_of(21)], 21)  # asked for by number, it is shown
+    assert (one.steps, one.left_out, one.left_out_why) == (1, [], None)

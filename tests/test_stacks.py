@@ -68,7 +68,7 @@ def test_the_innermost_frame_covering_an_instant():
     ts = np.array([5, 10, 15, 19.5, 20, 30, 40, 99, 100, -1, 50], dtype=np.float64)
     thread = np.array([0] * 10 + [1], dtype=np.int32)
     found = stacks.enclosing(n, thread, ts)
-    covering = [None if k < 0 else (float(n.ts[k]), float(n.dur[k])) for k in found.tolist()]
+    covering = [k if k < 0 else (float(n.ts[k]), float(n.dur[k])) for k in found.tolist()]
     assert covering == [
         (0, 100),
         (10, 30),
@@ -78,21 +78,21 @@ def test_the_innermost_frame_covering_an_instant():
         (30, 0),
         (0, 100),
         (0, 100),
-        None,
-        None,
-        None,
+        -1,
+        -1,
+        -1,
     ]
 
 
 def test_the_covering_frame_is_found_up_a_deep_chain():
-    # 40 frames each inside the one before: [k, 100 - k); then a sibling chain after them
+    # 40 frames each inside the one before, [k, 100 - k); then one more after them (-1: none)
     python = frames(*[(k, 100 - 2 * k, 0, MAIN) for k in range(40)], (150, 10, 0, FORWARD))
     n = nest(python)
     ts = np.array([95.5, 60.5, 39.5, 70, 155, 160], dtype=np.float64)
     found = stacks.enclosing(n, np.zeros(len(ts), np.int32), ts)
-    starts = [None if k < 0 else float(n.ts[k]) for k in found.tolist()]
+    starts = [k if k < 0 else float(n.ts[k]) for k in found.tolist()]
     # 95.5 lies in [k, 100 - k) for k <= 4; 60.5 for k <= 39; 39.5 in all 40; 70 for k < 30
-    assert starts == [4, 39, 39, 29, 150, None]
+    assert starts == [4, 39, 39, 29, 150, -1]
 
 
 def test_nothing_covers_an_instant_of_an_empty_trace():

@@ -179,6 +179,9 @@ def test_a_step_with_a_stack_an_evaluation_pass_and_work_on_two_streams(tmp_path
         ),
         ("X", "eval (outside the step)", 100, 0, 2_000.0, 3_000.0, "apart", {"apart": "eval"}),
     ]
+    # correlations and flow ids are integers, as in the trace (1, never 1.0)
+    text = msgspec.json.encode(doc).decode()
+    assert '"correlation":1,' in text and '"id":3,' in text and '.0,"device"' not in text
     info = doc.otherData
     assert (info.step, info.start_us, info.end_us, info.phases) == (1, 0.0, 10_000.0, PHASES)
     assert (info.host_events, info.device_events) == (10, 3)
