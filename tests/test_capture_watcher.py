@@ -6,7 +6,9 @@ the trace's steps. The job tests of tests/test_capture.py run the same in a trai
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import secrets
 import threading
 import time as real_time
@@ -22,7 +24,9 @@ from phaseprof.capture_channel import (
     BY_SLOWDOWN,
     REFUSED,
     STALE_REQUEST_S,
+    TRACING,
     WRITTEN,
+    DiskFolder,
     Request,
     capture_dir,
     farthest_start,
@@ -30,6 +34,8 @@ from phaseprof.capture_channel import (
     read_channel,
     write_request,
 )
+from phaseprof.capture_store import StoreError
+from phaseprof.trace_files import compress_into_place, compressed_name
 from phaseprof.training_hooks import capture
 from phaseprof.training_hooks.capture import CaptureWatcher, Slowdown, recent_steps
 from phaseprof.training_hooks.faults import Faults
@@ -65,13 +71,15 @@ class Run:
     watcher whose thread never looks by itself."""
 
     def __init__(self, tmp_path, monkeypatch, world_size: int = 1, slowdown: Slowdown | None = None,
-                 until: int | None = 5, traces_dir: str | None = None) -> None:
+                 until: int | None = 5, traces_dir: str | None = None,
+                 background: Background | None = None) -> None:
         self.clock = Clock()
         monkeypatch.setattr(capture, "time", self.clock)
         monkeypatch.setattr(CaptureWatcher, "_run", lambda watcher: None)  # the test looks (`look`)
         self.dir = str(tmp_path / "run")
         faults = Faults(self.dir)
-        writer = TraceWriter(traces_dir or self.dir, "host_1", False, faults, Finisher())
+        writer = TraceWriter(traces_dir or self.dir, "host_1", background is not None, faults,
+                             background or Finisher())
         self.prof = SimpleNamespace(
             _rank=0, run_dir=self.dir, _schedule={"active": 3}, _profile_until=until, step_num=100,
             _faults=faults, _recorder=SimpleNamespace(stats=PhaseStats()), _traces=writer,
@@ -124,11 +132,13 @@ class Run:
         return profiler  # a capture's, still running
 
     def written(self, request: Request):
-        """The answer once it says written (the trace in place)."""
+        """The answer once it says written (the trace in place); the capture must have begun."""
+        self.look()
+        assert self.answer(request).state in (TRACING, WRITTEN), self.answer(request)
         done = threading.Event()
         while not done.wait(0.01):
             self.look()
-            if self.answer(request).state != ACCEPTED and self.answer(request).state != "tracing":
+            if self.answer(request).state != TRACING:
                 done.set()
         return self.answer(request)
 
@@ -144,6 +154,7 @@ def test_the_heartbeat_says_the_step_the_pace_and_the_end(tmp_path, monkeypatch)
     assert (beat.rank, beat.world_size, beat.step, beat.active, beat.schedule_until) == (0, 1, 100, 3, 5)
     assert beat.steps_per_s == 0.0 and beat.time == run.clock.now and beat.started == run.clock.now
     assert beat.look_s == 0.5 and beat.ended is False
+    assert run.watcher._thread.name == "phaseprof-capture"  # as py-spy or a debugger lists it
     for steps in (10, 10, 10, 10, 60):  # the pace over the last five looks
         run.later(1.0, steps)
         run.look()
@@ -322,6 +333,8 @@ def test_a_capture_whose_profiler_cannot_start_is_refused_and_training_goes_on(t
     run.look()
     answer = run.answer(request)
     assert answer.state == REFUSED and answer.reason.startswith("torch.profiler failed to start: TypeError: ")
+    (line,) = run.prof._faults.summary()
+    assert line.startswith("torch.profiler failed to start a capture: TypeError: ")
     run.watcher.close()
 
 
@@ -438,3 +451,116 @@ def test_slowdown_captures_are_spaced_and_counted(tmp_path, monkeypatch):
     run.look()
     assert len(run.channel().requests) == 2  # `captures` taken
     run.watcher.close()
+
+
+def test_a_slowdown_right_after_a_capture_is_not_judged_on_the_steps_it_traced(tmp_path, monkeypatch):
+    run = Run(tmp_path, monkeypatch, slowdown=SLOWDOWN)
+    request = run.ask()
+    run.look()
+    run.run_to(106)
+    assert run.written(request).last == 104
+    stats = run.prof._recorder.stats
+    _steps(stats, [10.0] * 20 + [20.0] * 3, first=84)  # slow: 104..106, the last one traced first
+    run.look()
+    _steps(stats, [20.0], first=107)  # 105..107: 105 follows the capture's last step
+    run.look()
+    assert [r.id for r in run.channel().requests] == [request.id]
+    _steps(stats, [20.0], first=108)
+    run.look()
+    (slowdown,) = [r for r in run.channel().requests if r.id != request.id]
+    assert slowdown.why.steps == [106, 107, 108]
+    run.watcher.close()
+
+
+class Later(Background):
+    """The background as it runs: each trace compressed into place only when close waits for it
+    (``fail``: the compression fails, the export is lost)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.fail_later = fail
+
+    def compress(self, exported: str) -> str:
+        self.compressed.append(exported)
+        return compressed_name(exported)
+
+    def wait_for_traces(self) -> None:
+        for exported in self.compressed:
+            if self.fail_later:
+                os.remove(exported)
+            else:
+                compress_into_place(exported)
+
+
+def test_a_capture_still_compressing_at_close_is_answered_written_once_in_place(tmp_path, monkeypatch):
+    run = Run(tmp_path, monkeypatch, background=Later())
+    request = run.ask()
+    run.look()
+    run.run_to(106)
+    run.look()
+    assert run.answer(request).state == TRACING  # the export not compressed yet
+    run.watcher.close()
+    answer = run.answer(request)
+    assert answer.state == WRITTEN and answer.files[0].endswith(".pt.trace.json.gz")
+    assert (Path(run.dir) / answer.files[0]).is_file()
+
+
+def test_a_capture_whose_compression_failed_is_refused_at_close(tmp_path, monkeypatch):
+    run = Run(tmp_path, monkeypatch, background=Later(fail=True))
+    request = run.ask()
+    run.look()
+    run.run_to(106)
+    run.watcher.close()
+    answer = run.answer(request)
+    assert (answer.state, answer.reason) == (REFUSED, "the trace could not be compressed (see the summary)")
+
+
+def test_a_channel_whose_writes_fail_is_reported_and_training_goes_on(tmp_path, monkeypatch):
+    run = Run(tmp_path, monkeypatch)
+
+    def write(folder, name, data):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(DiskFolder, "write", write)
+    with pytest.warns(RuntimeWarning, match="the capture channel failed"):
+        run.look()
+    run.watcher.close()
+    assert run.prof._faults.summary() == ["the capture channel failed: OSError: [Errno 5] Input/output error "
+                                          "(2 times)"]  # the look's, then close's
+
+
+def test_a_store_outage_is_one_line_that_leaves_the_summary_once_the_store_answers(tmp_path, monkeypatch):
+    run = Run(tmp_path, monkeypatch)
+    request = run.write(start=110)
+    written = DiskFolder.write
+
+    def down(folder, name, data):
+        raise StoreError("PUT failed", ConnectionError("connection refused"))
+
+    monkeypatch.setattr(DiskFolder, "write", down)
+    run.look()
+    run.look()
+    folder = capture_dir(run.dir)
+    assert run.prof._faults.summary() == [
+        f"the capture channel in {folder} failed (the store does not answer); captures are seen once it "
+        "answers: StoreError: ConnectionError: connection refused"]
+    assert request.id not in run.channel().answers  # waits in the store for the next look
+    monkeypatch.setattr(DiskFolder, "write", written)
+    run.watcher.close()  # one more look: the store answers
+    assert run.prof._faults.summary() == []
+    assert run.answer(request).reason == "the run ended at step 100, before the capture"
+    assert run.channel().beats[0].ended is True
+
+
+def test_a_store_still_down_at_close_leaves_its_line_and_writes_nothing(tmp_path, monkeypatch):
+    run = Run(tmp_path, monkeypatch)
+
+    def down(folder, name, data):
+        raise StoreError("PUT failed", PermissionError("denied"))
+
+    monkeypatch.setattr(DiskFolder, "write", down)
+    run.look()
+    run.watcher.close()
+    (line,) = run.prof._faults.summary()
+    assert "(the store denies writing there)" in line
+    assert run.channel().beats[0].ended is False
