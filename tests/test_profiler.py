@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import threading
 import time
 import warnings
@@ -15,12 +16,16 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
 from tensorboard.compat.proto.event_pb2 import Event
 
 from phaseprof import PhaseProfiler
-from phaseprof.contract import CPUS_KEY, TRACE_FILE_RE
+from phaseprof.capture_channel import read_channel
+from phaseprof.contract import CPUS_KEY, TRACE_FILE_RE, rank_scalars_dir
+from phaseprof.training_hooks import module_ranges
 from phaseprof.training_hooks import profiler as profiler_module
+from phaseprof.training_hooks.capture import Slowdown
 from phaseprof.training_hooks.profiler import PhaseError, check_run_name
 
 OPTIONS = dict(gzip=False, analyze_traces=False)
@@ -101,9 +106,12 @@ def test_a_loop_s_steps_are_timed_and_its_window_traced(tmp_path, capsys):
 
 
 def test_a_schedule_that_repeats_writes_a_trace_per_cycle_and_stops_after_the_last(tmp_path):
-    with PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=1, repeat=2, **OPTIONS) as prof:
-        train(prof, 7)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=1, active=1, repeat=2, **OPTIONS) as prof:
+            train(prof, 7)
     assert traces(tmp_path / "r") == [[1], [3]]
+    assert [str(w.message) for w in caught if "phaseprof" in str(w.message)] == []  # stopped cleanly
     with PhaseProfiler(logdir=str(tmp_path), run="forever", wait=1, warmup=0, active=1, repeat=0, **OPTIONS) as prof:
         train(prof, 5)
     assert traces(tmp_path / "forever") == [[1], [3], [5]]  # and the step open at close, recording
@@ -148,8 +156,9 @@ def test_attach_takes_modules_and_optimizers_one_or_several(tmp_path):
     (a, opt_a), (b, opt_b) = tiny(), tiny()
     with PhaseProfiler(logdir=str(tmp_path), run="r", **OPTIONS) as prof:
         prof.attach([a, b], [opt_a, opt_b])
-        with pytest.raises(RuntimeError, match="already attached; attach it once, before the loop"):
+        with pytest.raises(RuntimeError) as raised:
             prof.attach(a)
+        assert str(raised.value) == "this PhaseProfiler is already attached; attach it once, before the loop"
     for wrong, message in [(lambda x: x, "attach() needs a torch.nn.Module or a list of them, got function"),
                            ([a, 3], "attach() needs a torch.nn.Module or a list of them, got int"),
                            ([], "attach() needs a torch.nn.Module")]:
@@ -237,9 +246,11 @@ def test_a_profiler_that_cannot_start_leaves_the_steps_timed(tmp_path, monkeypat
         with PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=0, active=1, **OPTIONS) as prof:
             train(prof, 2)
     (warning,) = [str(w.message) for w in caught if "phaseprof" in str(w.message)]
-    assert "torch.profiler failed to start; steps are timed without traces: RuntimeError: no profiler here" in warning
+    assert warning.startswith(f"phaseprof ({tmp_path / 'r'}): torch.profiler failed to start; steps are timed "
+                              "without traces: RuntimeError: no profiler here")
     assert sorted(scalars(tmp_path / "r")) == [0, 1]
-    assert "2 step(s) timed, 0 trace file(s) written" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2 step(s) timed, 0 trace file(s) written" in out and "torch.profiler failed to start" in out
 
 
 def test_a_run_on_the_cpu_never_makes_a_cuda_timer(tmp_path, monkeypatch):
@@ -249,3 +260,108 @@ def test_a_run_on_the_cpu_never_makes_a_cuda_timer(tmp_path, monkeypatch):
     with PhaseProfiler(logdir=str(tmp_path), run="r", **OPTIONS) as prof:
         train(prof, 2)
     assert made == []
+
+
+def test_an_evaluation_pass_is_kept_apart_even_before_the_first_backward(tmp_path):
+    model, optimizer = tiny()
+    with PhaseProfiler(logdir=str(tmp_path), run="r", **OPTIONS) as prof:
+        prof.attach(model, optimizer)
+        for i, (x, y) in enumerate(prof.data(Batches(3))):
+            if i in (0, 1):  # a validation pass: before any backward, then between steps
+                model.eval()
+                with torch.no_grad():
+                    model(x)
+                model.train()
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    steps = scalars(tmp_path / "r")
+    assert "phaseprof/eval_ms" in steps[0] and "phaseprof/eval_ms" in steps[1]
+    assert "phaseprof/eval_ms" not in steps[2]
+
+
+def test_the_run_is_watched_for_capture_requests_and_slowdowns_as_asked(tmp_path):
+    for asked, rule in [(False, None), (True, Slowdown()), (Slowdown(last=3), Slowdown(last=3))]:
+        with PhaseProfiler(logdir=str(tmp_path), run="r", capture_on_slowdown=asked, **OPTIONS) as prof:
+            prof.step()
+            assert read_channel(str(tmp_path / "r")).beats[0].rank == 0  # its heartbeat, from the start
+            assert prof._capture.slowdown == rule
+
+
+def test_a_profiler_that_fails_to_stop_is_reported(tmp_path, monkeypatch, capsys):
+    def stop(self):
+        raise RuntimeError("kineto is gone")
+
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        with PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=0, active=1, repeat=0, **OPTIONS) as prof:
+            train(prof, 2)
+            monkeypatch.setattr(torch.profiler.profile, "stop", stop)
+    assert "torch.profiler failed to stop: RuntimeError: kineto is gone" in capsys.readouterr().out
+
+
+def test_module_ranges_that_fail_are_reported_and_training_goes_on(tmp_path, monkeypatch):
+    def enter(name):
+        raise RuntimeError("no range")
+
+    monkeypatch.setattr(module_ranges, "_enter", enter)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with PhaseProfiler(logdir=str(tmp_path), run="r", wait=0, warmup=0, active=2, modules=True,
+                           **OPTIONS) as prof:
+            train(prof, 3)
+    (warning,) = [str(w.message) for w in caught if "phaseprof" in str(w.message)]
+    assert "module ranges failed and were stopped (modules=True): RuntimeError: no range" in warning
+    assert sorted(scalars(tmp_path / "r")) == [0, 1, 2]
+
+
+def test_each_rank_of_several_writes_its_scalars_apart(tmp_path, monkeypatch):
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 1)
+    with warnings.catch_warnings(record=True):  # (torch.profiler asks the real process group: no trace)
+        warnings.simplefilter("always")
+        with PhaseProfiler(logdir=str(tmp_path), run="r", **OPTIONS) as prof:
+            train(prof, 2)
+    assert sorted(scalars(tmp_path / "r" / rank_scalars_dir(1))) == [0, 1]
+    (events,) = (tmp_path / "r" / rank_scalars_dir(1)).glob("events.out.tfevents.*")
+    assert f".rank1.{socket.gethostname()}_{os.getpid()}." in events.name
+    assert read_channel(str(tmp_path / "r")).beats[1].world_size == 2
+
+
+class GpuTimer:
+    """`CudaPhaseTimer` as it behaves on a GPU: each step's GPU times known one step later, every
+    pending step resolved at close."""
+
+    made = 0
+
+    def __init__(self) -> None:
+        GpuTimer.made += 1
+        self.pending: list = []
+
+    def mark(self, phase: str | None) -> None:
+        pass
+
+    def end_step(self, record) -> list:
+        record.gpu_ms = {"forward": 1.0}
+        self.pending.append(record)
+        done, self.pending = self.pending[:-1], self.pending[-1:]
+        return done
+
+    def finish(self) -> list:
+        done, self.pending = self.pending, []
+        return done
+
+
+def test_a_gpu_run_keeps_one_timer_whose_steps_all_reach_the_scalars(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # the model is on a GPU
+    monkeypatch.setattr(profiler_module, "CudaPhaseTimer", GpuTimer)
+    GpuTimer.made = 0
+    cpu = [torch.profiler.ProfilerActivity.CPU]
+    with PhaseProfiler(logdir=str(tmp_path), run="r", activities=cpu, **OPTIONS) as prof:
+        train(prof, 4)
+    steps = {s: tags for s, tags in scalars(tmp_path / "r").items() if "phaseprof/step_ms" in tags}
+    assert sorted(steps) == [0, 1, 2, 3] and all(steps[s]["phaseprof/forward_gpu_ms"] == 1.0 for s in steps)
+    assert GpuTimer.made == 1
