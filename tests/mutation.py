@@ -119,6 +119,12 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "recorder": ("phaseprof/training_hooks/recorder.py",
                  ["tests/test_recorder.py",
                   "tests/test_training_hooks.py::test_the_scalars_records_carry_tensorboards_checksums"]),
+    # the watcher and its plans on a fake clock with a small real profiler, in-process; not
+    # test_capture (a job a test, all slow) nor test_capture_store (the store's wire)
+    "capture": ("phaseprof/training_hooks/capture.py", ["tests/test_capture_watcher.py"]),
+    # a tiny model's loop, plain JSON traces, no background analysis; not test_training_hooks
+    # (the README's loop with the defaults: three minutes a mutant on a loaded machine)
+    "profiler": ("phaseprof/training_hooks/profiler.py", ["tests/test_profiler.py"]),
     # the cache's own tests and the two of a bucket's entries (batches, copies kept in the user's
     # cache); not the fuzz, step index and other object-store tests, whole analyses a mutant
     "cache": ("phaseprof/plugin/cache.py",
