@@ -79,6 +79,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                "analysis_again"]),
     # its own unit tests: the training loops that also run these models take seconds a test
     "models": ("phaseprof/training_hooks/models.py", ["tests/test_models.py"]),
+    # the demo in-process, 13 steps (one run shared by the tests); not the CLI's, in a subprocess
+    "demo": ("phaseprof/training_hooks/demo.py", ["tests/test_demo.py"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
