@@ -81,6 +81,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "models": ("phaseprof/training_hooks/models.py", ["tests/test_models.py"]),
     # the demo in-process, 13 steps (one run shared by the tests); not the CLI's, in a subprocess
     "demo": ("phaseprof/training_hooks/demo.py", ["tests/test_demo.py"]),
+    # its unit tests, and the hooks' (which patch through it); not the framework callbacks' (a
+    # Trainer each)
+    "wrapping": ("phaseprof/training_hooks/integrations/wrapping.py",
+                 ["tests/test_wrapping.py", "tests/test_hooks.py"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
