@@ -79,12 +79,17 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                "analysis_again"]),
     # its own unit tests: the training loops that also run these models take seconds a test
     "models": ("phaseprof/training_hooks/models.py", ["tests/test_models.py"]),
-    # the demo in-process, 13 steps (one run shared by the tests); not the CLI's, in a subprocess
+    # the demo in-process, 13 steps in one test; not the CLI's test, in a subprocess
     "demo": ("phaseprof/training_hooks/demo.py", ["tests/test_demo.py"]),
     # its unit tests, and the hooks' (which patch through it); not the framework callbacks' (a
     # Trainer each)
     "wrapping": ("phaseprof/training_hooks/integrations/wrapping.py",
                  ["tests/test_wrapping.py", "tests/test_hooks.py"]),
+    # its unit tests (a stand-in for Popen); not the file's real loops, each with real processes
+    "source_analysis": ("phaseprof/training_hooks/source_analysis.py",
+                        ["tests/test_source_analysis.py", "-k",
+                         "not (each_trace_is_analysed or off_with_a_flag or loop_exports or "
+                         "no_process_can_start)"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
