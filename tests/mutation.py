@@ -90,6 +90,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                         ["tests/test_source_analysis.py", "-k",
                          "not (each_trace_is_analysed or off_with_a_flag or loop_exports or "
                          "no_process_can_start)"]),
+    # its fast tests: a tiny module, a few steps on a real Trainer each (the others are slow)
+    "lightning": ("phaseprof/training_hooks/integrations/lightning.py", ["tests/test_lightning.py"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
