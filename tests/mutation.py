@@ -92,6 +92,9 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                          "no_process_can_start)"]),
     # its fast tests: a tiny module, a few steps on a real Trainer each (the others are slow)
     "lightning": ("phaseprof/training_hooks/integrations/lightning.py", ["tests/test_lightning.py"]),
+    # its fast tests: a tiny model, a few steps on a real Trainer each (the others are slow)
+    "transformers": ("phaseprof/training_hooks/integrations/transformers.py",
+                     ["tests/test_transformers.py"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.
