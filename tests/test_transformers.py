@@ -313,8 +313,10 @@ class TinyModel(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.net = torch.nn.Linear(8, 2)
+        self.evaluated = 0  # samples seen in eval mode
 
     def forward(self, x, labels=None):
+        self.evaluated += 0 if self.training else len(x)
         logits = self.net(x)
         return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
 
@@ -390,13 +392,14 @@ def test_an_evaluation_a_users_callback_calls_is_kept_out_of_the_step(tmp_path):
                 evaluate = self.trainer.evaluate
                 self.seen = (evaluate.__name__,
                              evaluate.__doc__ == transformers.Trainer.evaluate.__doc__)
-                evaluate([{"x": torch.randn(8), "labels": 1}] * 2)
+                evaluate([{"x": torch.randn(8), "labels": 1}] * 6)  # not the Trainer's 2
 
     user = EvaluateOnce()
-    tiny_train(tmp_path, 6, callbacks=(user,))
+    trainer = tiny_train(tmp_path, 6, callbacks=(user,))
     values = scalars(tmp_path / "hf")
     assert sorted(values[STEP_TAG]) == [0, 1, 2] and len(values[EVAL_TAG]) == 1
     assert user.seen == ("evaluate", True)
+    assert trainer.model.evaluated == 6  # the data it was given
 
 
 def test_a_run_not_named_is_named_for_its_start(tmp_path):
