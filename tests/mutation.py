@@ -284,6 +284,22 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "worker": ("phaseprof/plugin/analysis/worker.py",
                ["tests/test_worker.py", "tests/test_warmup.py", "-k",
                 "test_worker or first_step or setup_calls or compiling_steps"]),
+    # the demo in-process, 13 steps in one test; not the CLI's test, in a subprocess
+    "demo": ("phaseprof/training_hooks/demo.py", ["tests/test_demo.py"]),
+    # its unit tests, and the hooks' (which patch through it); not the framework callbacks' (a
+    # Trainer each)
+    "wrapping": ("phaseprof/training_hooks/integrations/wrapping.py",
+                 ["tests/test_wrapping.py", "tests/test_hooks.py"]),
+    # its unit tests (a stand-in for Popen); not the file's real loops, each with real processes
+    "source_analysis": ("phaseprof/training_hooks/source_analysis.py",
+                        ["tests/test_source_analysis.py", "-k",
+                         "not (each_trace_is_analysed or off_with_a_flag or loop_exports or "
+                         "no_process_can_start)"]),
+    # its fast tests: a tiny module, a few steps on a real Trainer each (the others are slow)
+    "lightning": ("phaseprof/training_hooks/integrations/lightning.py", ["tests/test_lightning.py"]),
+    # its fast tests: a tiny model, a few steps on a real Trainer each (the others are slow)
+    "transformers": ("phaseprof/training_hooks/integrations/transformers.py",
+                     ["tests/test_transformers.py"]),
 }
 
 #: Where each folder of the tree lies in the package as imported.

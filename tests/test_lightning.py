@@ -7,6 +7,7 @@ and in bf16 mixed precision, and with fp16's GradScaler."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ import lightning.pytorch as L  # the test extra installs it
 import pytest
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.profilers import PassThroughProfiler
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from phaseprof.contract import (
@@ -360,3 +362,209 @@ def test_lightning_ddp_two_ranks(tmp_path):
                          cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert_two_ranks(logdir, steps=8)  # 256 samples, 128 a rank, 16 batches of 8, 2 per optimizer step
+
+
+# -- fast: a tiny module, a few steps, what the callback writes (tests/mutation.py runs these) -----
+
+
+class Tiny(L.LightningModule):
+    """training_step calls its submodule with parameters (``net``) on its own, and one without."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(8, 2)
+        self.act = torch.nn.Identity()  # no parameters: no forward of its own
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return F.cross_entropy(self.act(self.net(x)), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", F.cross_entropy(self.net(x), y))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class TinyGan(L.LightningModule):
+    """Manual optimization, two optimizers through ``self.optimizers()`` and ``manual_backward``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.g = torch.nn.Linear(4, 8)
+        self.d = torch.nn.Linear(8, 1)
+
+    def training_step(self, batch, batch_idx):
+        opt_g, opt_d = self.optimizers()
+        fake = self.g(torch.randn(len(batch[0]), 4))
+        opt_d.zero_grad()
+        self.manual_backward(self.d(batch[0]).mean() - self.d(fake.detach()).mean())
+        opt_d.step()
+        opt_g.zero_grad()
+        self.manual_backward(self.d(fake).mean())
+        opt_g.step()
+
+    def configure_optimizers(self):
+        return (torch.optim.SGD(self.g.parameters(), lr=0.1),
+                torch.optim.SGD(self.d.parameters(), lr=0.1))
+
+
+class Actions(PassThroughProfiler):
+    """The user's own Trainer profiler: the actions it is told of, in order; ``slow``: seconds of
+    work at the start of an action."""
+
+    def __init__(self, slow: dict[str, float] | None = None) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, str]] = []
+        self.slow = slow or {}
+
+    def start(self, action_name: str) -> None:
+        self.calls.append(("start", action_name))
+        busy(self.slow.get(action_name, 0.0))
+
+    def stop(self, action_name: str) -> None:
+        self.calls.append(("stop", action_name))
+
+
+def tiny_fit(tmp_path, module, batches: int, broadcast: str | None = None, run: str | None = "tiny",
+             **trainer_args):
+    """``module`` fitted one epoch of ``batches`` batches of 4 with the callback; the callback and
+    the trainer. ``broadcast``: the run name rank 0 sends (what a distributed strategy gives)."""
+    from phaseprof.lightning import PhaseProfilerCallback
+
+    torch.manual_seed(0)
+    callback = PhaseProfilerCallback(logdir=str(tmp_path), run=run, wait=0, warmup=1, active=1,
+                                     analyze_traces=False)
+    trainer = L.Trainer(max_epochs=1, callbacks=[callback], accelerator="cpu", devices=1,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, **trainer_args)
+    if broadcast is not None:
+        trainer.strategy.broadcast = lambda obj, src=0: broadcast
+    data = torch.utils.data.TensorDataset(torch.randn(batches * 4, 8),
+                                          torch.randint(0, 2, (batches * 4,)))
+    trainer.fit(module, DataLoader(data, batch_size=4),
+                DataLoader(data, batch_size=4) if trainer_args.get("limit_val_batches") else None)
+    return callback, trainer
+
+
+def test_a_lightning_fit_is_timed_step_by_step_with_validation_kept_out(tmp_path, capsys):
+    """Automatic optimization, 2 batches a step: each step's forward (the submodule called on its
+    own), backward, optimizer and data (the fetch and the copy to the device); each validation pass
+    outside the steps, the sanity check left out; the user's profiler still told of everything."""
+    profiler = Actions()
+    callback, trainer = tiny_fit(tmp_path, Tiny(), 8, accumulate_grad_batches=2,
+                                 val_check_interval=4, limit_val_batches=1, num_sanity_val_steps=1,
+                                 profiler=profiler)
+    values = scalars(tmp_path / "tiny")
+    steps = sorted(values[STEP_TAG])
+    assert steps == [0, 1, 2, 3]  # 8 batches, 2 a step
+    for phase in (FORWARD, BACKWARD, OPTIMIZER, DATA, OTHER):  # the data phase ends with its action
+        assert all(values[host_tag(phase)][step] > 0 for step in steps), phase
+    assert len(values[EVAL_TAG]) == 2  # after batches 4 and 8; not the sanity check
+    assert "phaseprof run tiny: 4 step(s) timed" in capsys.readouterr().out
+    # the user's profiler got every start and stop; ours are gone from it
+    fetches = [call for call in profiler.calls if call[1].endswith("train_dataloader_next")]
+    assert fetches[:4] == [("start", fetches[0][1]), ("stop", fetches[0][1])] * 2
+    assert len(fetches) == 16  # 8 batches
+    assert "start" not in vars(profiler) and "stop" not in vars(profiler)
+    # training ended: a later start does nothing
+    callback.on_train_start(trainer, trainer.lightning_module)
+    assert "start" not in vars(profiler)
+
+
+def test_lightning_manual_optimization_is_a_step_per_batch_with_its_wrappers_timed(tmp_path):
+    """The optimizers' ``step`` through ``self.optimizers()`` is Lightning's: the user's profiler,
+    told of each ``optimizer_step`` inside it, takes 20 ms there, twice a step."""
+    module = TinyGan()
+    callback, trainer = tiny_fit(tmp_path, module, 3,
+                                 profiler=Actions(slow={"optimizer_step": 0.02}))
+    values = scalars(tmp_path / "tiny")
+    steps = sorted(values[STEP_TAG])
+    assert steps == [0, 1, 2]
+    for phase in (FORWARD, BACKWARD, OPTIMIZER, LIGHTNING):
+        assert all(values[host_tag(phase)][step] > 0 for step in steps), phase
+    assert all(values[host_tag(LIGHTNING)][step] >= 40 for step in steps)
+    # undone when training ends: the module's class and the optimizers as they were
+    assert "manual_backward" not in vars(TinyGan)
+    assert all("step" not in vars(opt) for opt in trainer.strategy._lightning_optimizers)
+
+
+def test_every_rank_of_a_lightning_run_takes_rank_0s_name_unless_one_is_given(tmp_path):
+    tiny_fit(tmp_path / "generated", Tiny(), 1, broadcast="rank0-name", run=None)
+    assert [p.name for p in (tmp_path / "generated").iterdir()] == ["rank0-name"]
+    tiny_fit(tmp_path / "given", Tiny(), 1, broadcast="rank0-name", run="mine")
+    assert [p.name for p in (tmp_path / "given").iterdir()] == ["mine"]
+
+
+def test_an_error_in_training_step_passes_through_and_the_run_is_written(tmp_path, capsys):
+    class Failing(Tiny):
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 2:
+                raise KeyError("the user's error")
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(KeyError, match="the user's error"):
+        tiny_fit(tmp_path, Failing(), 4)
+    assert "phaseprof run tiny: 2 step(s) timed" in capsys.readouterr().out
+    assert sorted(scalars(tmp_path / "tiny")[STEP_TAG]) == [0, 1]
+
+
+def test_the_batch_fetch_and_its_copy_to_the_device_are_lightnings_data_actions():
+    from phaseprof.training_hooks.integrations.lightning import action_phase
+
+    for action in ("[_TrainingEpochLoop].train_dataloader_next",
+                   "[Strategy]SingleDeviceStrategy.batch_to_device",
+                   "[LightningModule]Tiny.on_before_batch_transfer",
+                   "[LightningModule]Tiny.transfer_batch_to_device",
+                   "[Callback]my.pkg.Hooks.on_after_batch_transfer"):
+        assert action_phase(action) == DATA, action
+    for action in ("run_training_batch", "[LightningModule]Tiny.optimizer_step",
+                   "train_dataloader_next_x", "[Callback]my.pkg.Hooks.on_train_batch_end"):
+        assert action_phase(action) is None, action
+
+
+def _traced_steps(run_dir) -> list[int]:
+    (trace,) = run_dir.glob("*.pt.trace.json")
+    events = json.loads(trace.read_text())["traceEvents"]
+    return sorted(int(e["name"].split("#")[1]) for e in events
+                  if e.get("name", "").startswith("ProfilerStep#") and e.get("ph") == "X")
+
+
+def test_the_callbacks_schedule_is_phaseprofilers(tmp_path):
+    """By default steps 2 to 11 are traced (wait 1, warm-up 1, active 10), as with PhaseProfiler."""
+    from phaseprof.lightning import PhaseProfilerCallback
+
+    for name, batches, schedule, traced in (("default", 13, {}, list(range(2, 12))),
+                                             ("warm", 5, dict(wait=0, warmup=3, active=1), [3])):
+        callback = PhaseProfilerCallback(logdir=str(tmp_path), run=name, gzip=False,
+                                         analyze_traces=False, **schedule)
+        trainer = L.Trainer(max_epochs=1, callbacks=[callback], accelerator="cpu", devices=1,
+                            logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False)
+        data = torch.utils.data.TensorDataset(torch.randn(batches, 8),
+                                              torch.randint(0, 2, (batches,)))
+        trainer.fit(Tiny(), DataLoader(data, batch_size=1))
+        assert _traced_steps(tmp_path / name) == traced, name
+
+
+def test_the_callback_is_a_callback_of_both_lightning_namespaces(monkeypatch):
+    """Either Trainer (``lightning.pytorch``, ``pytorch_lightning``) takes it; without Lightning,
+    one line says what to install."""
+    import pytorch_lightning
+
+    from phaseprof.lightning import PhaseProfilerCallback
+    from phaseprof.training_hooks.integrations import lightning
+
+    assert lightning._callback_bases() == (L.Callback, pytorch_lightning.Callback)
+    assert isinstance(PhaseProfilerCallback(analyze_traces=False), pytorch_lightning.Callback)
+
+    def no_lightning(name):
+        raise ImportError(f"No module named {name!r}")
+
+    monkeypatch.setattr(lightning.importlib, "import_module", no_lightning)
+    with pytest.raises(ImportError) as raised:
+        lightning._callback_bases()
+    assert str(raised.value) == ("phaseprof.lightning needs Lightning: "
+                                 "pip install 'phaseprof[lightning]'")

@@ -30,7 +30,7 @@ def test_mnist_net_is_pytorchs_mnist_example():
 
 
 def test_mnist_net_gives_log_probabilities_of_ten_classes():
-    """... along the classes, named: no deprecation warning printed for a dimension left implicit."""
+    """... along the classes, named: no deprecation warning for a dimension left implicit."""
     torch.manual_seed(0)
     model = MnistNet().eval()
     with torch.no_grad(), warnings.catch_warnings():

@@ -9,6 +9,7 @@ mixed precision."""
 from __future__ import annotations
 
 import functools
+import json
 import re
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from phaseprof.contract import (
     FORWARD,
     HOOK_TAG,
     OPTIMIZER,
+    OTHER,
     STEP_TAG,
     TRANSFORMERS,
     host_tag,
@@ -300,3 +302,107 @@ def test_an_accelerate_loop_attaches_like_a_plain_one(tmp_path):
     for phase, reference in ((FORWARD, timers.per_step(FORWARD, 2)), (BACKWARD, timers.per_step(BACKWARD, 2)),
                              (OPTIMIZER, optimizer_calls)):
         timers.agree(phase, [values[host_tag(phase)][step] for step in steps], reference)
+
+
+# -- fast: a tiny model, a few steps, what the callback writes (tests/mutation.py runs these) -----
+
+
+class TinyModel(torch.nn.Module):
+    """A model as the Trainer calls it: keyword inputs, a dict with the loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(8, 2)
+        self.evaluated = 0  # samples seen in eval mode
+
+    def forward(self, x, labels=None):
+        self.evaluated += 0 if self.training else len(x)
+        logits = self.net(x)
+        return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+
+def tiny_train(tmp_path, samples: int, run: str | None = "hf", callback_args: dict | None = None,
+               callbacks: tuple = (), **args):
+    """``TinyModel`` trained one epoch of ``samples`` samples, 2 a batch, with the callback; the
+    trainer."""
+    from phaseprof.transformers import PhaseProfilerCallback
+
+    torch.manual_seed(0)
+    data = [{"x": torch.randn(8), "labels": i % 2} for i in range(samples)]
+    callback = PhaseProfilerCallback(logdir=str(tmp_path), run=run, analyze_traces=False,
+                                     **(callback_args or dict(wait=0, warmup=1, active=1)))
+    trainer = transformers.Trainer(
+        model=TinyModel(), train_dataset=data, eval_dataset=data[:2],
+        callbacks=[*callbacks, callback],
+        args=transformers.TrainingArguments(
+            output_dir=str(tmp_path / "out"), num_train_epochs=1, per_device_train_batch_size=2,
+            per_device_eval_batch_size=2, save_strategy="no", report_to=[], logging_strategy="no",
+            use_cpu=True, dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False,
+            **args))
+    for other in trainer.callback_handler.callbacks:
+        other.trainer = trainer  # a callback of the test's own that needs it
+    trainer.train()
+    return trainer
+
+
+def test_a_trainer_is_timed_step_by_step_with_its_evaluations_kept_out(tmp_path, capsys):
+    """2 micro-batches a step: each step's forward, backward, optimizer, data and the Trainer's own
+    wrappers; each evaluation outside the steps; everything undone when training ends."""
+    trainer = tiny_train(tmp_path, 8, gradient_accumulation_steps=2, eval_strategy="steps",
+                         eval_steps=1)
+    values = scalars(tmp_path / "hf")
+    steps = sorted(values[STEP_TAG])
+    assert steps == [0, 1]
+    for phase in (FORWARD, BACKWARD, OPTIMIZER, DATA, TRANSFORMERS, OTHER):  # each phase ends
+        assert all(values[host_tag(phase)][step] > 0 for step in steps), phase
+    assert len(values[EVAL_TAG]) == 2
+    out = capsys.readouterr().out
+    assert "phaseprof run hf: 2 step(s) timed" in out
+    assert "evaluation, outside the steps: 2 pass(es)" in out
+    assert not set(vars(trainer)) & {*TRAINER_WRAPPERS, "evaluate"}
+    assert "zero_grad" not in vars(TinyModel)
+    assert "_get_iterator" not in vars(trainer.get_train_dataloader().base_dataloader)
+
+
+def _traced_steps(run_dir) -> list[int]:
+    (trace,) = run_dir.glob("*.pt.trace.json")
+    events = json.loads(trace.read_text())["traceEvents"]
+    return sorted(int(e["name"].split("#")[1]) for e in events
+                  if e.get("name", "").startswith("ProfilerStep#") and e.get("ph") == "X")
+
+
+def test_the_callbacks_schedule_is_phaseprofilers(tmp_path):
+    """By default steps 2 to 11 are traced (wait 1, warm-up 1, active 10), as with PhaseProfiler."""
+    tiny_train(tmp_path, 26, run="default", callback_args=dict(gzip=False))
+    assert _traced_steps(tmp_path / "default") == list(range(2, 12))
+    tiny_train(tmp_path, 10, run="warm", callback_args=dict(gzip=False, wait=0, warmup=3, active=1))
+    assert _traced_steps(tmp_path / "warm") == [3]
+
+
+def test_an_evaluation_a_users_callback_calls_is_kept_out_of_the_step(tmp_path):
+    """``trainer.evaluate(data)`` from the user's callback, after step 1: an evaluation pass, the
+    method still the Trainer's to look at."""
+
+    class EvaluateOnce(transformers.TrainerCallback):
+        trainer: transformers.Trainer
+        seen: tuple = ()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 1:
+                evaluate = self.trainer.evaluate
+                self.seen = (evaluate.__name__,
+                             evaluate.__doc__ == transformers.Trainer.evaluate.__doc__)
+                evaluate([{"x": torch.randn(8), "labels": 1}] * 6)  # not the Trainer's 2
+
+    user = EvaluateOnce()
+    trainer = tiny_train(tmp_path, 6, callbacks=(user,))
+    values = scalars(tmp_path / "hf")
+    assert sorted(values[STEP_TAG]) == [0, 1, 2] and len(values[EVAL_TAG]) == 1
+    assert user.seen == ("evaluate", True)
+    assert trainer.model.evaluated == 6  # the data it was given
+
+
+def test_a_run_not_named_is_named_for_its_start(tmp_path):
+    tiny_train(tmp_path, 2, run=None)
+    (run,) = [p.name for p in tmp_path.iterdir() if p.name != "out"]
+    assert re.fullmatch(r"\d{8}-\d{6}", run), run
