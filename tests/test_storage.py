@@ -203,7 +203,8 @@ def test_a_scheme_without_its_client_or_unknown_is_one_error_naming_what_to_inst
     )
 
 
-def test_one_file_system_per_scheme_and_kind_and_the_bounded_one_gives_up_soon(s3):
+def test_one_file_system_per_scheme_and_kind_and_the_bounded_one_gives_up_soon(s3, monkeypatch):
+    monkeypatch.setattr(storage, "_filesystems", {})  # made here, not kept from an earlier test
     fs = storage.filesystem("s3://b")
     assert storage.filesystem("s3://other/p") is fs
     bounded = storage.filesystem("s3://b", bounded=True)
