@@ -7,7 +7,6 @@ and in bf16 mixed precision, and with fp16's GradScaler."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
@@ -30,7 +29,16 @@ from phaseprof.contract import (
     host_tag,
 )
 from phaseprof.training_hooks.integrations.lightning import LIGHTNING
-from tests.timing import TimedGradScaler, Timers, assert_two_ranks, busy, scalars, time_forward, time_optimizer
+from tests.timing import (
+    TimedGradScaler,
+    Timers,
+    assert_two_ranks,
+    busy,
+    scalars,
+    time_forward,
+    time_optimizer,
+    traced_steps,
+)
 
 
 class Module(L.LightningModule):
@@ -525,13 +533,6 @@ def test_the_batch_fetch_and_its_copy_to_the_device_are_lightnings_data_actions(
         assert action_phase(action) is None, action
 
 
-def _traced_steps(run_dir) -> list[int]:
-    (trace,) = run_dir.glob("*.pt.trace.json")
-    events = json.loads(trace.read_text())["traceEvents"]
-    return sorted(int(e["name"].split("#")[1]) for e in events
-                  if e.get("name", "").startswith("ProfilerStep#") and e.get("ph") == "X")
-
-
 def test_the_callbacks_schedule_is_phaseprofilers(tmp_path):
     """By default steps 2 to 11 are traced (wait 1, warm-up 1, active 10), as with PhaseProfiler."""
     from phaseprof.lightning import PhaseProfilerCallback
@@ -546,7 +547,7 @@ def test_the_callbacks_schedule_is_phaseprofilers(tmp_path):
         data = torch.utils.data.TensorDataset(torch.randn(batches, 8),
                                               torch.randint(0, 2, (batches,)))
         trainer.fit(Tiny(), DataLoader(data, batch_size=1))
-        assert _traced_steps(tmp_path / name) == traced, name
+        assert traced_steps(tmp_path / name) == traced, name
 
 
 def test_the_callback_is_a_callback_of_both_lightning_namespaces(monkeypatch):

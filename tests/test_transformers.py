@@ -9,7 +9,6 @@ mixed precision."""
 from __future__ import annotations
 
 import functools
-import json
 import re
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from phaseprof.contract import (
     host_tag,
 )
 from phaseprof.training_hooks.integrations.transformers import TRAINER_WRAPPERS
-from tests.timing import Span, Timers, assert_two_ranks, busy, scalars, time_forward, time_optimizer
+from tests.timing import Span, Timers, assert_two_ranks, busy, scalars, time_forward, time_optimizer, traced_steps
 
 
 class OptimizerClock(transformers.TrainerCallback):
@@ -364,19 +363,12 @@ def test_a_trainer_is_timed_step_by_step_with_its_evaluations_kept_out(tmp_path,
     assert "_get_iterator" not in vars(trainer.get_train_dataloader().base_dataloader)
 
 
-def _traced_steps(run_dir) -> list[int]:
-    (trace,) = run_dir.glob("*.pt.trace.json")
-    events = json.loads(trace.read_text())["traceEvents"]
-    return sorted(int(e["name"].split("#")[1]) for e in events
-                  if e.get("name", "").startswith("ProfilerStep#") and e.get("ph") == "X")
-
-
 def test_the_callbacks_schedule_is_phaseprofilers(tmp_path):
     """By default steps 2 to 11 are traced (wait 1, warm-up 1, active 10), as with PhaseProfiler."""
     tiny_train(tmp_path, 26, run="default", callback_args=dict(gzip=False))
-    assert _traced_steps(tmp_path / "default") == list(range(2, 12))
+    assert traced_steps(tmp_path / "default") == list(range(2, 12))
     tiny_train(tmp_path, 10, run="warm", callback_args=dict(gzip=False, wait=0, warmup=3, active=1))
-    assert _traced_steps(tmp_path / "warm") == [3]
+    assert traced_steps(tmp_path / "warm") == [3]
 
 
 def test_an_evaluation_a_users_callback_calls_is_kept_out_of_the_step(tmp_path):

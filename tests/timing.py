@@ -50,6 +50,14 @@ def scalars(run_dir: Path) -> dict[str, dict[int, float]]:
     return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
 
 
+def traced_steps(run_dir: Path) -> list[int]:
+    """The step numbers of a run's one plain-JSON trace (its ``ProfilerStep#N`` ranges)."""
+    (trace,) = run_dir.glob("*.pt.trace.json")
+    events = json.loads(trace.read_text())["traceEvents"]
+    return sorted(int(e["name"].split("#")[1]) for e in events
+                  if e.get("name", "").startswith("ProfilerStep#") and e.get("ph") == "X")
+
+
 def assert_two_ranks(logdir: Path, steps: int) -> None:
     """A run of two ranks in ``logdir``: each rank's trace and its scalars (``<run>/rank<N>/``, one
     step per optimizer step), and ``phaseprof report --json`` shows both ranks with their steps and
